@@ -1,0 +1,1 @@
+"""reclaim: retention."""
