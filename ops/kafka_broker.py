@@ -1,0 +1,146 @@
+"""The local Apache Kafka broker: KRaft, single node, run with ``java`` from jars Maven fetches once."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ops.procs import StackError, free_port, port_open, spawn, wait_until
+
+log = logging.getLogger(__name__)
+
+#: The Apache Kafka version the local broker runs; it must match ``ops/kafka/pom.xml``.
+KAFKA_VERSION = "4.1.1"
+HEAP = "-Xmx512m"
+
+
+@dataclass(frozen=True)
+class BrokerPorts:
+    """The two listeners of a single-node KRaft broker."""
+
+    client: int
+    controller: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.client}"
+
+
+def _resource(name: str) -> Path:
+    return Path(str(resources.files("ops") / "kafka" / name))
+
+
+def require_tool(tool: str, what: str) -> str:
+    """Return the path of ``tool`` or raise one clear message saying what to install."""
+    found = shutil.which(tool)
+    if found is None:
+        raise StackError(f"`{tool}` not found on PATH: install {what} to run the local Kafka broker")
+    return found
+
+
+def fetch_jars(cache_dir: Path) -> Path:
+    """Fetch the broker's jars with Maven into ``cache_dir`` unless they are there already."""
+    libs = cache_dir / f"kafka-{KAFKA_VERSION}" / "libs"
+    done = libs / ".complete"
+    if done.exists():
+        return libs
+    require_tool("java", "a Java 17+ runtime (e.g. Debian's openjdk-17-jre-headless)")
+    mvn = require_tool("mvn", "Apache Maven (e.g. Debian's maven)")
+    log.info("fetching Apache Kafka %s jars with Maven into %s (first use only)", KAFKA_VERSION, libs)
+    if libs.exists():
+        shutil.rmtree(libs)
+    result = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(_resource("pom.xml")), "dependency:copy-dependencies",
+         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise StackError(f"Maven could not fetch the Kafka jars:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    done.touch()
+    return libs
+
+
+def _server_properties(data_dir: Path, ports: BrokerPorts) -> str:
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{ports.controller}",
+        f"listeners=PLAINTEXT://127.0.0.1:{ports.client},CONTROLLER://127.0.0.1:{ports.controller}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{ports.client}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={data_dir / 'logs'}",
+        "num.partitions=1",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=4",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=4",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        "",
+    ])
+
+
+def _java(libs: Path, *args: str) -> list[str]:
+    java = require_tool("java", "a Java 17+ runtime (e.g. Debian's openjdk-17-jre-headless)")
+    return [java, HEAP, "-cp", f"{libs}/*", f"-Dlog4j2.configurationFile={_resource('log4j2.properties')}", *args]
+
+
+def _format_storage(libs: Path, data_dir: Path, config: Path) -> None:
+    if (data_dir / "logs" / "meta.properties").exists():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    result = subprocess.run(
+        _java(libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={config}"),
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
+
+
+def choose_ports(previous: BrokerPorts | None) -> BrokerPorts:
+    """Reuse the ports a broker had before when both are free, else take two free ports."""
+    if previous and not port_open("127.0.0.1", previous.client) and not port_open("127.0.0.1", previous.controller):
+        return previous
+    return BrokerPorts(client=free_port(), controller=free_port())
+
+
+def start_broker(data_dir: Path, cache_dir: Path, ports: BrokerPorts,
+                 timeout: float = 90.0) -> subprocess.Popen[bytes]:
+    """Start the broker on ``ports`` with its data under ``data_dir`` and wait until it takes clients."""
+    libs = fetch_jars(cache_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = data_dir / "server.properties"
+    config.write_text(_server_properties(data_dir, ports))
+    _format_storage(libs, data_dir, config)
+    log_file = data_dir / "broker.log"
+    proc = spawn(_java(libs, "kafka.Kafka", str(config)), log_file)
+    wait_until(lambda: broker_answers(ports.bootstrap), timeout, "Kafka broker", proc, log_file)
+    return proc
+
+
+def broker_answers(bootstrap: str, timeout: float = 1.0) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from producers.config import kafka_config
+
+    host, _, port = bootstrap.rpartition(":")
+    if not port_open(host, int(port)):
+        return False
+    try:
+        metadata = AdminClient(kafka_config(bootstrap, "admin")).list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return bool(metadata.brokers)

@@ -1,0 +1,98 @@
+"""Small process helpers for the local stack: free ports, readiness waits, pid files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+class StackError(RuntimeError):
+    """A local server could not be started, reached or stopped."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
+        return True
+    return False
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        with contextlib.suppress(OSError, IndexError):
+            return stat.read_text().split(")")[-1].split()[0] != "Z"
+    return True
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[bytes] | None = None,
+               log: Path | None = None) -> None:
+    """Poll ``check`` until it is true; fail early when ``proc`` exits, naming its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise StackError(f"{what} exited with code {proc.returncode} while starting{_log_hint(log)}")
+        time.sleep(0.2)
+    raise StackError(f"{what} not ready after {timeout:.0f}s{_log_hint(log)}")
+
+
+def _log_hint(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    tail = log.read_text(errors="replace").splitlines()[-15:]
+    return f"; see {log}:\n" + "\n".join(tail)
+
+
+def spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start a detached server process writing stdout and stderr to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=cwd, start_new_session=True,
+        )
+
+
+def stop_pid(pid: int, timeout: float = 20.0) -> None:
+    """SIGTERM the process group of ``pid``, then SIGKILL it if it outlives ``timeout``."""
+    if not pid_alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)

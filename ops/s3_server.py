@@ -1,0 +1,64 @@
+"""The local S3 endpoint: moto's server on loopback, with a bucket created."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.procs import free_port, spawn, wait_until
+
+#: Credentials the local endpoint accepts; moto checks nothing, but boto3 insists on some.
+LOCAL_ACCESS_KEY = "reclaim"
+LOCAL_SECRET_KEY = "reclaim-secret"
+LOCAL_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """Where a running S3 endpoint answers and the credentials to use there."""
+
+    url: str
+    access_key: str = LOCAL_ACCESS_KEY
+    secret_key: str = LOCAL_SECRET_KEY
+    region: str = LOCAL_REGION
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/moto-api/", timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def start_s3(log: Path, port: int | None = None, host: str = "127.0.0.1",
+             timeout: float = 60.0) -> tuple[subprocess.Popen[bytes], S3Endpoint]:
+    """Start moto's S3 server on ``host``:``port`` (a free port when None) and wait until it answers."""
+    port = port or free_port(host)
+    proc = spawn([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)], log)
+    endpoint = S3Endpoint(url=f"http://{host}:{port}")
+    wait_until(lambda: _answers(endpoint.url), timeout, "S3 endpoint (moto)", proc, log)
+    return proc, endpoint
+
+
+def s3_client(endpoint: S3Endpoint):  # type: ignore[no-untyped-def]
+    """A boto3 S3 client bound to ``endpoint`` (path-style addressing, as local endpoints need)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint.url, aws_access_key_id=endpoint.access_key,
+        aws_secret_access_key=endpoint.secret_key, region_name=endpoint.region,
+        config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3}),
+    )
+
+
+def ensure_bucket(endpoint: S3Endpoint, bucket: str) -> None:
+    """Create ``bucket`` unless it exists already."""
+    client = s3_client(endpoint)
+    existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+    if bucket not in existing:
+        client.create_bucket(Bucket=bucket)

@@ -1,0 +1,125 @@
+"""``reclaim local up | down | status``: the local Kafka broker and S3 endpoint, tracked by pid."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
+from ops.procs import StackError, pid_alive, port_open, stop_pid
+from ops.s3_server import S3Endpoint, ensure_bucket, start_s3
+from ops.settings import Settings
+
+log = logging.getLogger(__name__)
+STATE_FILE = "stack.json"
+
+
+@dataclass
+class StackState:
+    """What ``up`` started: pids and addresses, persisted in the state directory."""
+
+    kafka_pid: int | None = None
+    kafka_client_port: int | None = None
+    kafka_controller_port: int | None = None
+    s3_pid: int | None = None
+    s3_url: str | None = None
+    s3_bucket: str | None = None
+
+    @property
+    def bootstrap(self) -> str | None:
+        return f"127.0.0.1:{self.kafka_client_port}" if self.kafka_client_port else None
+
+    @classmethod
+    def load(cls, state_dir: Path) -> StackState:
+        path = state_dir / STATE_FILE
+        if not path.exists():
+            return cls()
+        data: dict[str, Any] = json.loads(path.read_text())
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def save(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+
+def _kafka_running(state: StackState) -> bool:
+    return bool(state.kafka_pid and pid_alive(state.kafka_pid) and state.bootstrap
+                and broker_answers(state.bootstrap))
+
+
+def _s3_running(state: StackState) -> bool:
+    if not (state.s3_pid and pid_alive(state.s3_pid) and state.s3_url):
+        return False
+    host, _, port = state.s3_url.removeprefix("http://").rpartition(":")
+    return port_open(host, int(port))
+
+
+def up(settings: Settings) -> StackState:
+    """Start whatever of the stack is not running; idempotent."""
+    state = StackState.load(settings.state_dir)
+    if not _kafka_running(state):
+        previous = None
+        if state.kafka_client_port and state.kafka_controller_port:
+            previous = BrokerPorts(state.kafka_client_port, state.kafka_controller_port)
+        ports = choose_ports(previous)
+        proc = start_broker(settings.state_dir / "kafka", settings.cache_dir, ports)
+        state.kafka_pid, state.kafka_client_port, state.kafka_controller_port = proc.pid, ports.client, ports.controller
+        state.save(settings.state_dir)
+        log.info("kafka broker started: pid=%s bootstrap=%s", proc.pid, ports.bootstrap)
+    if not _s3_running(state):
+        s3_proc, endpoint = start_s3(settings.state_dir / "s3.log")
+        state.s3_pid, state.s3_url = s3_proc.pid, endpoint.url
+        state.save(settings.state_dir)
+        log.info("s3 endpoint started: pid=%s url=%s", s3_proc.pid, endpoint.url)
+    assert state.s3_url is not None
+    ensure_bucket(S3Endpoint(url=state.s3_url), settings.s3_bucket)
+    state.s3_bucket = settings.s3_bucket
+    state.save(settings.state_dir)
+    return state
+
+
+def down(settings: Settings) -> StackState:
+    """Stop the processes ``up`` started (by pid) and forget them; data stays for the next ``up``."""
+    state = StackState.load(settings.state_dir)
+    for pid in (state.kafka_pid, state.s3_pid):
+        if pid:
+            stop_pid(pid)
+    state.kafka_pid = state.s3_pid = None
+    state.s3_url = None
+    state.save(settings.state_dir)
+    return state
+
+
+def status(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Bootstrap address, pid and health of each local server."""
+    state = StackState.load(settings.state_dir)
+    return {
+        "kafka": {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
+                  "healthy": _kafka_running(state)},
+        "s3": {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
+               "healthy": _s3_running(state)},
+    }
+
+
+def require_bootstrap(settings: Settings) -> str:
+    """The broker address to use: the configured one, else the local stack's running broker."""
+    if settings.bootstrap:
+        return settings.bootstrap
+    state = StackState.load(settings.state_dir)
+    if not _kafka_running(state):
+        raise StackError("no Kafka broker: set RECLAIM_BOOTSTRAP (or --bootstrap), or run `reclaim local up`")
+    assert state.bootstrap is not None
+    return state.bootstrap
+
+
+def require_s3(settings: Settings) -> S3Endpoint:
+    """The S3 endpoint to use: the configured one, else the local stack's running endpoint."""
+    if settings.s3_endpoint:
+        return S3Endpoint(url=settings.s3_endpoint)
+    state = StackState.load(settings.state_dir)
+    if not _s3_running(state) or state.s3_url is None:
+        raise StackError("no S3 endpoint: set RECLAIM_S3_ENDPOINT, or run `reclaim local up`")
+    return S3Endpoint(url=state.s3_url)

@@ -1,0 +1,89 @@
+"""``reclaim topics create | describe``: idempotent provisioning of reclaim's topics with the Admin API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from ops.procs import StackError
+from ops.settings import Settings
+from producers.config import kafka_config
+from producers.topics import TopicNames
+
+COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic as reclaim wants it."""
+
+    name: str
+    partitions: int
+    config: Mapping[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """The topics of the deletion pipeline and of retention, with their partitions and configs."""
+    names = TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays)
+    parts = settings.partitions
+    deleting = {"cleanup.policy": "delete", "retention.ms": str(settings.deletion_retention_ms)}
+    dead = {"cleanup.policy": "delete", "retention.ms": str(settings.dlq_retention_ms)}
+    return [
+        TopicSpec(names.deletion, parts, deleting),
+        *(TopicSpec(topic, parts, deleting) for topic in names.retry_topics),
+        TopicSpec(names.dlq, 1, dead),
+        # Keyed by stream/subscriber or stream: only the latest value per key matters.
+        TopicSpec(names.subscriber_cuts, parts, COMPACTED),
+        TopicSpec(names.subscribers, parts, COMPACTED),
+        TopicSpec(names.stream_config, parts, COMPACTED),
+        # The retention set keeps every recorded cut of a stream, so it is not compacted.
+        TopicSpec(names.stream_cuts, parts, deleting),
+        TopicSpec(names.truncation, parts, deleting),
+    ]
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient(kafka_config(bootstrap, "admin"))
+
+
+def create_topics(admin: AdminClient, specs: list[TopicSpec], replication_factor: int = 1,
+                  timeout: float = 30.0) -> dict[str, str]:
+    """Create the topics that do not exist yet; return ``{topic: "created" | "exists"}``."""
+    new = [NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor,
+                    config=dict(s.config)) for s in specs]
+    outcome: dict[str, str] = {}
+    for topic, future in admin.create_topics(new, request_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+            outcome[topic] = "created"
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                outcome[topic] = "exists"
+            else:
+                raise StackError(f"creating topic {topic} failed: {error}") from exc
+    return outcome
+
+
+def describe_topics(admin: AdminClient, specs: list[TopicSpec], timeout: float = 30.0) -> list[dict[str, object]]:
+    """Partitions, cleanup policy and retention of each topic as the broker has it."""
+    metadata = admin.list_topics(timeout=timeout)
+    resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs if s.name in metadata.topics]
+    configs = {r.name: f.result(timeout=timeout) for r, f in admin.describe_configs(resources).items()} \
+        if resources else {}
+    rows: list[dict[str, object]] = []
+    for spec in specs:
+        topic = metadata.topics.get(spec.name)
+        if topic is None:
+            rows.append({"topic": spec.name, "exists": False})
+            continue
+        entries = configs.get(spec.name, {})
+        rows.append({
+            "topic": spec.name, "exists": True, "partitions": len(topic.partitions),
+            "cleanup.policy": entries["cleanup.policy"].value if "cleanup.policy" in entries else None,
+            "retention.ms": entries["retention.ms"].value if "retention.ms" in entries else None,
+        })
+    return rows

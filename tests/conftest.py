@@ -1,0 +1,118 @@
+"""Session fixtures for reclaim's tests: the real servers (Kafka, S3 endpoint, Spark) and name factories.
+
+Every server fixture starts its server once per session. Outside CI a server that cannot start
+skips the tests that need it, with the reason; with ``CI=true`` it fails them instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ops.procs import StackError, free_port, stop_pid
+from ops.s3_server import S3Endpoint, ensure_bucket, start_s3
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def server_unavailable(what: str, exc: BaseException) -> None:
+    """Fail (in CI) or skip (elsewhere) because ``what`` could not be started."""
+    message = f"{what} unavailable: {exc}"
+    if IN_CI:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A per-session directory for servers' data and logs."""
+    return tmp_path_factory.mktemp("reclaim-state")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(state_dir: Path) -> Iterator[S3Endpoint]:
+    """moto's S3 server on a free loopback port, for the whole session."""
+    try:
+        proc, endpoint = start_s3(state_dir / "s3.log")
+    except (StackError, OSError) as exc:
+        server_unavailable("S3 endpoint", exc)
+        raise AssertionError("unreachable") from exc
+    yield endpoint
+    stop_pid(proc.pid)
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """A factory of unique names (topics, groups, buckets, streams): ``unique_name("topic")``."""
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+    return make
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: S3Endpoint, unique_name: Callable[[str], str]) -> str:
+    """A fresh, empty bucket on the session's S3 endpoint."""
+    bucket = unique_name("bucket")
+    ensure_bucket(s3_endpoint, bucket)
+    return bucket
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(state_dir: Path) -> Iterator[str]:
+    """A real Kafka broker's bootstrap address, for the whole session.
+
+    In order: ``RECLAIM_KAFKA_BOOTSTRAP`` when set; a testcontainers Kafka when a Docker engine
+    answers; else the Apache Kafka broker run from its jars (fetched by Maven on first use).
+    """
+    explicit = os.environ.get("RECLAIM_KAFKA_BOOTSTRAP")
+    if explicit:
+        yield explicit
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    from ops.kafka_broker import BrokerPorts, start_broker
+    from ops.settings import Settings
+
+    try:
+        ports = BrokerPorts(client=free_port(), controller=free_port())
+        proc = start_broker(state_dir / "kafka", Settings.from_env().cache_dir, ports)
+    except (StackError, OSError) as exc:
+        server_unavailable("Kafka broker", exc)
+        raise AssertionError("unreachable") from exc
+    yield ports.bootstrap
+    stop_pid(proc.pid)
+
+
+@pytest.fixture(scope="session")
+def spark(kafka_bootstrap: str) -> Iterator[object]:
+    """One local Spark session for the whole run, with the Kafka connector on its classpath."""
+    from ops.settings import Settings
+    from retention.spark_session import build_spark_session
+
+    try:
+        session = build_spark_session("reclaim-tests", Settings.from_env().cache_dir)
+    except Exception as exc:  # noqa: BLE001 - Spark start-up fails in many ways; all mean "no Spark"
+        server_unavailable("Spark", exc)
+        raise AssertionError("unreachable") from exc
+    yield session
+    session.stop()

@@ -1,0 +1,60 @@
+"""``reclaim local up | topics create | topics describe | local down`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ops.procs import pid_alive
+from ops.settings import Settings
+from ops.topics import topic_specs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def reclaim(*args: str, state_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RECLAIM_STATE_DIR": str(state_dir)}
+    env.pop("RECLAIM_BOOTSTRAP", None)
+    result = subprocess.run([sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True,
+                            env=env, timeout=300, check=False)
+    if check:
+        assert result.returncode == 0, f"reclaim {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    reclaim("local", "up", state_dir=state)
+    status = json.loads(reclaim("local", "status", state_dir=state).stdout)
+    assert status["kafka"]["healthy"] and status["s3"]["healthy"]
+    pids = [status["kafka"]["pid"], status["s3"]["pid"]]
+
+    # up is idempotent: the same processes keep running.
+    reclaim("local", "up", state_dir=state)
+    again = json.loads(reclaim("local", "status", state_dir=state).stdout)
+    assert [again["kafka"]["pid"], again["s3"]["pid"]] == pids
+
+    created = reclaim("topics", "create", state_dir=state).stdout
+    expected = [spec.name for spec in topic_specs(Settings())]
+    assert all(f"created  {name}" in created for name in expected)
+    assert all(f"exists   {name}" in reclaim("topics", "create", state_dir=state).stdout for name in expected)
+    described = reclaim("topics", "describe", state_dir=state).stdout
+    assert "reclaim.ledger-deletion.dlq" in described and "compact" in described
+    assert "(missing)" not in described
+
+    reclaim("local", "down", state_dir=state)
+    assert not any(pid_alive(pid) for pid in pids)
+    down = reclaim("local", "status", state_dir=state, check=False)
+    assert down.returncode == 3
+    assert not json.loads(down.stdout)["kafka"]["healthy"]
+
+
+def test_topics_without_a_broker_says_what_to_do(tmp_path: Path) -> None:
+    result = reclaim("topics", "create", state_dir=tmp_path / "empty", check=False)
+    assert result.returncode == 2
+    assert "reclaim local up" in result.stderr
