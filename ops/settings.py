@@ -30,6 +30,9 @@ class Settings:
     retry_delays: tuple[int, ...] = DEFAULT_RETRY_DELAYS
     s3_endpoint: str | None = None
     s3_bucket: str = "reclaim-tier2"
+    s3_access_key: str = "reclaim"
+    s3_secret_key: str = "reclaim-secret"
+    s3_region: str = "us-east-1"
     schema_registry_url: str | None = None
 
     @classmethod

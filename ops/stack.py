@@ -118,7 +118,8 @@ def require_bootstrap(settings: Settings) -> str:
 def require_s3(settings: Settings) -> S3Endpoint:
     """The S3 endpoint to use: the configured one, else the local stack's running endpoint."""
     if settings.s3_endpoint:
-        return S3Endpoint(url=settings.s3_endpoint)
+        return S3Endpoint(url=settings.s3_endpoint, access_key=settings.s3_access_key,
+                          secret_key=settings.s3_secret_key, region=settings.s3_region)
     state = StackState.load(settings.state_dir)
     if not _s3_running(state) or state.s3_url is None:
         raise StackError("no S3 endpoint: set RECLAIM_S3_ENDPOINT, or run `reclaim local up`")
