@@ -1,0 +1,200 @@
+"""The record types a codec knows, the schema it uses for each, and known writer schemas by fingerprint."""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fastavro import schemaless_reader
+from fastavro.read import SchemaResolutionError
+from fastavro.validation import ValidationError, validate
+
+from schemas.avro_schema import RecordSchema
+from schemas.base import AvroRecord
+from schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
+from schemas.ledger import ChunkLocation, OffloadContext, PendingDeleteLedgerInfo
+from schemas.streams import (
+    RetentionPolicy,
+    SegmentOffset,
+    StreamConfig,
+    StreamCut,
+    StreamCutRecord,
+    TruncationEvent,
+)
+from schemas.subscribers import SubscriberChange, SubscriberCut
+
+RECORD_TYPES: tuple[type[AvroRecord], ...] = (
+    PendingDeleteLedgerInfo,
+    OffloadContext,
+    ChunkLocation,
+    SegmentOffset,
+    StreamCut,
+    RetentionPolicy,
+    StreamConfig,
+    StreamCutRecord,
+    TruncationEvent,
+    SubscriberChange,
+    SubscriberCut,
+)
+"""Every record type of reclaim, top-level and nested; each can be encoded on its own."""
+
+# What fastavro's readers raise on bytes that are not a valid body for the writer schema.
+_BODY_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, struct.error)
+
+
+class SchemaCatalog:
+    """The record types a codec handles, the schema it reads and writes each with, and the writer
+    schemas it can decode, by fingerprint.
+
+    Parameters
+    ----------
+    record_types : Iterable[type[AvroRecord]]
+        The record classes; ``RECORD_TYPES`` by default.
+    overrides : Mapping[type[AvroRecord], RecordSchema]
+        A schema to use instead of a class's ``SCHEMA`` (same full name), e.g. an older version
+        while a rollout is in progress; also how tests write with an evolved schema.
+    writer_schemas : Iterable[RecordSchema]
+        Other versions that writers may have used (older or newer), so their records decode.
+
+    Raises
+    ------
+    SchemaError
+        If an override or writer schema names no known record type.
+    """
+
+    def __init__(
+        self,
+        record_types: Iterable[type[AvroRecord]] = RECORD_TYPES,
+        overrides: Mapping[type[AvroRecord], RecordSchema] | None = None,
+        writer_schemas: Iterable[RecordSchema] = (),
+    ) -> None:
+        self._types = {record_type.SCHEMA.name: record_type for record_type in record_types}
+        self._schemas = {record_type: record_type.SCHEMA for record_type in self._types.values()}
+        for record_type, schema in (overrides or {}).items():
+            if self._types.get(schema.name) is not record_type:
+                raise SchemaError(f"override schema {schema.name} does not belong to {record_type.__name__}")
+            self._schemas[record_type] = schema
+        self._writers: dict[bytes, RecordSchema] = {}
+        for schema in [*self._schemas.values(), *writer_schemas]:
+            self.register(schema)
+
+    def register(self, schema: RecordSchema) -> None:
+        """Make records written with ``schema`` decodable.
+
+        Raises
+        ------
+        SchemaError
+            If ``schema`` names no known record type.
+        """
+        if schema.name not in self._types:
+            raise SchemaError(f"no record type is named {schema.name}")
+        self._writers[schema.fingerprint] = schema
+
+    def schema_for(self, record_type: type[AvroRecord]) -> RecordSchema:
+        """The schema records of ``record_type`` are written with and read into.
+
+        Raises
+        ------
+        RecordEncodeError
+            With reason ``NOT_A_RECORD`` if the type is not in the catalog.
+        """
+        schema = self._schemas.get(record_type)
+        if schema is None:
+            raise RecordEncodeError(
+                EncodeReason.NOT_A_RECORD, f"{record_type.__name__} is not in the catalog"
+            )
+        return schema
+
+    def type_named(self, full_name: str) -> type[AvroRecord]:
+        """The record type whose schema has ``full_name``.
+
+        Raises
+        ------
+        RecordDecodeError
+            With reason ``UNKNOWN_RECORD_TYPE``.
+        """
+        record_type = self._types.get(full_name)
+        if record_type is None:
+            raise RecordDecodeError(DecodeReason.UNKNOWN_RECORD_TYPE, f"no record type is named {full_name}")
+        return record_type
+
+    def writer_schema(self, fingerprint: bytes) -> RecordSchema:
+        """The registered writer schema with this CRC-64-AVRO fingerprint.
+
+        Raises
+        ------
+        RecordDecodeError
+            With reason ``UNKNOWN_SCHEMA``.
+        """
+        schema = self._writers.get(fingerprint)
+        if schema is None:
+            raise RecordDecodeError(
+                DecodeReason.UNKNOWN_SCHEMA, f"fingerprint {fingerprint.hex()} is not registered"
+            )
+        return schema
+
+
+def record_datum(record: object, schema: RecordSchema) -> dict[str, Any]:
+    """``record`` as the dict fastavro writes, checked against ``schema``.
+
+    Raises
+    ------
+    RecordEncodeError
+        ``NOT_A_RECORD`` for an object that is not an ``AvroRecord``; ``INVALID_RECORD`` when a
+        value does not fit the schema (the message names the field).
+    """
+    if not isinstance(record, AvroRecord):
+        raise RecordEncodeError(EncodeReason.NOT_A_RECORD, f"cannot encode a {type(record).__name__}")
+    datum = record.to_avro()
+    try:
+        validate(datum, schema.parsed, raise_errors=True)
+    except ValidationError as exc:
+        # fastavro lists every failing field; one line reads better in logs and DLQ headers.
+        problems = "; ".join(str(problem) for problem in exc.errors)
+        raise RecordEncodeError(EncodeReason.INVALID_RECORD, f"{schema.name}: {problems}") from exc
+    return datum
+
+
+def message_bytes(data: object) -> bytes:
+    """``data`` as bytes, or ``RecordDecodeError(TRUNCATED)`` for a null (tombstone) or non-bytes value."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise RecordDecodeError(DecodeReason.TRUNCATED, f"expected bytes, got {type(data).__name__}")
+
+
+def check_expected(record_type: type[AvroRecord], expected_type: type[AvroRecord] | None) -> None:
+    """Raise ``RecordDecodeError(UNEXPECTED_TYPE)`` unless ``record_type`` is an ``expected_type``."""
+    if expected_type is not None and not issubclass(record_type, expected_type):
+        raise RecordDecodeError(
+            DecodeReason.UNEXPECTED_TYPE, f"expected {expected_type.__name__}, got {record_type.__name__}"
+        )
+
+
+def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> object:
+    """Decode one Avro binary body written with ``writer`` into ``reader``'s shape.
+
+    Raises
+    ------
+    RecordDecodeError
+        ``TRUNCATED``, ``SCHEMA_MISMATCH``, ``MALFORMED_BODY`` or ``TRAILING_BYTES``.
+    """
+    stream = io.BytesIO(body)
+    try:
+        datum = schemaless_reader(stream, writer.parsed, reader.parsed)
+    except EOFError as exc:
+        raise RecordDecodeError(
+            DecodeReason.TRUNCATED, f"{writer.name} body ends early ({len(body)} bytes)"
+        ) from exc
+    except SchemaResolutionError as exc:
+        raise RecordDecodeError(DecodeReason.SCHEMA_MISMATCH, f"{writer.name}: {exc}") from exc
+    except _BODY_ERRORS as exc:
+        raise RecordDecodeError(
+            DecodeReason.MALFORMED_BODY, f"{writer.name}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if stream.tell() != len(body):
+        raise RecordDecodeError(
+            DecodeReason.TRAILING_BYTES, f"{writer.name} ends at byte {stream.tell()} of {len(body)}"
+        )
+    return datum
