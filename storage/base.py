@@ -1,0 +1,263 @@
+"""``BaseChunkStorage``: name checks, logging and metrics added once around every binding's verbs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from storage.chunks import (
+    ChunkHandle,
+    ChunkInfo,
+    ChunkListPage,
+    ChunkLocation,
+    ChunkTags,
+    ConcatArgument,
+    DeleteOutcome,
+    DeleteResult,
+    Tier,
+    validate_chunk_name,
+)
+from storage.errors import (
+    ChunkReadOnlyError,
+    InvalidOffsetError,
+    StorageError,
+    UnsupportedOperationError,
+)
+from storage.metrics import (
+    STORAGE_BYTES,
+    STORAGE_DELETED_CHUNKS,
+    STORAGE_OPERATION_SECONDS,
+    STORAGE_OPERATIONS,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Module-level alias: inside the class, ``list`` names the ``list`` verb, not the builtin.
+DeleteResults = list[DeleteResult]
+
+#: ListObjectsV2 and DeleteObjects both stop at 1000 keys per request.
+MAX_PAGE_SIZE = 1000
+
+
+class BaseChunkStorage(ABC):
+    """Implements the public ``ChunkStorage`` verbs on top of ``_do_*`` methods a binding provides.
+
+    Every verb validates its chunk name before any I/O, then times the call, counts its outcome by
+    binding and operation, and logs one line naming the chunk.
+    """
+
+    def __init__(self, name: str, tier: Tier) -> None:
+        self._name = name
+        self._tier = tier
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def tier(self) -> Tier:
+        return self._tier
+
+    @property
+    def bucket(self) -> str | None:
+        return None
+
+    @property
+    def supports_append(self) -> bool:
+        return False
+
+    @property
+    def supports_concat(self) -> bool:
+        return False
+
+    @property
+    def supports_truncation(self) -> bool:
+        return False
+
+    def location(self, chunk_name: str) -> ChunkLocation:
+        """Where ``chunk_name`` lives in this binding, as a metadata chunk record stores it."""
+        return ChunkLocation(self._name, self._tier, self.bucket, validate_chunk_name(chunk_name))
+
+    @contextmanager
+    def _observe(self, operation: str, chunk: str | None) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        except StorageError as exc:
+            exc.binding = exc.binding or self._name
+            exc.chunk = exc.chunk or chunk
+            STORAGE_OPERATIONS.labels(self._name, operation, type(exc).__name__).inc()
+            level = logging.WARNING if exc.retryable else logging.DEBUG
+            logger.log(level, "storage %s %s chunk=%s failed: %s", self._name, operation, chunk, exc)
+            raise
+        except Exception:
+            STORAGE_OPERATIONS.labels(self._name, operation, "unexpected").inc()
+            logger.exception("storage %s %s chunk=%s failed unexpectedly", self._name, operation, chunk)
+            raise
+        else:
+            STORAGE_OPERATIONS.labels(self._name, operation, "ok").inc()
+            logger.debug("storage %s %s chunk=%s ok", self._name, operation, chunk)
+        finally:
+            STORAGE_OPERATION_SECONDS.labels(self._name, operation).observe(time.perf_counter() - started)
+
+    def exists(self, chunk_name: str) -> bool:
+        validate_chunk_name(chunk_name)
+        with self._observe("exists", chunk_name):
+            return self._do_exists(chunk_name)
+
+    def create(self, chunk_name: str, tags: ChunkTags | None = None) -> ChunkHandle:
+        validate_chunk_name(chunk_name)
+        with self._observe("create", chunk_name):
+            self._do_create(chunk_name, b"", tags)
+        return ChunkHandle(chunk_name, read_only=False)
+
+    def create_with_content(self, chunk_name: str, data: bytes, tags: ChunkTags | None = None) -> ChunkHandle:
+        """Create a chunk holding ``data`` in one step (one PUT on S3, one atomic link on a filesystem)."""
+        validate_chunk_name(chunk_name)
+        with self._observe("create", chunk_name):
+            self._do_create(chunk_name, bytes(data), tags)
+        STORAGE_BYTES.labels(self._name, "written").inc(len(data))
+        return ChunkHandle(chunk_name, read_only=False)
+
+    def delete(self, handle: ChunkHandle) -> None:
+        validate_chunk_name(handle.name)
+        with self._observe("delete", handle.name):
+            self._do_delete(handle.name)
+        STORAGE_DELETED_CHUNKS.labels(self._name, DeleteOutcome.DELETED.value).inc()
+
+    def delete_many(self, chunk_names: Sequence[str]) -> list[DeleteResult]:
+        """Delete many chunks; one result per name in input order. Missing chunks count as gone."""
+        results: dict[str, DeleteResult] = {}
+        valid: list[str] = []
+        for name in chunk_names:
+            try:
+                valid.append(validate_chunk_name(name))
+            except StorageError as exc:
+                results[name] = DeleteResult(name, DeleteOutcome.FAILED, exc)
+        unique = list(dict.fromkeys(valid))
+        with self._observe("delete_many", f"<{len(unique)} chunks>"):
+            for result in self._do_delete_many(unique) if unique else []:
+                results[result.name] = result
+        for result in results.values():
+            STORAGE_DELETED_CHUNKS.labels(self._name, result.outcome.value).inc()
+        return [results[name] for name in chunk_names]
+
+    def open_read(self, chunk_name: str) -> ChunkHandle:
+        validate_chunk_name(chunk_name)
+        with self._observe("open_read", chunk_name):
+            self._do_get_info(chunk_name)
+        return ChunkHandle(chunk_name, read_only=True)
+
+    def open_write(self, chunk_name: str) -> ChunkHandle:
+        validate_chunk_name(chunk_name)
+        with self._observe("open_write", chunk_name):
+            if self._do_get_info(chunk_name).read_only:
+                raise ChunkReadOnlyError("chunk is read-only", chunk=chunk_name)
+        return ChunkHandle(chunk_name, read_only=False)
+
+    def get_info(self, chunk_name: str) -> ChunkInfo:
+        validate_chunk_name(chunk_name)
+        with self._observe("get_info", chunk_name):
+            return self._do_get_info(chunk_name)
+
+    def read(self, handle: ChunkHandle, from_offset: int, length: int) -> bytes:
+        validate_chunk_name(handle.name)
+        if from_offset < 0 or length < 0:
+            raise InvalidOffsetError(f"negative read range {from_offset}+{length}", chunk=handle.name)
+        with self._observe("read", handle.name):
+            data = self._do_read(handle.name, from_offset, length)
+        STORAGE_BYTES.labels(self._name, "read").inc(len(data))
+        return data
+
+    def write(self, handle: ChunkHandle, offset: int, data: bytes) -> int:
+        validate_chunk_name(handle.name)
+        if handle.read_only:
+            raise ChunkReadOnlyError("handle was opened for reading", chunk=handle.name)
+        if offset < 0:
+            raise InvalidOffsetError(f"negative write offset {offset}", chunk=handle.name)
+        with self._observe("write", handle.name):
+            written = self._do_write(handle.name, offset, bytes(data))
+        STORAGE_BYTES.labels(self._name, "written").inc(written)
+        return written
+
+    def list(self, prefix: str = "", *, page_size: int = MAX_PAGE_SIZE,
+             continuation: str | None = None) -> ChunkListPage:
+        """One page of chunk names starting with ``prefix``, in lexicographic order."""
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be within 1..{MAX_PAGE_SIZE}")
+        with self._observe("list", prefix or "<all>"):
+            return self._do_list(prefix, page_size, continuation)
+
+    def iter_names(self, prefix: str = "") -> Iterator[str]:
+        """Every chunk name starting with ``prefix``, following ``list`` pages."""
+        token: str | None = None
+        while True:
+            page = self.list(prefix, continuation=token)
+            yield from page.names
+            if page.continuation is None:
+                return
+            token = page.continuation
+
+    def concat(self, chunks: Sequence[ConcatArgument]) -> int:
+        """Append ``chunks[1:]`` to ``chunks[0]`` natively; returns the number of bytes concatenated."""
+        if not self.supports_concat:
+            raise UnsupportedOperationError(f"{self._name} does not support concat", binding=self._name)
+        if len(chunks) < 2:
+            raise ValueError("concat needs a target and at least one source")
+        for arg in chunks:
+            validate_chunk_name(arg.name)
+        with self._observe("concat", chunks[0].name):
+            return self._do_concat(chunks)
+
+    def truncate(self, handle: ChunkHandle, offset: int) -> bool:
+        if not self.supports_truncation:
+            raise UnsupportedOperationError(f"{self._name} does not support truncate", binding=self._name)
+        validate_chunk_name(handle.name)
+        if offset < 0:
+            raise InvalidOffsetError(f"negative truncate offset {offset}", chunk=handle.name)
+        with self._observe("truncate", handle.name):
+            return self._do_truncate(handle.name, offset)
+
+    def set_read_only(self, handle: ChunkHandle, read_only: bool) -> None:
+        validate_chunk_name(handle.name)
+        with self._observe("set_read_only", handle.name):
+            self._do_set_read_only(handle.name, read_only)
+
+    def close(self) -> None:  # noqa: B027 - optional hook: most bindings hold nothing to release
+        """Release clients and pools; the default binding holds none."""
+
+    @abstractmethod
+    def _do_exists(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def _do_create(self, name: str, data: bytes, tags: ChunkTags | None) -> None: ...
+
+    @abstractmethod
+    def _do_delete(self, name: str) -> None: ...
+
+    @abstractmethod
+    def _do_delete_many(self, names: Sequence[str]) -> DeleteResults: ...
+
+    @abstractmethod
+    def _do_get_info(self, name: str) -> ChunkInfo: ...
+
+    @abstractmethod
+    def _do_read(self, name: str, from_offset: int, length: int) -> bytes: ...
+
+    @abstractmethod
+    def _do_write(self, name: str, offset: int, data: bytes) -> int: ...
+
+    @abstractmethod
+    def _do_list(self, prefix: str, page_size: int, continuation: str | None) -> ChunkListPage: ...
+
+    def _do_concat(self, chunks: Sequence[ConcatArgument]) -> int:
+        raise UnsupportedOperationError(f"{self._name} does not support concat", binding=self._name)
+
+    def _do_truncate(self, name: str, offset: int) -> bool:
+        raise UnsupportedOperationError(f"{self._name} does not support truncate", binding=self._name)
+
+    def _do_set_read_only(self, name: str, read_only: bool) -> None:
+        raise UnsupportedOperationError(f"{self._name} does not support set_read_only", binding=self._name)

@@ -1,0 +1,182 @@
+"""The tier-2 ``ChunkStorage`` protocol (PDP-34 verbs) and the plain values it passes around."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from storage.errors import InvalidChunkNameError, StorageError
+
+#: The ``application`` ownership tag every chunk written by reclaim carries.
+APPLICATION = "reclaim"
+
+#: S3 keys are at most 1024 bytes; the same bound keeps filesystem paths sane.
+MAX_CHUNK_NAME_BYTES = 1024
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+class Tier(enum.Enum):
+    """Where a binding sits: TIER1 is hot (local/network filesystem), TIER2 cold (S3, long-term fs)."""
+
+    TIER1 = "TIER1"
+    TIER2 = "TIER2"
+
+
+@dataclass(frozen=True)
+class ChunkTags:
+    """Ownership tags stored with every chunk object, so an orphan can be attributed without metadata."""
+
+    component: str
+    stream: str
+    segment: str
+    writer_epoch: int
+    application: str = APPLICATION
+
+    def to_dict(self) -> dict[str, str]:
+        """The tags as string pairs, the shape S3 user metadata and the sidecar file hold."""
+        return {
+            "application": self.application, "component": self.component, "stream": self.stream,
+            "segment": self.segment, "writer-epoch": str(self.writer_epoch),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, str]) -> ChunkTags | None:
+        """Parse tags written by :meth:`to_dict`; None when they are absent or malformed."""
+        try:
+            return cls(component=raw["component"], stream=raw["stream"], segment=raw["segment"],
+                       writer_epoch=int(raw["writer-epoch"]), application=raw["application"])
+        except (KeyError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class ChunkLocation:
+    """One copy of a chunk: the binding that holds it, its tier, bucket (None for a filesystem) and key.
+
+    ``key`` is the chunk name as the binding addresses it (an S3 binding adds its key prefix).
+    """
+
+    binding: str
+    tier: Tier
+    bucket: str | None
+    key: str
+
+
+@dataclass(frozen=True)
+class ChunkHandle:
+    """A handle returned by ``open_read``/``open_write``/``create``; carries no server state here."""
+
+    name: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """What ``get_info`` reports: the physical length and the ownership tags (None if missing)."""
+
+    name: str
+    length: int
+    tags: ChunkTags | None
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ConcatArgument:
+    """One chunk taking part in a native concat: its name and the number of its bytes to use."""
+
+    name: str
+    length: int
+
+
+@dataclass(frozen=True)
+class ChunkListPage:
+    """One page of ``list``: chunk names in lexicographic order and the token for the next page."""
+
+    names: tuple[str, ...]
+    continuation: str | None = None
+
+
+class DeleteOutcome(enum.Enum):
+    """Per-key result of ``delete_many``."""
+
+    DELETED = "DELETED"
+    ALREADY_GONE = "ALREADY_GONE"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """The outcome of deleting one chunk; ``error`` is set (and says if retryable) when FAILED."""
+
+    name: str
+    outcome: DeleteOutcome
+    error: StorageError | None = field(default=None, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when the chunk is gone, whether this call removed it or it was absent already."""
+        return self.outcome is not DeleteOutcome.FAILED
+
+
+def validate_chunk_name(name: str) -> str:
+    """Return ``name`` if it is a safe chunk name, else raise :class:`InvalidChunkNameError`.
+
+    Names may contain ``/`` separators, but no empty, ``.`` or ``..`` components, no leading or
+    trailing ``/``, no control characters, NUL or backslash, and at most 1024 UTF-8 bytes.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidChunkNameError("chunk name is empty", chunk=str(name))
+    if len(name.encode("utf-8", errors="surrogatepass")) > MAX_CHUNK_NAME_BYTES:
+        raise InvalidChunkNameError(f"chunk name longer than {MAX_CHUNK_NAME_BYTES} bytes", chunk=name[:64])
+    if _CONTROL.search(name):
+        raise InvalidChunkNameError("chunk name holds a control character or backslash", chunk=repr(name))
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        raise InvalidChunkNameError("chunk name has an empty, '.' or '..' path component", chunk=name)
+    return name
+
+
+@runtime_checkable
+class ChunkStorage(Protocol):
+    """A tier-1/tier-2 binding offering the PDP-34 chunk verbs.
+
+    Write contract (PDP-34): ``offset`` must equal the chunk's current length, otherwise
+    :class:`~storage.errors.InvalidOffsetError`. A binding without append (``supports_append`` False,
+    e.g. S3) accepts one write at offset 0 into an empty chunk, so callers write each piece as a new chunk.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tier(self) -> Tier: ...
+    @property
+    def bucket(self) -> str | None: ...
+    @property
+    def supports_append(self) -> bool: ...
+    @property
+    def supports_concat(self) -> bool: ...
+    @property
+    def supports_truncation(self) -> bool: ...
+
+    def location(self, chunk_name: str) -> ChunkLocation: ...
+    def exists(self, chunk_name: str) -> bool: ...
+    def create(self, chunk_name: str, tags: ChunkTags | None = None) -> ChunkHandle: ...
+    def create_with_content(self, chunk_name: str, data: bytes,
+                            tags: ChunkTags | None = None) -> ChunkHandle: ...
+    def delete(self, handle: ChunkHandle) -> None: ...
+    def delete_many(self, chunk_names: Sequence[str]) -> list[DeleteResult]: ...
+    def open_read(self, chunk_name: str) -> ChunkHandle: ...
+    def open_write(self, chunk_name: str) -> ChunkHandle: ...
+    def get_info(self, chunk_name: str) -> ChunkInfo: ...
+    def read(self, handle: ChunkHandle, from_offset: int, length: int) -> bytes: ...
+    def write(self, handle: ChunkHandle, offset: int, data: bytes) -> int: ...
+    def list(self, prefix: str = "", *, page_size: int = 1000,
+             continuation: str | None = None) -> ChunkListPage: ...
+    def iter_names(self, prefix: str = "") -> Iterator[str]: ...
+    def concat(self, chunks: Sequence[ConcatArgument]) -> int: ...
+    def truncate(self, handle: ChunkHandle, offset: int) -> bool: ...
+    def set_read_only(self, handle: ChunkHandle, read_only: bool) -> None: ...
+    def close(self) -> None: ...

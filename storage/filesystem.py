@@ -1,0 +1,315 @@
+"""Filesystem chunk binding (the embedded default): one file per chunk under a root directory.
+
+Layout under ``root``: ``chunks/<name>`` holds a chunk's bytes exactly as written, ``tags/<name>.json``
+its ownership tags (a sidecar file rather than an xattr, because tmpfs, overlay and network
+filesystems do not all keep user xattrs), and ``tmp/`` staging files on the same filesystem.
+A chunk is created by staging its bytes, fsyncing them and hard-linking the staged file into place;
+``link`` fails when the name exists, so creation is atomic and exclusive. The sidecar is written right
+after the link and removed right after the data file on delete, so it lives and dies with its chunk;
+a crash between those two steps leaves a chunk whose ``get_info`` reports ``tags=None``, which the
+ownership check treats as unknown. Appends hold an exclusive ``flock`` while checking the offset
+contract and fsync before returning.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from storage.base import BaseChunkStorage
+from storage.chunks import (
+    ChunkInfo,
+    ChunkListPage,
+    ChunkTags,
+    ConcatArgument,
+    DeleteOutcome,
+    DeleteResult,
+    Tier,
+)
+from storage.errors import (
+    AccessDeniedError,
+    ChunkAlreadyExistsError,
+    ChunkNotFoundError,
+    ChunkReadOnlyError,
+    InvalidChunkNameError,
+    InvalidOffsetError,
+    StorageError,
+    StorageUnavailableError,
+)
+
+#: errnos after which the same call may succeed later.
+_TRANSIENT_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ESTALE, errno.ETIMEDOUT,
+                     errno.EINTR, errno.EMFILE, errno.ENFILE}
+_COPY_BLOCK = 1 << 20
+
+
+def map_os_error(exc: OSError, name: str) -> StorageError:
+    """Translate an ``OSError`` about chunk ``name`` into the storage error hierarchy."""
+    if isinstance(exc, FileNotFoundError):
+        return ChunkNotFoundError(f"chunk not found: {exc.strerror}", chunk=name)
+    if isinstance(exc, FileExistsError):
+        return ChunkAlreadyExistsError("chunk exists already", chunk=name)
+    if isinstance(exc, PermissionError):
+        return AccessDeniedError(f"access denied: {exc.strerror}", chunk=name)
+    if isinstance(exc, NotADirectoryError | IsADirectoryError):
+        return InvalidChunkNameError("chunk name collides with a directory of other chunks", chunk=name)
+    if exc.errno in _TRANSIENT_ERRNOS:
+        return StorageUnavailableError(f"filesystem unavailable: {exc.strerror}", chunk=name)
+    return StorageError(f"filesystem error: {exc}", chunk=name)
+
+
+@contextmanager
+def _os_errors(name: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise map_os_error(exc, name) from exc
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _writable(mode: int) -> bool:
+    return bool(mode & stat.S_IWUSR)
+
+
+class FileSystemChunkStorage(BaseChunkStorage):
+    """Chunks as files under ``root``; supports append, concat, truncate and read-only."""
+
+    def __init__(self, root: str | os.PathLike[str], *, name: str = "fs-tier2", tier: Tier = Tier.TIER2,
+                 delete_workers: int = 4) -> None:
+        super().__init__(name, tier)
+        self._root = Path(root)
+        self._data = self._root / "chunks"
+        self._tags = self._root / "tags"
+        self._tmp = self._root / "tmp"
+        for directory in (self._data, self._tags, self._tmp):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._delete_workers = max(1, delete_workers)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def supports_append(self) -> bool:
+        return True
+
+    @property
+    def supports_concat(self) -> bool:
+        return True
+
+    @property
+    def supports_truncation(self) -> bool:
+        return True
+
+    def data_path(self, name: str) -> Path:
+        """The file holding chunk ``name``'s bytes (for audits and tests)."""
+        return self._data / name
+
+    def tags_path(self, name: str) -> Path:
+        """The sidecar file holding chunk ``name``'s ownership tags."""
+        return self._tags / f"{name}.json"
+
+    def _stage(self, data: bytes) -> Path:
+        staged = self._tmp / uuid.uuid4().hex
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return staged
+
+    def _link_into_place(self, staged: Path, final: Path) -> None:
+        # A concurrent delete may prune the parent directory between mkdir and link; retry a little.
+        for _ in range(3):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(staged, final)
+            except FileNotFoundError:
+                continue
+            _fsync_dir(final.parent)
+            return
+        raise StorageUnavailableError("chunk directory kept disappearing during create", chunk=final.name)
+
+    def _write_tags(self, name: str, tags: ChunkTags) -> None:
+        staged = self._stage(json.dumps(tags.to_dict(), sort_keys=True).encode())
+        final = self.tags_path(name)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, final)
+
+    def _do_exists(self, name: str) -> bool:
+        with _os_errors(name):
+            return self.data_path(name).is_file()
+
+    def _do_create(self, name: str, data: bytes, tags: ChunkTags | None) -> None:
+        with _os_errors(name):
+            staged = self._stage(data)
+            try:
+                self._link_into_place(staged, self.data_path(name))
+            finally:
+                staged.unlink(missing_ok=True)
+            if tags is None:
+                return
+            try:
+                self._write_tags(name, tags)
+            except OSError:
+                # An untagged chunk could not be attributed later; undo the create instead.
+                self.data_path(name).unlink(missing_ok=True)
+                raise
+
+    def _prune(self, path: Path, top: Path) -> None:
+        parent = path.parent
+        while parent != top and top in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                return
+            parent = parent.parent
+
+    def _remove(self, name: str) -> None:
+        data = self.data_path(name)
+        data.unlink()
+        self.tags_path(name).unlink(missing_ok=True)
+        self._prune(data, self._data)
+        self._prune(self.tags_path(name), self._tags)
+
+    def _do_delete(self, name: str) -> None:
+        with _os_errors(name):
+            self._remove(name)
+
+    def _delete_one(self, name: str) -> DeleteResult:
+        try:
+            self._remove(name)
+        except FileNotFoundError:
+            with suppress(OSError):
+                self.tags_path(name).unlink(missing_ok=True)
+            return DeleteResult(name, DeleteOutcome.ALREADY_GONE)
+        except OSError as exc:
+            return DeleteResult(name, DeleteOutcome.FAILED, map_os_error(exc, name))
+        return DeleteResult(name, DeleteOutcome.DELETED)
+
+    def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+        with ThreadPoolExecutor(max_workers=min(self._delete_workers, len(names))) as pool:
+            return list(pool.map(self._delete_one, names))
+
+    def _read_tags(self, name: str) -> ChunkTags | None:
+        try:
+            raw = json.loads(self.tags_path(name).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return ChunkTags.from_dict(raw) if isinstance(raw, dict) else None
+
+    def _do_get_info(self, name: str) -> ChunkInfo:
+        with _os_errors(name):
+            st = os.stat(self.data_path(name))
+        if not stat.S_ISREG(st.st_mode):
+            raise ChunkNotFoundError("not a chunk file", chunk=name)
+        return ChunkInfo(name, st.st_size, self._read_tags(name), read_only=not _writable(st.st_mode))
+
+    def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
+        with _os_errors(name), open(self.data_path(name), "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if from_offset + length > size:
+                raise InvalidOffsetError(f"read {from_offset}+{length} past chunk length {size}", chunk=name)
+            handle.seek(from_offset)
+            data = handle.read(length)
+        if len(data) != length:
+            raise StorageUnavailableError("short read: chunk changed while reading", chunk=name)
+        return data
+
+    @contextmanager
+    def _locked(self, name: str, flags: int) -> Iterator[int]:
+        with _os_errors(name):
+            fd = os.open(self.data_path(name), flags)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _check_writable(self, fd: int, name: str, offset: int | None) -> int:
+        st = os.fstat(fd)
+        if not _writable(st.st_mode):
+            raise ChunkReadOnlyError("chunk is read-only", chunk=name)
+        if offset is not None and offset != st.st_size:
+            raise InvalidOffsetError(f"write offset {offset} is not chunk length {st.st_size}", chunk=name)
+        return st.st_size
+
+    def _do_write(self, name: str, offset: int, data: bytes) -> int:
+        with self._locked(name, os.O_WRONLY | os.O_APPEND) as fd, _os_errors(name):
+            self._check_writable(fd, name, offset)
+            _write_all(fd, data)
+            os.fsync(fd)
+        return len(data)
+
+    def _do_list(self, prefix: str, page_size: int, continuation: str | None) -> ChunkListPage:
+        start = self._data / prefix.rpartition("/")[0] if "/" in prefix else self._data
+        names: list[str] = []
+        with _os_errors(prefix):
+            for directory, _dirs, files in os.walk(start):
+                rel = Path(directory).relative_to(self._data).as_posix()
+                for file in files:
+                    name = file if rel == "." else f"{rel}/{file}"
+                    if name.startswith(prefix) and (continuation is None or name > continuation):
+                        names.append(name)
+        names.sort()
+        page = names[:page_size]
+        more = len(names) > page_size
+        return ChunkListPage(tuple(page), page[-1] if more else None)
+
+    def _append_from(self, fd: int, source: ConcatArgument) -> int:
+        with _os_errors(source.name), open(self.data_path(source.name), "rb") as src:
+            if os.fstat(src.fileno()).st_size < source.length:
+                raise InvalidOffsetError("concat source shorter than its length", chunk=source.name)
+            remaining = source.length
+            while remaining:
+                block = src.read(min(_COPY_BLOCK, remaining))
+                if not block:
+                    raise StorageUnavailableError("concat source shrank while copying", chunk=source.name)
+                _write_all(fd, block)
+                remaining -= len(block)
+        return source.length
+
+    def _do_concat(self, chunks: Sequence[ConcatArgument]) -> int:
+        target = chunks[0]
+        with self._locked(target.name, os.O_WRONLY | os.O_APPEND) as fd:
+            with _os_errors(target.name):
+                self._check_writable(fd, target.name, target.length)
+            copied = sum(self._append_from(fd, source) for source in chunks[1:])
+            with _os_errors(target.name):
+                os.fsync(fd)
+        return copied
+
+    def _do_truncate(self, name: str, offset: int) -> bool:
+        with self._locked(name, os.O_WRONLY) as fd, _os_errors(name):
+            size = self._check_writable(fd, name, None)
+            if offset > size:
+                raise InvalidOffsetError(f"truncate offset {offset} beyond chunk length {size}", chunk=name)
+            os.ftruncate(fd, offset)
+            os.fsync(fd)
+        return True
+
+    def _do_set_read_only(self, name: str, read_only: bool) -> None:
+        with _os_errors(name):
+            os.chmod(self.data_path(name), 0o444 if read_only else 0o644)

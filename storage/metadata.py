@@ -1,0 +1,159 @@
+"""Segment, chunk and mark records (PDP-34 layout metadata) and the transactional metadata store protocol."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.chunks import ChunkLocation, ChunkTags
+
+#: PDP-34's per-segment rolling policy: a chunk stops growing at this many bytes.
+DEFAULT_MAX_ROLLING_LENGTH = 16 * 1024 * 1024
+
+#: A chunk has at most a tier-1 and a tier-2 copy.
+MAX_LOCATIONS = 2
+
+
+class SegmentStatus(enum.IntFlag):
+    """Status bit flags of a segment header record."""
+
+    NONE = 0
+    SEALED = 1
+    DELETED = 2
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """A segment header: status, offsets and the ends of its linked list of chunk records.
+
+    ``version`` is the stored version (0 means not stored yet); every update bumps it by one.
+    """
+
+    name: str
+    stream: str = ""
+    status: SegmentStatus = SegmentStatus.NONE
+    start_offset: int = 0
+    length: int = 0
+    first_chunk: str | None = None
+    last_chunk: str | None = None
+    max_rolling_length: int = DEFAULT_MAX_ROLLING_LENGTH
+    owner_epoch: int = 0
+    last_chunk_start_offset: int = 0
+    first_chunk_start_offset: int = 0
+    version: int = 0
+
+    @property
+    def sealed(self) -> bool:
+        return SegmentStatus.SEALED in self.status
+
+    @property
+    def deleted(self) -> bool:
+        return SegmentStatus.DELETED in self.status
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """One chunk of a segment's layout, a node of the linked list (``next_chunk`` is the next key).
+
+    ``start_offset`` is where the chunk's first byte sits in its segment; ``length`` counts the bytes
+    the layout uses (tier-2 may hold more after a failed write; those are never read). Rows leave the
+    layout by turning inactive with the ``mark_id`` of the deletion batch; they are removed only after
+    their tier-2 delete. ``locations`` holds one or two copies (tier-1 and/or tier-2).
+    """
+
+    name: str
+    segment: str
+    start_offset: int
+    length: int
+    tags: ChunkTags
+    locations: tuple[ChunkLocation, ...]
+    next_chunk: str | None = None
+    active: bool = True
+    mark_id: str | None = None
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.locations) <= MAX_LOCATIONS:
+            raise ValueError(f"a chunk has 1..{MAX_LOCATIONS} locations, got {len(self.locations)}")
+
+    @property
+    def end_offset(self) -> int:
+        """The segment offset just past this chunk's last byte."""
+        return self.start_offset + self.length
+
+
+class MarkState(enum.Enum):
+    """State of a deletion mark batch (phase 1)."""
+
+    PENDING = "PENDING"
+    COMMITTED = "COMMITTED"
+
+
+@dataclass(frozen=True)
+class MarkRecord:
+    """A phase-1 mark batch: its id, state and creation time (seconds since the epoch)."""
+
+    mark_id: str
+    state: MarkState
+    created_at: float
+    version: int = 0
+
+
+class MetadataTransaction(Protocol):
+    """One atomic unit over several keys; every ``put`` is a compare-and-set on versions.
+
+    ``expected_version`` defaults to the record's own ``version`` (the version it was read at);
+    0 means "must not exist yet". A mismatch raises :class:`~storage.errors.MetadataConflictError`
+    and, once it leaves the ``with`` block, the whole transaction changes nothing. Puts return the
+    record as stored, with its new version.
+    """
+
+    def get_segment(self, name: str) -> SegmentRecord | None: ...
+    def put_segment(self, record: SegmentRecord, *, expected_version: int | None = None) -> SegmentRecord: ...
+    def delete_segment(self, name: str, *, expected_version: int) -> None: ...
+    def get_chunk(self, name: str) -> ChunkRecord | None: ...
+    def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]: ...
+    def list_chunks(self, segment: str, *, active_only: bool = True) -> list[ChunkRecord]: ...
+    def put_chunk(self, record: ChunkRecord, *, expected_version: int | None = None) -> ChunkRecord: ...
+    def remove_chunks(self, names: Iterable[str]) -> list[str]: ...
+    def get_mark(self, mark_id: str) -> MarkRecord | None: ...
+    def put_mark(self, record: MarkRecord, *, expected_version: int | None = None) -> MarkRecord: ...
+    def on_commit(self, callback: Callable[[], None]) -> None: ...
+
+
+class MetadataStore(Protocol):
+    """Segment/chunk/mark records with multi-key CAS transactions.
+
+    ``transaction()`` opens one serializable transaction (commit on normal exit, rollback on any
+    exception); ``transactions_committed`` counts committed ones so tests can assert how many an
+    operation used. The plain ``get_*`` readers run outside any transaction and are not counted.
+    """
+
+    transactions_committed: int
+
+    def transaction(self) -> AbstractContextManager[MetadataTransaction]: ...
+    def get_segment(self, name: str) -> SegmentRecord | None: ...
+    def get_chunk(self, name: str) -> ChunkRecord | None: ...
+    def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]: ...
+    def list_chunks(self, segment: str, *, active_only: bool = True) -> list[ChunkRecord]: ...
+    def get_mark(self, mark_id: str) -> MarkRecord | None: ...
+    def segment_names(self, prefix: str = "") -> list[str]: ...
+    def remove_chunks(self, names: Iterable[str]) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+def chunk_chain(first: str | None, chunks: Sequence[ChunkRecord]) -> list[ChunkRecord]:
+    """Order ``chunks`` by following ``next_chunk`` from ``first``; stops at a missing or repeated key."""
+    by_name = {chunk.name: chunk for chunk in chunks}
+    ordered: list[ChunkRecord] = []
+    seen: set[str] = set()
+    current = first
+    while current is not None and current in by_name and current not in seen:
+        seen.add(current)
+        ordered.append(by_name[current])
+        current = by_name[current].next_chunk
+    return ordered
+

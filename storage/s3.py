@@ -1,0 +1,248 @@
+"""S3 chunk binding via boto3 for any S3-compatible endpoint: one object per chunk, tags as user metadata.
+
+S3 has no append, so ``supports_append`` is False: a chunk takes one write at offset 0 (``create`` puts
+an empty object, ``write`` replaces it conditionally on its ETag) or is made in one PUT by
+``create_with_content``. Creation is exclusive through ``If-None-Match: *``. Ownership tags travel as
+``x-amz-meta-reclaim-*`` headers with percent-encoded values (S3 metadata must be ASCII).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from storage.base import MAX_PAGE_SIZE, BaseChunkStorage
+from storage.chunks import (
+    ChunkInfo,
+    ChunkListPage,
+    ChunkTags,
+    DeleteOutcome,
+    DeleteResult,
+    Tier,
+)
+from storage.errors import (
+    AccessDeniedError,
+    ChunkAlreadyExistsError,
+    ChunkNotFoundError,
+    InvalidOffsetError,
+    StorageError,
+    StorageMisconfiguredError,
+    StorageUnavailableError,
+)
+
+_META_PREFIX = "reclaim-"
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
+           "ExpiredToken", "InvalidToken", "AccountProblem", "InvalidSecurity"}
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
+              "ServiceUnavailable", "InternalError", "503", "500", "RequestLimitExceeded"}
+_MISCONFIGURED = {"NoSuchBucket", "InvalidBucketName", "PermanentRedirect", "AuthorizationHeaderMalformed"}
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Plain settings of an S3 binding: where it answers, the credentials and the bucket."""
+
+    bucket: str
+    endpoint_url: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    region: str = "us-east-1"
+    key_prefix: str = ""
+    path_style: bool = True
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+    max_attempts: int = 3
+
+
+def classify_s3_code(code: str, status: int, message: str, name: str | None) -> StorageError:
+    """The storage error for an S3 error code and HTTP status (also for DeleteObjects' per-key errors)."""
+    if code in _NOT_FOUND:
+        return ChunkNotFoundError(message, chunk=name)
+    if code in _DENIED:
+        return AccessDeniedError(message, chunk=name)
+    if code in _MISCONFIGURED:
+        return StorageMisconfiguredError(message, chunk=name)
+    if code == "InvalidRange":
+        return InvalidOffsetError(message, chunk=name)
+    if code in _THROTTLED or status >= 500 or status == 429:
+        return StorageUnavailableError(message, chunk=name)
+    return StorageError(message, chunk=name)
+
+
+def map_s3_error(exc: Exception, name: str | None) -> StorageError:
+    """Translate a boto3/botocore exception into the storage error hierarchy (never by message text)."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        code = str(error.get("Code", ""))
+        return classify_s3_code(code, status, f"S3 {code}: {error.get('Message', '')}", name)
+    if isinstance(exc, NoCredentialsError):
+        return AccessDeniedError(f"no S3 credentials: {exc}", chunk=name)
+    if isinstance(exc, BotoConnectionError | HTTPClientError):
+        return StorageUnavailableError(f"S3 endpoint unreachable: {exc}", chunk=name)
+    return StorageError(f"S3 client error: {exc}", chunk=name)
+
+
+class S3ChunkStorage(BaseChunkStorage):
+    """Chunks as objects in one bucket; no append, concat, truncate or read-only."""
+
+    def __init__(self, settings: S3Settings, *, name: str = "s3-tier2", tier: Tier = Tier.TIER2,
+                 client: Any | None = None) -> None:
+        super().__init__(name, tier)
+        self._settings = settings
+        self._client = client
+
+    @property
+    def bucket(self) -> str | None:
+        return self._settings.bucket
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client, built on first use (boto3 clients are thread-safe)."""
+        if self._client is None:
+            s = self._settings
+            self._client = boto3.client(
+                "s3", endpoint_url=s.endpoint_url, aws_access_key_id=s.access_key,
+                aws_secret_access_key=s.secret_key, region_name=s.region,
+                config=Config(
+                    s3={"addressing_style": "path" if s.path_style else "auto"},
+                    connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+                    retries={"mode": "standard", "max_attempts": s.max_attempts},
+                ),
+            )
+        return self._client
+
+    def object_key(self, name: str) -> str:
+        """The S3 key of chunk ``name``: the configured key prefix followed by the name."""
+        return self._settings.key_prefix + name
+
+    def _call(self, name: str | None, method: str, *, on_precondition: StorageError | None = None,
+              **kwargs: Any) -> Any:
+        try:
+            return getattr(self.client, method)(Bucket=self._settings.bucket, **kwargs)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if on_precondition is not None and code == "PreconditionFailed":
+                raise on_precondition from exc
+            raise map_s3_error(exc, name) from exc
+        except BotoCoreError as exc:
+            raise map_s3_error(exc, name) from exc
+
+    @staticmethod
+    def _metadata(tags: ChunkTags | None) -> dict[str, str]:
+        if tags is None:
+            return {}
+        return {_META_PREFIX + key: quote(value, safe="") for key, value in tags.to_dict().items()}
+
+    @staticmethod
+    def _tags(metadata: dict[str, str]) -> ChunkTags | None:
+        raw = {key[len(_META_PREFIX):]: unquote(value) for key, value in metadata.items()
+               if key.startswith(_META_PREFIX)}
+        return ChunkTags.from_dict(raw) if raw else None
+
+    def _head(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(name, "head_object", Key=self.object_key(name))
+        return result
+
+    def _do_exists(self, name: str) -> bool:
+        try:
+            self._head(name)
+        except ChunkNotFoundError:
+            return False
+        return True
+
+    def _do_create(self, name: str, data: bytes, tags: ChunkTags | None) -> None:
+        exists = ChunkAlreadyExistsError("chunk exists already", chunk=name)
+        self._call(name, "put_object", Key=self.object_key(name), Body=data, Metadata=self._metadata(tags),
+                   IfNoneMatch="*", on_precondition=exists)
+
+    def _do_delete(self, name: str) -> None:
+        self._head(name)
+        self._call(name, "delete_object", Key=self.object_key(name))
+
+    def _delete_batch(self, names: Sequence[str]) -> list[DeleteResult]:
+        by_key = {self.object_key(name): name for name in names}
+        try:
+            response = self._call(None, "delete_objects", Delete={
+                "Objects": [{"Key": key} for key in by_key], "Quiet": False})
+        except StorageError as exc:
+            return [DeleteResult(name, DeleteOutcome.FAILED, exc) for name in names]
+        results = {by_key[item["Key"]]: DeleteResult(by_key[item["Key"]], DeleteOutcome.DELETED)
+                   for item in response.get("Deleted", []) if item.get("Key") in by_key}
+        for item in response.get("Errors", []):
+            name = by_key.get(item.get("Key", ""))
+            if name is None:
+                continue
+            if item.get("Code") in _NOT_FOUND:
+                results[name] = DeleteResult(name, DeleteOutcome.ALREADY_GONE)
+                continue
+            code = str(item.get("Code", ""))
+            error = classify_s3_code(code, 0, f"S3 {code}: {item.get('Message', '')}", name)
+            results[name] = DeleteResult(name, DeleteOutcome.FAILED, error)
+        unreported = StorageUnavailableError("DeleteObjects did not report this key")
+        return [results.get(name, DeleteResult(name, DeleteOutcome.FAILED, unreported)) for name in names]
+
+    def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+        results: list[DeleteResult] = []
+        for start in range(0, len(names), MAX_PAGE_SIZE):
+            results.extend(self._delete_batch(names[start:start + MAX_PAGE_SIZE]))
+        return results
+
+    def _do_get_info(self, name: str) -> ChunkInfo:
+        head = self._head(name)
+        return ChunkInfo(name, int(head.get("ContentLength", 0)), self._tags(head.get("Metadata", {})))
+
+    def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
+        if length == 0:
+            size = self._do_get_info(name).length
+            if from_offset > size:
+                raise InvalidOffsetError(f"read offset {from_offset} beyond chunk length {size}", chunk=name)
+            return b""
+        end = from_offset + length - 1
+        response = self._call(name, "get_object", Key=self.object_key(name),
+                              Range=f"bytes={from_offset}-{end}")
+        try:
+            data: bytes = response["Body"].read()
+        except (BotoCoreError, OSError) as exc:
+            raise StorageUnavailableError(f"S3 read interrupted: {exc}", chunk=name) from exc
+        if len(data) != length:
+            raise InvalidOffsetError(f"read {from_offset}+{length} beyond chunk end", chunk=name)
+        return data
+
+    def _do_write(self, name: str, offset: int, data: bytes) -> int:
+        head = self._head(name)
+        size = int(head.get("ContentLength", 0))
+        if offset != size:
+            raise InvalidOffsetError(f"write offset {offset} is not chunk length {size}", chunk=name)
+        if size:
+            raise InvalidOffsetError("S3 chunks take a single write at offset 0 (no append)", chunk=name)
+        if not data:
+            return 0
+        # IfMatch makes the single write conditional on the object still being the empty one we saw.
+        changed = InvalidOffsetError("chunk changed during the write", chunk=name)
+        self._call(name, "put_object", Key=self.object_key(name), Body=data,
+                   Metadata=head.get("Metadata", {}), IfMatch=head["ETag"], on_precondition=changed)
+        return len(data)
+
+    def _do_list(self, prefix: str, page_size: int, continuation: str | None) -> ChunkListPage:
+        kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix), "MaxKeys": page_size}
+        if continuation:
+            kwargs["ContinuationToken"] = continuation
+        response = self._call(prefix, "list_objects_v2", **kwargs)
+        cut = len(self._settings.key_prefix)
+        names = tuple(item["Key"][cut:] for item in response.get("Contents", []))
+        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+        return ChunkListPage(names, token)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,181 @@
+"""SQLite metadata store: versioned records, multi-key CAS transactions, marks, and racing processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import replace
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import pytest
+
+from storage.chunks import ChunkLocation, ChunkTags, Tier
+from storage.errors import MetadataConflictError, MetadataUnavailableError
+from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
+from storage.sqlite_store import SQLiteMetadataStore
+
+TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
+
+
+def chunk(name: str, start: int = 0, length: int = 10, **kwargs: object) -> ChunkRecord:
+    locations = (ChunkLocation("fs-tier1", Tier.TIER1, None, name),
+                 ChunkLocation("s3-tier2", Tier.TIER2, "b", name))
+    return ChunkRecord(name=name, segment="s/0", start_offset=start, length=length, tags=TAGS,
+                       locations=locations, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteMetadataStore:
+    return SQLiteMetadataStore(tmp_path / "meta.db")
+
+
+def test_records_round_trip_with_versions(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        seg = txn.put_segment(SegmentRecord("s/0", stream="s", status=SegmentStatus.SEALED, first_chunk="c0",
+                                            last_chunk="c0", owner_epoch=3, max_rolling_length=100))
+        stored = txn.put_chunk(chunk("c0", mark_id=None))
+    assert seg.version == 1 and stored.version == 1
+    assert store.get_segment("s/0") == seg
+    assert store.get_segment("s/0").sealed  # type: ignore[union-attr]
+    assert store.get_chunk("c0") == stored
+    assert len(stored.locations) == 2 and stored.locations[1].bucket == "b"
+    assert store.get_segment("nope") is None and store.get_chunk("nope") is None
+
+
+def test_cas_conflicts(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        seg = txn.put_segment(SegmentRecord("s/0"))
+    with pytest.raises(MetadataConflictError) as info, store.transaction() as txn:
+        txn.put_segment(SegmentRecord("s/0"))  # version 0 means "create", but it exists
+    assert info.value.expected == 0 and info.value.actual == 1
+    with store.transaction() as txn:
+        seg2 = txn.put_segment(replace(seg, length=5))
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.put_segment(replace(seg, length=9))  # stale: read at version 1, now 2
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.put_segment(replace(seg2, length=9), expected_version=7)
+    assert store.get_segment("s/0") == seg2
+    assert seg2.version == 2 and seg2.length == 5
+
+
+def test_multi_key_transaction_is_all_or_nothing(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        seg = txn.put_segment(SegmentRecord("s/0", first_chunk="c0", last_chunk="c0", length=10))
+        c0 = txn.put_chunk(chunk("c0"))
+        txn.put_mark(MarkRecord("m1", MarkState.PENDING, time.time()))
+    seen: list[str] = []
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.on_commit(lambda: seen.append("committed"))
+        txn.put_segment(replace(seg, first_chunk=None, last_chunk=None, start_offset=10))
+        txn.put_chunk(replace(c0, active=False, mark_id="m1"))
+        assert txn.get_chunk("c0").active is False  # type: ignore[union-attr]
+        txn.put_mark(MarkRecord("m1", MarkState.COMMITTED, time.time()))  # stale: version 0
+    assert seen == []
+    assert store.get_segment("s/0") == seg and store.get_chunk("c0") == c0
+    assert store.get_mark("m1").state is MarkState.PENDING  # type: ignore[union-attr]
+
+
+def test_phase_one_shape_is_one_transaction(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        txn.put_segment(SegmentRecord("s/0", first_chunk="c0", last_chunk="c1", length=20))
+        txn.put_chunk(chunk("c0", next_chunk="c1"))
+        txn.put_chunk(chunk("c1", start=10))
+    before = store.transactions_committed
+    seen: list[int] = []
+    with store.transaction() as txn:
+        seg = txn.get_segment("s/0")
+        assert seg is not None
+        txn.put_segment(replace(seg, first_chunk="c1", start_offset=10, first_chunk_start_offset=10),
+                        expected_version=seg.version)
+        c0 = txn.get_chunks(["c0"])["c0"]
+        txn.put_chunk(replace(c0, active=False, mark_id="m7"), expected_version=c0.version)
+        txn.put_mark(MarkRecord("m7", MarkState.COMMITTED, time.time()), expected_version=0)
+        txn.on_commit(lambda: seen.append(store.transactions_committed))
+    assert store.transactions_committed == before + 1
+    assert seen == [before + 1]
+    assert [c.name for c in store.list_chunks("s/0")] == ["c1"]
+    assert [c.name for c in store.list_chunks("s/0", active_only=False)] == ["c0", "c1"]
+
+
+def test_get_chunks_batch_and_remove_inactive_only(store: SQLiteMetadataStore) -> None:
+    names = [f"c{i:04d}" for i in range(1200)]
+    with store.transaction() as txn:
+        for i, name in enumerate(names):
+            txn.put_chunk(chunk(name, start=i * 10, active=i % 2 == 0))
+    found = store.get_chunks([*names[:700], "missing"])
+    assert set(found) == set(names[:700])
+    before = store.transactions_committed
+    removed = store.remove_chunks(names[:4])
+    assert removed == ["c0001", "c0003"], "active rows are live layout and are never removed"
+    assert store.transactions_committed == before + 1
+    assert set(store.get_chunks(names[:4])) == {"c0000", "c0002"}
+
+
+def test_delete_segment_and_names(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        a = txn.put_segment(SegmentRecord("scope/a/0"))
+        txn.put_segment(SegmentRecord("scope/b/0"))
+        txn.put_segment(SegmentRecord("other/0"))
+    assert store.segment_names("scope/") == ["scope/a/0", "scope/b/0"]
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.delete_segment("scope/a/0", expected_version=5)
+    with store.transaction() as txn:
+        txn.delete_segment("scope/a/0", expected_version=a.version)
+    assert store.get_segment("scope/a/0") is None
+
+
+def test_store_persists_across_reopen(tmp_path: Path) -> None:
+    first = SQLiteMetadataStore(tmp_path / "m.db")
+    with first.transaction() as txn:
+        txn.put_segment(SegmentRecord("s/0", length=42))
+    first.close()
+    assert SQLiteMetadataStore(tmp_path / "m.db").get_segment("s/0").length == 42  # type: ignore[union-attr]
+
+
+def test_locked_database_is_unavailable_not_a_hang(tmp_path: Path) -> None:
+    holder = SQLiteMetadataStore(tmp_path / "m.db")
+    waiter = SQLiteMetadataStore(tmp_path / "m.db", busy_timeout=0.2)
+    with holder.transaction():
+        with pytest.raises(MetadataUnavailableError) as info, waiter.transaction():
+            pass
+    assert info.value.retryable
+
+
+def _race(path: str, rounds: int, barrier: Barrier, results: Queue[tuple[int, str]]) -> None:
+    store = SQLiteMetadataStore(path)
+    for round_no in range(rounds):
+        barrier.wait()
+        seen = store.get_segment("s/0")
+        assert seen is not None
+        barrier.wait()  # both processes now hold the same version
+        try:
+            with store.transaction() as txn:
+                txn.put_segment(replace(seen, length=seen.length + 1))
+            results.put((round_no, "won"))
+        except MetadataConflictError:
+            results.put((round_no, "conflict"))
+    store.close()
+
+
+def test_two_processes_racing_on_one_segment(tmp_path: Path) -> None:
+    path = str(tmp_path / "race.db")
+    store = SQLiteMetadataStore(path)
+    with store.transaction() as txn:
+        txn.put_segment(SegmentRecord("s/0"))
+    ctx = multiprocessing.get_context("fork")
+    barrier, rounds = ctx.Barrier(2), 25
+    results: Queue[tuple[int, str]] = ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(path, rounds, barrier, results)) for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=30) for _ in range(2 * rounds)]
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    for round_no in range(rounds):
+        this_round = sorted(outcome for r, outcome in outcomes if r == round_no)
+        assert this_round == ["conflict", "won"], f"round {round_no}: {this_round}"
+    final = store.get_segment("s/0")
+    assert final is not None and final.length == rounds and final.version == rounds + 1
