@@ -116,3 +116,45 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
         raise AssertionError("unreachable") from exc
     yield session
     session.stop()
+
+
+@pytest.fixture
+def make_tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[str], object]]:
+    """A factory of fresh tier-2 bindings: ``make_tier2("fs")`` under tmp_path, ``make_tier2("s3")`` on moto."""
+    from storage.filesystem import FileSystemChunkStorage
+    from storage.s3 import S3ChunkStorage, S3Settings
+
+    made: list[FileSystemChunkStorage | S3ChunkStorage] = []
+
+    def make(kind: str) -> FileSystemChunkStorage | S3ChunkStorage:
+        binding: FileSystemChunkStorage | S3ChunkStorage
+        if kind == "fs":
+            binding = FileSystemChunkStorage(tmp_path / f"tier2-{len(made)}", name="fs-tier2")
+        else:
+            endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
+            bucket: str = request.getfixturevalue("s3_bucket")
+            binding = S3ChunkStorage(S3Settings(bucket=bucket, endpoint_url=endpoint.url,
+                                                access_key=endpoint.access_key, secret_key=endpoint.secret_key,
+                                                region=endpoint.region), name="s3-tier2")
+        made.append(binding)
+        return binding
+
+    yield make
+    for binding in made:
+        binding.close()
+
+
+@pytest.fixture
+def kafka_topics(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Callable[..., object]:
+    """Create reclaim's topics under a fresh prefix; returns their ``TopicNames``."""
+    from ops.settings import Settings
+    from ops.topics import admin_client, create_topics, topic_specs
+    from producers.topics import TopicNames
+
+    def make(retry_delays: tuple[int, ...] = (1, 2, 4), partitions: int = 2) -> TopicNames:
+        prefix = unique_name("t") + "."
+        settings = Settings(topic_prefix=prefix, retry_delays=retry_delays, partitions=partitions)
+        create_topics(admin_client(kafka_bootstrap), topic_specs(settings))
+        return TopicNames.for_prefix(prefix, retry_delays)
+
+    return make

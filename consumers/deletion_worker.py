@@ -1,0 +1,260 @@
+"""Phase 2 as a Kafka consumer group (``reclaim worker``): poll, judge and delete, route, store offsets."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from consumers.retry import Delivery, RetryTiers, reroute_headers
+from deletion import metrics
+from deletion.executor import DeletionExecutor
+from deletion.outcomes import Outcome, Route, Verdict
+from producers.config import kafka_config
+from producers.producer import DeliveryTracker, RecordProducer
+from producers.topics import TopicNames
+from schemas.codec import RecordCodec
+from schemas.errors import RecordDecodeError
+from schemas.ledger import PendingDeleteLedgerInfo
+
+log = logging.getLogger(__name__)
+
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Settings of one phase-2 worker process."""
+
+    bootstrap: str
+    topics: TopicNames
+    group_id: str = "reclaim-deletion"
+    batch_size: int = 500
+    poll_timeout_s: float = 1.0
+    max_attempts: int = 10
+    instance_id: str | None = None
+    delivery_timeout_s: float = 30.0
+    consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def consumer_config(self) -> dict[str, Any]:
+        overrides: dict[str, Any] = {"group.id": self.group_id, "session.timeout.ms": 10000,
+                                     "max.poll.interval.ms": 300000}
+        if self.instance_id:
+            # Static membership: a restarted worker takes its partitions back without a rebalance.
+            overrides["group.instance.id"] = self.instance_id
+        overrides.update(self.consumer_overrides)
+        return kafka_config(self.bootstrap, "consumer", overrides)
+
+
+@dataclass
+class BatchReport:
+    """What one batch did: records seen, outcomes, records re-routed, offsets stored."""
+
+    received: int = 0
+    held: int = 0
+    outcomes: dict[Outcome, int] = field(default_factory=dict)
+    retried: int = 0
+    dead_lettered: int = 0
+    stored: int = 0
+    unconfirmed: int = 0
+
+
+@dataclass
+class _Item:
+    msg: Message
+    delivery: Delivery
+    verdict: Verdict | None = None
+    info: PendingDeleteLedgerInfo | None = None
+    final: bool = False
+
+
+class DeletionWorker:
+    """Consumes the deletion topic and its retry tiers; offsets are stored only for final records."""
+
+    def __init__(self, config: WorkerConfig, executor: DeletionExecutor, codec: RecordCodec,
+                 producer: RecordProducer | None = None) -> None:
+        self._config = config
+        self._executor = executor
+        self._codec = codec
+        self._tiers = RetryTiers(config.topics.retries, config.max_attempts)
+        self._retry_topics = set(config.topics.retry_topics)
+        self._producer = producer or RecordProducer(config.bootstrap, "idempotent-producer")
+        self._consumer = Consumer(config.consumer_config())
+        self._held: dict[Partition, float] = {}
+        self._consumer.subscribe(list(config.topics.deletion_inputs), on_revoke=self._on_revoke)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._held.pop((tp.topic, tp.partition), None)
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll and handle batches until ``stop`` is set; the batch in flight always finishes."""
+        log.info("deletion worker started: group=%s topics=%s", self._config.group_id,
+                 ",".join(self._config.topics.deletion_inputs))
+        try:
+            while not stop.is_set():
+                self.run_once()
+        finally:
+            self.close()
+
+    def run_once(self) -> BatchReport:
+        """Poll one batch and carry every record in it to a final outcome (or hold it for later)."""
+        self._resume_due()
+        messages = self._consumer.consume(self._config.batch_size, self._config.poll_timeout_s)
+        return self.handle(messages)
+
+    def handle(self, messages: Sequence[Message]) -> BatchReport:
+        report = BatchReport()
+        items = self._ready_items(messages, report)
+        self._judge(items)
+        self._reroute(items, report)
+        self._store_offsets(items, report)
+        return report
+
+    def _ready_items(self, messages: Sequence[Message], report: BatchReport) -> list[_Item]:
+        now = time.time()
+        items: list[_Item] = []
+        held_now: set[Partition] = set()
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                self._on_consume_error(error)
+                continue
+            topic, partition = msg.topic() or "", msg.partition() or 0
+            key = (topic, partition)
+            report.received += 1
+            metrics.MESSAGES_RECEIVED.labels(topic).inc()
+            if key in held_now:
+                report.held += 1
+                continue
+            delivery = Delivery.of(topic, partition, msg.offset() or 0, msg.headers())
+            if topic in self._retry_topics and delivery.not_before_ms and delivery.not_before_ms > now * 1000:
+                self._hold(key, msg, delivery.not_before_ms / 1000)
+                held_now.add(key)
+                report.held += 1
+                continue
+            items.append(_Item(msg, delivery))
+        return items
+
+    def _on_consume_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise KafkaException(error)
+        log.warning("consume error (librdkafka retries it): %s", error)
+
+    def _hold(self, key: Partition, msg: Message, due: float) -> None:
+        """A tier is FIFO in due time: pause the partition at its first record that is not due yet."""
+        tp = TopicPartition(key[0], key[1], msg.offset() or 0)
+        self._consumer.pause([tp])
+        self._consumer.seek(tp)
+        self._held[key] = due
+
+    def _resume_due(self) -> None:
+        now = time.time()
+        due = [key for key, when in self._held.items() if when <= now]
+        if due:
+            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in due])
+            for key in due:
+                del self._held[key]
+
+    def _judge(self, items: list[_Item]) -> None:
+        decoded: list[_Item] = []
+        for item in items:
+            try:
+                item.info = self._codec.decode(item.msg.value() or b"", item.msg.topic() or "",
+                                               PendingDeleteLedgerInfo)
+                decoded.append(item)
+            except RecordDecodeError as exc:
+                item.verdict = Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)
+        infos = [item.info for item in decoded if item.info is not None]
+        for item, verdict in zip(decoded, self._executor.execute(infos) if infos else [], strict=True):
+            item.verdict = verdict
+
+    def _reroute(self, items: list[_Item], report: BatchReport) -> None:
+        tracker = DeliveryTracker()
+        sent: dict[int, _Item] = {}
+        now_ms = int(time.time() * 1000)
+        for item in items:
+            verdict = item.verdict
+            assert verdict is not None
+            report.outcomes[verdict.outcome] = report.outcomes.get(verdict.outcome, 0) + 1
+            metrics.OUTCOMES.labels(verdict.outcome.value).inc()
+            self._count(verdict)
+            route = self._route(item)
+            if route is Route.ACK:
+                item.final = True
+                continue
+            topic, headers = self._destination(item, route, now_ms, report)
+            index = len(sent)
+            sent[index] = item
+            self._producer.send(topic, item.msg.value(), key=item.msg.key(), headers=headers,
+                                on_delivery=tracker.callback(index))
+        if sent:
+            unconfirmed = self._producer.wait(tracker, self._config.delivery_timeout_s)
+            for index, item in sent.items():
+                item.final = index not in unconfirmed
+            report.unconfirmed += len(unconfirmed)
+
+    def _route(self, item: _Item) -> Route:
+        verdict = item.verdict
+        assert verdict is not None
+        if verdict.route is Route.RETRY and self._tiers.exhausted(item.delivery, verdict.outcome):
+            metrics.MAX_RETRIES_REACHED.inc()
+            return Route.DLQ
+        return verdict.route
+
+    def _destination(self, item: _Item, route: Route, now_ms: int,
+                     report: BatchReport) -> tuple[str, list[tuple[str, bytes]]]:
+        verdict = item.verdict
+        assert verdict is not None
+        if route is Route.DLQ:
+            report.dead_lettered += 1
+            metrics.DLQ_SENT.labels(verdict.outcome.value).inc()
+            log.warning("to DLQ: topic=%s partition=%s offset=%s outcome=%s reason=%s", item.delivery.topic,
+                        item.delivery.partition, item.delivery.offset, verdict.outcome.value, verdict.reason)
+            return self._config.topics.dlq, reroute_headers(item.delivery, verdict, now_ms,
+                                                            item.delivery.attempt, None)
+        delay, topic = self._tiers.tier_after(item.delivery.attempt, verdict.outcome)
+        report.retried += 1
+        metrics.RETRIES_SENT.labels(topic).inc()
+        attempt = self._tiers.next_attempt(item.delivery, verdict.outcome)
+        return topic, reroute_headers(item.delivery, verdict, now_ms, attempt, delay)
+
+    @staticmethod
+    def _count(verdict: Verdict) -> None:
+        if verdict.outcome is Outcome.IN_USE:
+            metrics.IN_USE_SKIPS.inc()
+        elif verdict.outcome is Outcome.OWNERSHIP_MISMATCH:
+            metrics.OWNERSHIP_MISMATCHES.inc()
+            log.warning("ownership mismatch, not deleted: %s", verdict.reason)
+        elif verdict.outcome is Outcome.MARK_PENDING:
+            metrics.MARK_PENDING_RETRIES.inc()
+
+    def _store_offsets(self, items: list[_Item], report: BatchReport) -> None:
+        """Store each partition's offsets up to its first record that is not final; re-read from there."""
+        by_partition: dict[Partition, list[_Item]] = {}
+        for item in items:
+            by_partition.setdefault((item.msg.topic() or "", item.msg.partition() or 0), []).append(item)
+        for (topic, partition), group in by_partition.items():
+            group.sort(key=lambda it: it.msg.offset() or 0)
+            for item in group:
+                if not item.final:
+                    self._consumer.seek(TopicPartition(topic, partition, item.msg.offset() or 0))
+                    break
+                self._consumer.store_offsets(message=item.msg)
+                report.stored += 1
+                metrics.ACKED.inc()
+
+    def close(self) -> None:
+        """Commit the stored (final) offsets synchronously, then leave the group."""
+        try:
+            self._consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                log.warning("final commit failed: %s", exc)
+        self._consumer.close()
+        self._producer.close()

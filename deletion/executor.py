@@ -1,0 +1,216 @@
+"""Phase 2 on one polled batch: one metadata query, checks, batched deletes per binding, row cleanup."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from deletion import metrics
+from deletion.outcomes import Outcome, Verdict
+from deletion.verify import Clock, Proceed, judge, tags_mismatch
+from schemas.ledger import PendingDeleteLedgerInfo
+from storage.bindings import StorageBindings
+from storage.chunks import ChunkLocation, DeleteOutcome, DeleteResult
+from storage.errors import ChunkNotFoundError, StorageError
+from storage.metadata import ChunkRecord, MarkRecord, MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """In-process retries of transient storage or metadata errors inside one attempt (tenacity)."""
+
+    attempts: int = 3
+    initial_wait: float = 0.05
+    max_wait: float = 1.0
+
+    def retrying(self, retry_on: type[BaseException] | tuple[type[BaseException], ...]) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_random_exponential(multiplier=self.initial_wait, max=self.max_wait),
+            retry=retry_if_exception(lambda exc: isinstance(exc, retry_on) and _retryable(exc)),
+            reraise=True,
+        )
+
+
+def _retryable(exc: BaseException) -> bool:
+    return bool(getattr(exc, "retryable", False))
+
+
+def _transient(result: DeleteResult) -> bool:
+    return result.error is not None and result.error.retryable
+
+
+class _StillFailing(Exception):
+    """Some keys of a batched delete failed with a retryable error; try them again."""
+
+    retryable = True
+
+
+def _error_verdict(exc: StorageError) -> Verdict:
+    outcome = Outcome.RETRYABLE if exc.retryable else Outcome.FATAL
+    return Verdict(outcome, str(exc), type(exc).__name__)
+
+
+class DeletionExecutor:
+    """Turns a batch of pending deletes into one verdict each, deleting what the checks allow.
+
+    Re-running it on the same records is harmless: a copy already gone is ``ALREADY_GONE``.
+    """
+
+    def __init__(self, store: MetadataStore, bindings: StorageBindings, mark_timeout_s: float = 300.0,
+                 retry: RetryPolicy | None = None) -> None:
+        self._store = store
+        self._bindings = bindings
+        self._mark_timeout_ms = int(mark_timeout_s * 1000)
+        self._retry = retry or RetryPolicy()
+
+    def execute(self, infos: Sequence[PendingDeleteLedgerInfo]) -> list[Verdict]:
+        """One verdict per record, in input order."""
+        rows = self._store.get_chunks({info.chunk_name for info in infos})
+        marks = self._marks(infos, rows)
+        clock = Clock(now_ms=int(time.time() * 1000), mark_timeout_ms=self._mark_timeout_ms)
+        verdicts: dict[int, Verdict] = {}
+        deletable: dict[int, PendingDeleteLedgerInfo] = {}
+        for i, info in enumerate(infos):
+            decision = judge(info, rows.get(info.chunk_name), marks.get(info.mark_id),
+                             self._expected(info), clock)
+            if decision is Proceed.CHECK_TAGS:
+                decision = self._check_tags(info)
+            if isinstance(decision, Verdict):
+                verdicts[i] = decision
+            else:
+                deletable[i] = info
+        verdicts.update(self._delete(deletable, rows))
+        return [verdicts[i] for i in range(len(infos))]
+
+    def _marks(self, infos: Sequence[PendingDeleteLedgerInfo],
+               rows: dict[str, ChunkRecord]) -> dict[str, MarkRecord]:
+        """The marks of records whose chunk is still active: only they need to know if it committed."""
+        ids = {info.mark_id for info in infos if info.chunk_name in rows and rows[info.chunk_name].active}
+        found = {}
+        for mark_id in ids:
+            mark = self._store.get_mark(mark_id)
+            if mark is not None:
+                found[mark_id] = mark
+        return found
+
+    def _expected(self, info: PendingDeleteLedgerInfo) -> ChunkLocation | None:
+        if info.storage_binding not in self._bindings:
+            return None
+        try:
+            return self._bindings.get(info.storage_binding).location(info.chunk_name)
+        except StorageError:
+            return None
+
+    def _check_tags(self, info: PendingDeleteLedgerInfo) -> Verdict | Proceed:
+        """No chunk row: the object's own tags must name the record's owner (PIP-186's metadata check)."""
+        binding = self._bindings.get(info.storage_binding)
+        try:
+            chunk_info = self._retry.retrying(StorageError)(binding.get_info, info.chunk_name)
+        except ChunkNotFoundError:
+            return Verdict(Outcome.ALREADY_GONE, "no chunk row and no object")
+        except StorageError as exc:
+            return _error_verdict(exc)
+        mismatch = tags_mismatch(info, chunk_info.tags)
+        if mismatch:
+            return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch)
+        return Proceed.CHECK_TAGS
+
+    def _delete(self, deletable: dict[int, PendingDeleteLedgerInfo],
+                rows: dict[str, ChunkRecord]) -> dict[int, Verdict]:
+        by_binding: dict[str, list[str]] = defaultdict(list)
+        for info in deletable.values():
+            by_binding[info.storage_binding].append(info.chunk_name)
+        results: dict[tuple[str, str], DeleteResult] = {}
+        for binding_name, names in by_binding.items():
+            for result in self._delete_many(binding_name, list(dict.fromkeys(names))):
+                results[(binding_name, result.name)] = result
+        gone = [info for info in deletable.values() if results[(info.storage_binding, info.chunk_name)].ok]
+        cleanup_error = self._drop_copies(gone, rows)
+        verdicts = {}
+        for i, info in deletable.items():
+            verdicts[i] = self._verdict(info, results[(info.storage_binding, info.chunk_name)], cleanup_error)
+        return verdicts
+
+    def _delete_many(self, binding_name: str, names: list[str]) -> list[DeleteResult]:
+        """Batched delete with in-process retries of the keys that failed transiently."""
+        binding = self._bindings.get(binding_name)
+        final: dict[str, DeleteResult] = {}
+        pending = names
+        try:
+            for attempt in self._retry.retrying(_StillFailing):
+                with attempt:
+                    started = time.perf_counter()
+                    for result in self._delete_attempt(binding.delete_many, pending):
+                        final[result.name] = result
+                    metrics.DELETE_LATENCY.labels(binding_name).observe(time.perf_counter() - started)
+                    pending = [n for n in pending if _transient(final[n])]
+                    if pending:
+                        raise _StillFailing(f"{len(pending)} keys failed transiently")
+        except (_StillFailing, RetryError):
+            pass
+        return [final[name] for name in names]
+
+    @staticmethod
+    def _delete_attempt(delete_many: Callable[[Sequence[str]], list[DeleteResult]],
+                        names: list[str]) -> list[DeleteResult]:
+        try:
+            results = delete_many(names)
+        except StorageError as exc:
+            # The whole request failed (endpoint down, throttled): every key failed with it.
+            return [DeleteResult(name, DeleteOutcome.FAILED, exc) for name in names]
+        return results
+
+    def _drop_copies(self, gone: list[PendingDeleteLedgerInfo], rows: dict[str, ChunkRecord]) -> StorageError | None:
+        """Remove each deleted copy from its chunk row, and rows left with no copy, in one transaction."""
+        copies: dict[str, set[tuple[str, str | None, str]]] = defaultdict(set)
+        for info in gone:
+            if info.chunk_name in rows:
+                copies[info.chunk_name].add((info.storage_binding, info.location.bucket, info.location.key))
+        if not copies:
+            return None
+        try:
+            for attempt in self._retry.retrying(StorageError):
+                with attempt:
+                    self._drop_copies_once(copies)
+        except StorageError as exc:
+            log.warning("chunk rows not cleaned after delete (will retry the records): %s", exc)
+            return exc
+        return None
+
+    def _drop_copies_once(self, copies: dict[str, set[tuple[str, str | None, str]]]) -> None:
+        with self._store.transaction() as txn:
+            current = txn.get_chunks(copies)
+            emptied = []
+            for name, dropped in copies.items():
+                row = current.get(name)
+                if row is None:
+                    continue
+                left = tuple(loc for loc in row.locations if (loc.binding, loc.bucket, loc.key) not in dropped)
+                if left:
+                    txn.put_chunk(replace(row, locations=left))
+                else:
+                    emptied.append(name)
+            txn.remove_chunks(emptied)
+
+    @staticmethod
+    def _verdict(info: PendingDeleteLedgerInfo, result: DeleteResult, cleanup_error: StorageError | None) -> Verdict:
+        ledger_type = info.ledger_type.name
+        if not result.ok:
+            error = result.error or StorageError("delete failed")
+            metrics.DELETE_FAILURES.labels(ledger_type, type(error).__name__).inc()
+            return _error_verdict(error)
+        if cleanup_error is not None:
+            return Verdict(Outcome.RETRYABLE, f"deleted, but chunk row cleanup failed: {cleanup_error}",
+                           type(cleanup_error).__name__)
+        if result.outcome is DeleteOutcome.ALREADY_GONE:
+            return Verdict(Outcome.ALREADY_GONE, "object already absent")
+        metrics.DELETED.labels(ledger_type).inc()
+        return Verdict(Outcome.DELETED)

@@ -1,0 +1,31 @@
+"""Prometheus metrics of the two-phase deletion protocol: PIP-186's Monitor section and reclaim's own."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PENDING_DELETES_SENT = Counter(
+    "reclaim_pending_deletes_sent", "PendingDeleteLedgerInfo records confirmed on the deletion topic",
+    ["ledger_type"])
+MARK_BATCHES = Counter("reclaim_mark_batches", "Phase-1 mark batches, by result", ["result"])
+MESSAGES_RECEIVED = Counter("reclaim_deletion_messages_received", "Records the phase-2 consumer received",
+                            ["topic"])
+DELETED = Counter("reclaim_ledgers_deleted", "Chunk copies deleted from storage", ["ledger_type"])
+DELETE_FAILURES = Counter("reclaim_ledger_delete_failures", "Chunk copies whose delete failed",
+                          ["ledger_type", "reason"])
+OUTCOMES = Counter("reclaim_deletion_outcomes", "Phase-2 outcomes of pending deletes", ["outcome"])
+ACKED = Counter("reclaim_deletion_messages_acked", "Records whose offset was stored as final")
+MAX_RETRIES_REACHED = Counter("reclaim_deletion_max_retries_reached",
+                              "Records that reached max_attempts and went to the DLQ")
+IN_USE_SKIPS = Counter("reclaim_deletion_in_use_skips", "Records acked because the chunk is still live")
+OWNERSHIP_MISMATCHES = Counter("reclaim_deletion_ownership_mismatches",
+                               "Records acked without deleting because ownership did not match")
+MARK_PENDING_RETRIES = Counter("reclaim_deletion_mark_pending_retries",
+                               "Records retried because their mark was not committed yet")
+RETRIES_SENT = Counter("reclaim_deletion_retries_sent", "Records sent to a retry tier", ["tier"])
+DLQ_SENT = Counter("reclaim_deletion_dlq_sent", "Records sent to the dead-letter topic", ["reason"])
+DELETE_LATENCY = Histogram("reclaim_deletion_batch_delete_seconds",
+                           "Time of one batched storage delete", ["binding"],
+                           buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+INFLIGHT = Gauge("reclaim_estimated_inflight_deletions",
+                 "Consumer-group lag over the deletion topic and its retry tiers")

@@ -1,0 +1,112 @@
+"""A deletion pipeline on the real broker for tests: store, bindings, phase-1 service, phase-2 workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumers.deletion_worker import BatchReport, DeletionWorker, WorkerConfig
+from deletion.executor import DeletionExecutor, RetryPolicy
+from deletion.mark import LedgerDeletionService
+from producers.pending_deletes import KafkaPendingDeletePublisher
+from producers.producer import RecordProducer
+from producers.topics import TopicNames
+from schemas.codec import build_codec
+from storage.base import BaseChunkStorage
+from storage.bindings import StorageBindings
+from storage.chunks import ChunkTags
+from storage.metadata import ChunkRecord, SegmentRecord
+from storage.sqlite_store import SQLiteMetadataStore
+
+
+@dataclass
+class Pipeline:
+    """Everything one test's deletion pipeline uses, with helpers that act as a user would."""
+
+    bootstrap: str
+    topics: TopicNames
+    store: SQLiteMetadataStore
+    bindings: StorageBindings
+    group_id: str
+    workers: list[DeletionWorker] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.codec = build_codec()
+        self.producer = RecordProducer(self.bootstrap, "idempotent-producer")
+        self.publisher = KafkaPendingDeletePublisher(self.producer, self.codec, self.topics.deletion)
+        self.service = LedgerDeletionService(self.store, self.publisher)
+
+    def write_chunks(self, binding: BaseChunkStorage, segment: str, count: int, size: int = 16,
+                     stream: str = "scope/stream") -> list[ChunkRecord]:
+        """Create ``count`` live chunks of ``segment`` on ``binding`` with their metadata rows."""
+        chunks = []
+        with self.store.transaction() as txn:
+            if txn.get_segment(segment) is None:
+                txn.put_segment(SegmentRecord(name=segment, stream=stream))
+            for i in range(count):
+                name = f"{segment}.E-1-O-{i * size}.{uuid.uuid4().hex}"
+                tags = ChunkTags(component="segment", stream=stream, segment=segment, writer_epoch=1)
+                binding.create_with_content(name, bytes([i % 256]) * size, tags)
+                chunks.append(txn.put_chunk(ChunkRecord(name=name, segment=segment, start_offset=i * size,
+                                                        length=size, tags=tags,
+                                                        locations=(binding.location(name),))))
+        return chunks
+
+    def worker(self, mark_timeout_s: float = 30.0, max_attempts: int = 10, **config: Any) -> DeletionWorker:
+        executor = DeletionExecutor(self.store, self.bindings, mark_timeout_s=mark_timeout_s,
+                                    retry=RetryPolicy(attempts=2, initial_wait=0.01, max_wait=0.05))
+        worker = DeletionWorker(
+            WorkerConfig(bootstrap=self.bootstrap, topics=self.topics, group_id=self.group_id,
+                         poll_timeout_s=0.5, max_attempts=max_attempts, **config),
+            executor, self.codec)
+        self.workers.append(worker)
+        return worker
+
+    def drain(self, worker: DeletionWorker, until: Callable[[list[BatchReport]], bool],
+              timeout_s: float = 60.0) -> list[BatchReport]:
+        """Run ``worker`` batch by batch until ``until(reports)`` holds; fail after ``timeout_s``."""
+        reports: list[BatchReport] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            reports.append(worker.run_once())
+            if until(reports):
+                return reports
+        raise AssertionError(f"pipeline did not settle in {timeout_s}s: {reports[-5:]}")
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()
+        self.producer.close()
+        self.store.close()
+
+
+def outcomes(reports: Sequence[BatchReport]) -> dict[str, int]:
+    """Outcome counts summed over batches, keyed by outcome value."""
+    total: dict[str, int] = {}
+    for report in reports:
+        for outcome, n in report.outcomes.items():
+            total[outcome.value] = total.get(outcome.value, 0) + n
+    return total
+
+
+@pytest.fixture
+def pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames],
+             make_tier2: Callable[[str], BaseChunkStorage], tmp_path: Path,
+             unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
+    fs = make_tier2("fs")
+    pipe = Pipeline(kafka_bootstrap, kafka_topics(), SQLiteMetadataStore(tmp_path / "meta.db"),
+                    StorageBindings([fs]), unique_name("group"))
+    yield pipe
+    pipe.close()
+
+
+@pytest.fixture
+def stop_event() -> threading.Event:
+    return threading.Event()
