@@ -9,11 +9,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from schemas.errors import ReclaimError
-
 from ops import stack
 from ops.procs import StackError
 from ops.settings import Settings
+from schemas.errors import ReclaimError
 
 Command = Callable[[argparse.Namespace, Settings], int]
 

@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fastavro.repository import SchemaRepositoryError
 from fastavro.schema import (
     SchemaParseException,
     UnknownType,
@@ -114,7 +115,7 @@ class RecordSchema:
             # schema with referenced files inlined, without fastavro's private marker keys,
             # which is the standalone JSON a registry and other languages expect.
             expanded = load_schema(str(path), _write_hint=False)
-        except (OSError, SchemaParseException, UnknownType, ValueError) as exc:
+        except (OSError, SchemaRepositoryError, SchemaParseException, UnknownType, ValueError) as exc:
             raise SchemaError(f"cannot load schema {full_name} from {directory}: {exc}") from exc
         if not isinstance(expanded, dict):
             raise SchemaError(f"schema file {path} is not a record schema")

@@ -41,7 +41,7 @@ RECORD_TYPES: tuple[type[AvroRecord], ...] = (
 """Every record type of reclaim, top-level and nested; each can be encoded on its own."""
 
 # What fastavro's readers raise on bytes that are not a valid body for the writer schema.
-_BODY_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, struct.error)
+_BODY_ERRORS = (EOFError, ValueError, TypeError, KeyError, IndexError, OverflowError, struct.error)
 
 
 class SchemaCatalog:
@@ -102,9 +102,7 @@ class SchemaCatalog:
         """
         schema = self._schemas.get(record_type)
         if schema is None:
-            raise RecordEncodeError(
-                EncodeReason.NOT_A_RECORD, f"{record_type.__name__} is not in the catalog"
-            )
+            raise RecordEncodeError(EncodeReason.NOT_A_RECORD, f"{record_type.__name__} is not in the catalog")
         return schema
 
     def type_named(self, full_name: str) -> type[AvroRecord]:
@@ -130,9 +128,7 @@ class SchemaCatalog:
         """
         schema = self._writers.get(fingerprint)
         if schema is None:
-            raise RecordDecodeError(
-                DecodeReason.UNKNOWN_SCHEMA, f"fingerprint {fingerprint.hex()} is not registered"
-            )
+            raise RecordDecodeError(DecodeReason.UNKNOWN_SCHEMA, f"fingerprint {fingerprint.hex()} is not registered")
         return schema
 
 
@@ -183,16 +179,16 @@ def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> object
     stream = io.BytesIO(body)
     try:
         datum = schemaless_reader(stream, writer.parsed, reader.parsed)
-    except EOFError as exc:
-        raise RecordDecodeError(
-            DecodeReason.TRUNCATED, f"{writer.name} body ends early ({len(body)} bytes)"
-        ) from exc
     except SchemaResolutionError as exc:
         raise RecordDecodeError(DecodeReason.SCHEMA_MISMATCH, f"{writer.name}: {exc}") from exc
     except _BODY_ERRORS as exc:
-        raise RecordDecodeError(
-            DecodeReason.MALFORMED_BODY, f"{writer.name}: {type(exc).__name__}: {exc}"
-        ) from exc
+        # fastavro's C reader signals running out of input as EOFError or IndexError, so the
+        # position, not the exception type, tells a short body from a garbled one.
+        if stream.tell() >= len(body):
+            raise RecordDecodeError(
+                DecodeReason.TRUNCATED, f"{writer.name} body ends early ({len(body)} bytes)"
+            ) from exc
+        raise RecordDecodeError(DecodeReason.MALFORMED_BODY, f"{writer.name}: {type(exc).__name__}: {exc}") from exc
     if stream.tell() != len(body):
         raise RecordDecodeError(
             DecodeReason.TRAILING_BYTES, f"{writer.name} ends at byte {stream.tell()} of {len(body)}"

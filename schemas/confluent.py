@@ -103,9 +103,7 @@ class ConfluentCodec:
             reason = EncodeReason.REGISTRY_UNAVAILABLE if retryable else EncodeReason.REGISTRY_REJECTED
             raise RecordEncodeError(reason, f"{schema.name} on {topic}: {detail}") from exc
         if data is None:
-            raise RecordEncodeError(
-                EncodeReason.INVALID_RECORD, f"{schema.name}: serializer returned nothing"
-            )
+            raise RecordEncodeError(EncodeReason.INVALID_RECORD, f"{schema.name}: serializer returned nothing")
         return data
 
     @overload
@@ -163,9 +161,7 @@ class ConfluentCodec:
         try:
             return RecordSchema.from_json(registered.schema_str)
         except SchemaError as exc:
-            raise RecordDecodeError(
-                DecodeReason.UNKNOWN_SCHEMA, f"schema {schema_id or guid}: {exc}"
-            ) from exc
+            raise RecordDecodeError(DecodeReason.UNKNOWN_SCHEMA, f"schema {schema_id or guid}: {exc}") from exc
 
     @staticmethod
     def _registry_decode_error(exc: Exception) -> RecordDecodeError:
