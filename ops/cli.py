@@ -71,10 +71,40 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from ops.worker import run_worker
+
+    return run_worker(settings, metrics_addr=args.metrics_addr)
+
+
+def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
+    from consumers.lag import estimated_inflight
+    from ops.runtime import topic_names
+
+    count = estimated_inflight(stack.require_bootstrap(settings), settings.group_id,
+                               topic_names(settings).deletion_inputs)
+    print(count)
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace, settings: Settings) -> int:
+    from ops.dlq import read_dlq
+    from ops.runtime import codec, topic_names
+
+    rows = read_dlq(stack.require_bootstrap(settings), topic_names(settings).dlq, codec(settings), limit=args.limit)
+    count = 0
+    for row in rows:
+        count += 1
+        print(f"{row.partition}@{row.offset} outcome={row.outcome} attempt={row.attempt} origin={row.origin} "
+              f"chunk={row.chunk} error={row.error_class}: {row.error}")
+    print(f"{count} dead-lettered record(s) shown", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from ops.demo import run_demo
 
-    return run_demo(settings, keep_stack=args.keep_stack)
+    return int(run_demo(settings, keep_stack=args.keep_stack))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +125,41 @@ def build_parser() -> argparse.ArgumentParser:
     _common(topics)
     topics.set_defaults(run=cmd_topics)
 
+    worker = sub.add_parser(
+        "worker", help="run phase 2: delete pending chunks from the deletion topic and its retry tiers",
+        description="Consume the deletion topic and its retry tiers as one consumer group, verify ownership, "
+                    "delete chunks from tier-2 in batches, route failures to retry tiers and the DLQ. "
+                    "Stops cleanly on SIGTERM/SIGINT: the batch in flight finishes and its offsets are committed.")
+    _common(worker)
+    worker.add_argument("--group-id", help="consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
+    worker.add_argument("--instance-id", help="static group membership id (RECLAIM_INSTANCE_ID)")
+    worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 500)")
+    worker.add_argument("--poll-timeout-s", type=float, help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1.0)")
+    worker.add_argument("--delete-parallelism", type=int,
+                        help="filesystem unlink threads (RECLAIM_DELETE_PARALLELISM, default 8)")
+    worker.add_argument("--retry-delays", help="retry tier delays in seconds, e.g. 10,60,600 (RECLAIM_RETRY_DELAYS)")
+    worker.add_argument("--max-attempts", type=int, help="attempts before the DLQ (RECLAIM_MAX_ATTEMPTS, default 10)")
+    worker.add_argument("--mark-timeout-s", type=float,
+                        help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 300)")
+    worker.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
+    worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
+    worker.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    worker.set_defaults(run=cmd_worker)
+
+    deletions = sub.add_parser("deletions", help="inspect the deletion pipeline")
+    deletions.add_argument("action", choices=["inflight"],
+                           help="inflight: estimated deletions not yet final (the group's lag)")
+    deletions.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
+    _common(deletions)
+    deletions.set_defaults(run=cmd_deletions)
+
+    dlq = sub.add_parser("dlq", help="inspect the dead-letter topic")
+    dlq.add_argument("action", choices=["list"])
+    dlq.add_argument("--limit", type=int, default=100, help="records to show (default 100)")
+    _common(dlq)
+    dlq.set_defaults(run=cmd_dlq)
+
     demo = sub.add_parser("demo", help="the end-to-end demo on the embedded default stack")
     demo.add_argument("--keep-stack", action="store_true", help="leave the local stack running afterwards")
     _common(demo)
@@ -103,8 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    flags = {name: getattr(args, name, None) for name in
-             ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions")}
+    names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
+             "group_id", "instance_id", "batch_size", "poll_timeout_s", "delete_parallelism", "max_attempts",
+             "mark_timeout_s", "metadata_path", "fs_root", "metrics_port")
+    flags = {name: getattr(args, name, None) for name in names}
+    if getattr(args, "retry_delays", None):
+        flags["retry_delays"] = tuple(int(part) for part in args.retry_delays.split(","))
     return Settings.from_env(**flags)
 
 

@@ -17,7 +17,10 @@ def _default_cache() -> Path:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything a reclaim process is configured with. Build it with :meth:`from_env`."""
+    """Everything a reclaim process is configured with. Build it with :meth:`from_env`.
+
+    Each field ``name`` is read from ``RECLAIM_<NAME>``; a CLI flag that is given wins.
+    """
 
     state_dir: Path = Path(".reclaim")
     cache_dir: Path = field(default_factory=_default_cache)
@@ -34,6 +37,17 @@ class Settings:
     s3_secret_key: str = "reclaim-secret"
     s3_region: str = "us-east-1"
     schema_registry_url: str | None = None
+    # Phase-2 worker.
+    metadata_path: Path | None = None
+    fs_root: Path | None = None
+    group_id: str = "reclaim-deletion"
+    instance_id: str | None = None
+    batch_size: int = 500
+    poll_timeout_s: float = 1.0
+    delete_parallelism: int = 8
+    max_attempts: int = 10
+    mark_timeout_s: float = 300.0
+    metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -42,26 +56,43 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get(f"RECLAIM_{f.name.upper()}")
-            if raw is not None and raw != "":
-                values[f.name] = _parse(f.name, raw)
+            if raw:
+                values[f.name] = _parse(f.name, str(f.type), raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
-        for name in ("state_dir", "cache_dir"):
-            if name in values:
-                values[name] = Path(values[name])
-        return replace(cls(), **values)
+        for f in fields(cls):
+            if "Path" in str(f.type) and values.get(f.name) is not None:
+                values[f.name] = Path(values[f.name])
+        settings = replace(cls(), **values)
+        settings.validate()
+        return settings
+
+    @property
+    def metadata_file(self) -> Path:
+        return self.metadata_path or self.state_dir / "metadata.db"
+
+    @property
+    def fs_tier2_root(self) -> Path:
+        return self.fs_root or self.state_dir / "tier2"
+
+    def validate(self) -> None:
+        positive = {"partitions": self.partitions, "batch_size": self.batch_size, "max_attempts": self.max_attempts,
+                    "delete_parallelism": self.delete_parallelism, "replication_factor": self.replication_factor}
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.poll_timeout_s <= 0 or self.mark_timeout_s <= 0:
+            raise ValueError("poll_timeout_s and mark_timeout_s must be positive")
 
 
-def _parse(name: str, raw: str) -> Any:
-    if name in {"state_dir", "cache_dir"}:
-        return Path(raw)
-    if name in {"partitions", "replication_factor", "deletion_retention_ms", "dlq_retention_ms"}:
-        try:
-            return int(raw)
-        except ValueError as exc:
-            raise ValueError(f"RECLAIM_{name.upper()} must be an integer, got {raw!r}") from exc
-    if name == "retry_delays":
-        try:
+def _parse(name: str, type_name: str, raw: str) -> Any:
+    variable = f"RECLAIM_{name.upper()}"
+    try:
+        if "tuple" in type_name:
             return tuple(int(part) for part in raw.split(",") if part.strip())
-        except ValueError as exc:
-            raise ValueError(f"RECLAIM_RETRY_DELAYS must be seconds separated by commas, got {raw!r}") from exc
+        if type_name.startswith("int"):
+            return int(raw)
+        if type_name.startswith("float"):
+            return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{variable}: cannot read {raw!r} as {type_name}") from exc
     return raw

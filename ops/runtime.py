@@ -1,0 +1,75 @@
+"""Builds a process's long-lived parts from its settings: metadata store, bindings, codec, pipeline."""
+
+from __future__ import annotations
+
+import logging
+
+from consumers.deletion_worker import DeletionWorker, WorkerConfig
+from deletion.executor import DeletionExecutor
+from deletion.mark import LedgerDeletionService
+from ops import stack
+from ops.procs import StackError
+from ops.settings import Settings
+from producers.pending_deletes import KafkaPendingDeletePublisher
+from producers.producer import RecordProducer
+from producers.topics import TopicNames
+from schemas.codec import RecordCodec, build_codec
+from storage.bindings import StorageBindings
+from storage.filesystem import FileSystemChunkStorage
+from storage.s3 import S3ChunkStorage, S3Settings
+from storage.sqlite_store import SQLiteMetadataStore
+
+log = logging.getLogger(__name__)
+
+
+def topic_names(settings: Settings) -> TopicNames:
+    return TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays)
+
+
+def metadata_store(settings: Settings) -> SQLiteMetadataStore:
+    settings.metadata_file.parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteMetadataStore(settings.metadata_file)
+
+
+def s3_binding(settings: Settings) -> S3ChunkStorage | None:
+    """The S3 tier-2 binding: the configured endpoint, else the local stack's when it runs, else None."""
+    try:
+        endpoint = stack.require_s3(settings)
+    except StackError:
+        return None
+    return S3ChunkStorage(S3Settings(bucket=settings.s3_bucket, endpoint_url=endpoint.url,
+                                     access_key=endpoint.access_key, secret_key=endpoint.secret_key,
+                                     region=endpoint.region), name="s3-tier2")
+
+
+def storage_bindings(settings: Settings) -> StorageBindings:
+    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is known)."""
+    bindings = StorageBindings([FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2",
+                                                       delete_workers=settings.delete_parallelism)])
+    s3 = s3_binding(settings)
+    if s3 is not None:
+        bindings.register(s3)
+    return bindings
+
+
+def codec(settings: Settings) -> RecordCodec:
+    return build_codec(settings.schema_registry_url)
+
+
+def deletion_service(settings: Settings, store: SQLiteMetadataStore,
+                     producer: RecordProducer) -> LedgerDeletionService:
+    """Phase 1 wired to the deletion topic through ``producer`` (an idempotent one)."""
+    topics = topic_names(settings)
+    publisher = KafkaPendingDeletePublisher(producer, codec(settings), topics.deletion)
+    return LedgerDeletionService(store, publisher)
+
+
+def deletion_worker(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings) -> DeletionWorker:
+    """Phase 2: a worker of the configured group over the deletion topic and its retry tiers."""
+    config = WorkerConfig(
+        bootstrap=stack.require_bootstrap(settings), topics=topic_names(settings), group_id=settings.group_id,
+        batch_size=settings.batch_size, poll_timeout_s=settings.poll_timeout_s,
+        max_attempts=settings.max_attempts, instance_id=settings.instance_id,
+    )
+    executor = DeletionExecutor(store, bindings, mark_timeout_s=settings.mark_timeout_s)
+    return DeletionWorker(config, executor, codec(settings))

@@ -1,0 +1,54 @@
+"""``reclaim worker``: the phase-2 process, with clean shutdown on signals and optional metrics over HTTP."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from prometheus_client import start_http_server
+
+from consumers.lag import estimated_inflight
+from deletion import metrics
+from ops import runtime, stack
+from ops.settings import Settings
+
+log = logging.getLogger(__name__)
+INFLIGHT_REFRESH_S = 15.0
+
+
+def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
+    """Keep the estimated-inflight gauge current while the worker runs."""
+    bootstrap = stack.require_bootstrap(settings)
+    topics = runtime.topic_names(settings).deletion_inputs
+    while not stop.wait(INFLIGHT_REFRESH_S):
+        try:
+            metrics.INFLIGHT.set(estimated_inflight(bootstrap, settings.group_id, topics))
+        except Exception as exc:  # noqa: BLE001 - a failed estimate must never stop the worker
+            log.warning("could not estimate in-flight deletions: %s", exc)
+
+
+def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
+    """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: finishing the batch in flight, then stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port, addr=metrics_addr)
+        log.info("metrics on http://%s:%s/metrics", metrics_addr, settings.metrics_port)
+        threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
+    store = runtime.metadata_store(settings)
+    bindings = runtime.storage_bindings(settings)
+    log.info("storage bindings: %s; metadata store: %s", ", ".join(bindings.names()), settings.metadata_file)
+    try:
+        runtime.deletion_worker(settings, store, bindings).run(stop)
+    finally:
+        bindings.close()
+        store.close()
+    return 0
