@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
@@ -14,6 +15,7 @@ from confluent_kafka.schema_registry import (
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.serde import SchemaId
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+from fastavro.read import SchemaResolutionError
 
 from schemas.avro_schema import RecordSchema
 from schemas.base import AvroRecord
@@ -24,7 +26,16 @@ R = TypeVar("R", bound=AvroRecord)
 
 _AVRO = "AVRO"
 # Errors of the serializers and fastavro that mean the data, not the registry, is wrong.
-_DATA_ERRORS = (SerializationError, ValueError, TypeError, KeyError, IndexError, OverflowError, EOFError)
+_DATA_ERRORS = (
+    SerializationError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    EOFError,
+    struct.error,
+)
 _NOT_FOUND = 404
 
 
@@ -98,7 +109,9 @@ class ConfluentCodec:
             data = serializer(datum, SerializationContext(topic, MessageField.VALUE))
         except _DATA_ERRORS as exc:
             raise RecordEncodeError(EncodeReason.INVALID_RECORD, f"{schema.name}: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - the HTTP stack's errors have no common base we may import
+        except Exception as exc:
+            # The HTTP stack's errors (refused, timed out) share no base class we can import, so
+            # whatever is not a data error is a registry failure; _registry_failure classifies it.
             retryable, detail = _registry_failure(exc)
             reason = EncodeReason.REGISTRY_UNAVAILABLE if retryable else EncodeReason.REGISTRY_REJECTED
             raise RecordEncodeError(reason, f"{schema.name} on {topic}: {detail}") from exc
@@ -127,9 +140,11 @@ class ConfluentCodec:
         deserializer = self._deserializer(record_type)
         try:
             datum = deserializer(raw, ctx)
+        except SchemaResolutionError as exc:
+            raise RecordDecodeError(DecodeReason.SCHEMA_MISMATCH, str(exc)) from exc
         except _DATA_ERRORS as exc:
             raise RecordDecodeError(DecodeReason.MALFORMED_BODY, f"{type(exc).__name__}: {exc}") from exc
-        except Exception as exc:  # noqa: BLE001 - see encode
+        except Exception as exc:  # a registry failure, as in encode
             raise self._registry_decode_error(exc) from exc
         return record_type.from_avro(datum)
 
@@ -140,7 +155,7 @@ class ConfluentCodec:
             dual_schema_id_deserializer(raw, ctx, schema_id)
         except SerializationError as exc:
             raise RecordDecodeError(DecodeReason.BAD_MARKER, str(exc)) from exc
-        except (ValueError, TypeError, EOFError, IndexError) as exc:
+        except (struct.error, ValueError, TypeError, EOFError, IndexError) as exc:
             raise RecordDecodeError(DecodeReason.TRUNCATED, f"{len(raw)} bytes: {exc}") from exc
         guid = None if schema_id.guid is None else str(schema_id.guid)
         key = (schema_id.id, guid)
@@ -154,7 +169,7 @@ class ConfluentCodec:
                 registered = self.client.get_schema(schema_id)
             else:
                 registered = self.client.get_schema_by_guid(str(guid))
-        except Exception as exc:  # noqa: BLE001 - see encode
+        except Exception as exc:  # a registry failure, as in encode
             raise self._registry_decode_error(exc) from exc
         if registered.schema_str is None:
             raise RecordDecodeError(DecodeReason.UNKNOWN_SCHEMA, f"schema {schema_id or guid} has no text")

@@ -13,7 +13,7 @@ TOPIC = "reclaim.fuzz"
 HEADERS = [b"\xc3\x01" + record_type.SCHEMA.fingerprint for record_type in RECORD_TYPES]
 VALID = [CODEC.encode(record, TOPIC) for record in sample_records().values()]
 
-fuzz_settings = settings(max_examples=30000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+fuzz_settings = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def decodes_or_raises_typed(data: bytes) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import doctest
 import enum
+import types
 import typing
 import uuid
 from datetime import UTC, datetime
@@ -11,6 +13,9 @@ from typing import Any
 
 import pytest
 
+import schemas.codec
+import schemas.ledger
+import schemas.streams
 from schemas import (
     MAX_TIMESTAMP_MILLIS,
     RECORD_TYPES,
@@ -183,3 +188,9 @@ def test_samples_cover_both_ledger_types_and_nested_cut() -> None:
     records = sample_records()
     assert {r.ledger_type for r in records.values() if isinstance(r, PendingDeleteLedgerInfo)} == set(LedgerType)
     assert CUT.as_dict()[(1 << 32) | 2] == 17
+
+
+@pytest.mark.parametrize("module", [schemas.codec, schemas.ledger, schemas.streams], ids=lambda m: m.__name__)
+def test_docstring_examples_hold(module: types.ModuleType) -> None:
+    failures, _ = doctest.testmod(module)
+    assert failures == 0

@@ -1,0 +1,141 @@
+"""Sample records and hypothesis strategies for every schemas record type."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import strategies as st
+
+from schemas import (
+    MAX_TIMESTAMP_MILLIS,
+    AvroRecord,
+    ChunkLocation,
+    LedgerComponent,
+    LedgerType,
+    LimitType,
+    OffloadContext,
+    PendingDeleteLedgerInfo,
+    RetentionPolicy,
+    RetentionType,
+    SegmentOffset,
+    StreamConfig,
+    StreamCut,
+    StreamCutRecord,
+    SubscriberChange,
+    SubscriberChangeType,
+    SubscriberCut,
+    TruncationEvent,
+    TruncationReason,
+    ledger_id_for,
+)
+
+NOW = 1_700_000_000_123
+CUT = StreamCut.from_mapping({0: 0, 1: 4096, (1 << 32) | 2: 17})
+POLICY = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 60_000, 86_400_000)
+OFFLOAD = OffloadContext.for_uuid(
+    uuid.UUID("8c1d7bca-0b4e-4f0a-9d5e-9a1f6a3b2c10"), "s3", {"bucket": "cold", "key": "scope/stream/0.1"}
+)
+
+
+def full_pending_delete() -> PendingDeleteLedgerInfo:
+    """A tier-2 copy of a cursor chunk, every optional field set."""
+    return PendingDeleteLedgerInfo(
+        topic_name="scope/stream",
+        ledger_component=LedgerComponent.CURSOR,
+        ledger_type=LedgerType.OFFLOAD_LEDGER,
+        ledger_id=ledger_id_for("scope/stream/0.#epoch.3$offset.0"),
+        chunk_name="scope/stream/0.#epoch.3$offset.0",
+        segment_name="scope/stream/0.#epoch.3",
+        storage_binding="s3-cold",
+        location=ChunkLocation(key="scope/stream/0.1", bucket="cold"),
+        mark_id="mark-0001",
+        created_at=NOW,
+        cursor_name="readers",
+        schema_id=42,
+        offload_context=OFFLOAD,
+        owner_epoch=3,
+    )
+
+
+def minimal_pending_delete() -> PendingDeleteLedgerInfo:
+    """A tier-1 copy of a segment chunk, every optional field null."""
+    return PendingDeleteLedgerInfo(
+        topic_name="scope/stream",
+        ledger_component=LedgerComponent.SEGMENT,
+        ledger_type=LedgerType.LEDGER,
+        ledger_id=ledger_id_for("c"),
+        chunk_name="c",
+        segment_name="scope/stream/0",
+        storage_binding="fs",
+        location=ChunkLocation(key="c"),
+        mark_id="m",
+        created_at=0,
+    )
+
+
+def sample_records() -> dict[str, AvroRecord]:
+    """One or more named samples of every record type, populated and with nulls."""
+    return {
+        "pending_delete_full": full_pending_delete(),
+        "pending_delete_minimal": minimal_pending_delete(),
+        "offload_context": OFFLOAD,
+        "offload_context_empty": OffloadContext(0, 0, "filesystem"),
+        "chunk_location": ChunkLocation(key="k", bucket="b"),
+        "chunk_location_no_bucket": ChunkLocation(key="k"),
+        "segment_offset": SegmentOffset(7, 9),
+        "stream_cut": CUT,
+        "stream_cut_empty": StreamCut(),
+        "retention_policy": POLICY,
+        "retention_policy_defaults": RetentionPolicy(RetentionType.NONE),
+        "stream_config": StreamConfig("scope/stream", POLICY, NOW),
+        "stream_cut_record": StreamCutRecord("scope/stream", CUT, NOW, 1 << 40),
+        "truncation_event": TruncationEvent("scope/stream", CUT, TruncationReason.CONSUMPTION, NOW, POLICY),
+        "subscriber_change": SubscriberChange("scope/stream", "readers", 2, SubscriberChangeType.REMOVE, NOW),
+        "subscriber_cut": SubscriberCut("scope/stream", "readers", 2, CUT, MAX_TIMESTAMP_MILLIS),
+    }
+
+
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+millis = st.integers(min_value=0, max_value=MAX_TIMESTAMP_MILLIS)
+texts = st.text(max_size=20)
+
+
+def _optional(strategy: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.none() | strategy
+
+
+stream_cuts = st.dictionaries(longs, longs, max_size=5).map(StreamCut.from_mapping)
+policies = st.builds(
+    RetentionPolicy, st.sampled_from(RetentionType), _optional(st.sampled_from(LimitType)), longs, longs
+)
+offload_contexts = st.builds(
+    OffloadContext, longs, longs, texts, st.dictionaries(texts, texts, max_size=3).map(lambda d: tuple(d.items()))
+)
+pending_deletes = st.builds(
+    PendingDeleteLedgerInfo,
+    topic_name=texts,
+    ledger_component=st.sampled_from(LedgerComponent),
+    ledger_type=st.sampled_from(LedgerType),
+    ledger_id=st.integers(min_value=0, max_value=2**63 - 1),
+    chunk_name=texts,
+    segment_name=texts,
+    storage_binding=texts,
+    location=st.builds(ChunkLocation, texts, _optional(texts)),
+    mark_id=texts,
+    created_at=millis,
+    cursor_name=_optional(texts),
+    schema_id=_optional(longs),
+    offload_context=_optional(offload_contexts),
+    owner_epoch=_optional(longs),
+)
+records: st.SearchStrategy[AvroRecord] = st.one_of(
+    pending_deletes,
+    stream_cuts,
+    policies,
+    st.builds(StreamConfig, texts, policies, millis),
+    st.builds(StreamCutRecord, texts, stream_cuts, millis, longs),
+    st.builds(TruncationEvent, texts, stream_cuts, st.sampled_from(TruncationReason), millis, policies),
+    st.builds(SubscriberChange, texts, texts, longs, st.sampled_from(SubscriberChangeType), millis),
+    st.builds(SubscriberCut, texts, texts, longs, stream_cuts, millis),
+)
+"""Any valid record of a top-level type."""
