@@ -126,7 +126,7 @@ def test_s3_error_mapping(code: str, status: int, expected: type[StorageError], 
 def test_error_classes_say_retryable() -> None:
     assert StorageUnavailableError.retryable and MetadataConflictError.retryable
     assert not AccessDeniedError.retryable and not ChunkNotFoundError.retryable
-    from storage.errors import ReclaimError
+    from schemas.errors import ReclaimError
     assert issubclass(StorageError, ReclaimError)
 
 

@@ -1,0 +1,387 @@
+"""``ChunkedSegmentStorage``: PDP-34 segment operations over tier-2 chunks and a metadata store."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from segments.errors import (
+    BadOffsetError,
+    FencedError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+)
+from segments.garbage import GarbageSink
+from segments.layout import (
+    ReadSlice,
+    appended_header,
+    check_concat,
+    concatenated_header,
+    default_stream,
+    layout_consistent,
+    linked,
+    moved_for_concat,
+    new_chunk_name,
+    plan_read,
+    split_for_truncate,
+    truncated_header,
+    validate_segment_name,
+)
+from storage.bindings import StorageBindings
+from storage.chunks import ChunkHandle, ChunkStorage, ChunkTags, Tier
+from storage.errors import (
+    ChunkNotFoundError,
+    ChunkReadOnlyError,
+    InvalidOffsetError,
+    MetadataConflictError,
+    StorageError,
+)
+from storage.metadata import (
+    DEFAULT_MAX_ROLLING_LENGTH,
+    ChunkRecord,
+    MetadataStore,
+    MetadataTransaction,
+    SegmentRecord,
+    SegmentStatus,
+    chunk_chain,
+)
+
+logger = logging.getLogger(__name__)
+
+#: How often a read re-takes its layout snapshot when a concurrent update moved it.
+_SNAPSHOT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class SegmentWriteHandle:
+    """What ``open_write`` returns: the segment and the writer epoch that opened it."""
+
+    segment: str
+    epoch: int
+
+
+Target = str | SegmentWriteHandle
+
+
+@dataclass(frozen=True)
+class _WritePlan:
+    """Chunks a write touched on tier-2 before its metadata commit."""
+
+    appended: ChunkRecord | None
+    new: list[ChunkRecord]
+
+
+def _name_and_epoch(target: Target) -> tuple[str, int | None]:
+    if isinstance(target, SegmentWriteHandle):
+        return target.segment, target.epoch
+    return target, None
+
+
+def _check_epoch(record: SegmentRecord, epoch: int | None) -> None:
+    if epoch is not None and epoch != record.owner_epoch:
+        raise FencedError(f"writer epoch {epoch} is fenced by owner epoch {record.owner_epoch}",
+                          segment=record.name, epoch=epoch, owner_epoch=record.owner_epoch)
+
+
+class ChunkedSegmentStorage:
+    """Segments as linked lists of chunk records (metadata store) over chunks (a ``ChunkStorage``).
+
+    New chunks go to ``binding``; reads find a chunk's binding by the location's binding name in
+    ``bindings`` (which defaults to just ``binding``). Chunks leaving a live layout (truncate,
+    delete) are marked inactive and handed to ``garbage`` inside the same metadata transaction.
+    Operations given a :class:`SegmentWriteHandle` are fenced: they fail once a higher epoch has
+    opened the segment.
+    """
+
+    def __init__(self, store: MetadataStore, binding: ChunkStorage, garbage: GarbageSink, *,
+                 bindings: StorageBindings | None = None, component: str = "segmentstore",
+                 max_rolling_length: int = DEFAULT_MAX_ROLLING_LENGTH) -> None:
+        if max_rolling_length <= 0:
+            raise ValueError("max_rolling_length must be positive")
+        self.store = store
+        self.binding = binding
+        self.garbage = garbage
+        self.bindings = bindings if bindings is not None else StorageBindings([binding])
+        if binding.name not in self.bindings:
+            self.bindings.register(binding)
+        self.component = component
+        self.max_rolling_length = max_rolling_length
+
+
+    def create(self, segment: str, *, stream: str | None = None,
+               max_rolling_length: int | None = None) -> SegmentRecord:
+        """Add a segment header; no tier-2 object is created. A deleted segment's name may be reused."""
+        validate_segment_name(segment)
+        rolling = max_rolling_length or self.max_rolling_length
+        with self.store.transaction() as txn:
+            existing = txn.get_segment(segment)
+            if existing is not None and not existing.deleted:
+                raise SegmentExistsError("segment exists already", segment=segment)
+            record = SegmentRecord(segment, stream=stream or default_stream(segment),
+                                   max_rolling_length=rolling, version=existing.version if existing else 0)
+            stored = txn.put_segment(record)
+        logger.info("segment created segment=%s stream=%s", segment, stored.stream)
+        return stored
+
+    def exists(self, segment: str) -> bool:
+        record = self.store.get_segment(segment)
+        return record is not None and not record.deleted
+
+    def get_info(self, segment: str) -> SegmentRecord:
+        return self._live(self.store.get_segment(segment), segment)
+
+    def layout(self, segment: str) -> list[ChunkRecord]:
+        """The live chunk list of ``segment``, first to last."""
+        return self.snapshot(segment)[1]
+
+    def open_write(self, segment: str, epoch: int) -> SegmentWriteHandle:
+        """Open for writing at ``epoch``; a higher epoch than the owner's fences every older writer."""
+        with self.store.transaction() as txn:
+            record = self._require(txn, segment)
+            if epoch < record.owner_epoch:
+                raise FencedError(f"epoch {epoch} is older than owner epoch {record.owner_epoch}",
+                                  segment=segment, epoch=epoch, owner_epoch=record.owner_epoch)
+            if epoch > record.owner_epoch:
+                txn.put_segment(replace(record, owner_epoch=epoch))
+        logger.info("segment opened for write segment=%s epoch=%d", segment, epoch)
+        return SegmentWriteHandle(segment, epoch)
+
+    def seal(self, target: Target) -> SegmentRecord:
+        return self._set_sealed(target, sealed=True)
+
+    def unseal(self, target: Target) -> SegmentRecord:
+        return self._set_sealed(target, sealed=False)
+
+    def _set_sealed(self, target: Target, *, sealed: bool) -> SegmentRecord:
+        name, epoch = _name_and_epoch(target)
+        with self.store.transaction() as txn:
+            record = self._require(txn, name)
+            _check_epoch(record, epoch)
+            if record.sealed == sealed:
+                return record
+            status = record.status | SegmentStatus.SEALED if sealed else record.status & ~SegmentStatus.SEALED
+            stored = txn.put_segment(replace(record, status=status))
+        logger.info("segment %s segment=%s", "sealed" if sealed else "unsealed", name)
+        return stored
+
+    def concat(self, target: Target, source: str, *, offset: int | None = None) -> SegmentRecord:
+        """Link sealed ``source``'s chunks after ``target``'s (metadata only) and drop the source header."""
+        name, epoch = _name_and_epoch(target)
+        with self.store.transaction() as txn:
+            tgt, src = self._require(txn, name), self._require(txn, source)
+            _check_epoch(tgt, epoch)
+            check_concat(tgt, src, offset)
+            moved = moved_for_concat(self._chain(txn, src), name, shift=tgt.length)
+            if moved and tgt.last_chunk is not None:
+                tail = self._chunk(txn, tgt.last_chunk)
+                txn.put_chunk(replace(tail, next_chunk=moved[0].name))
+            for chunk in moved:
+                txn.put_chunk(chunk)
+            stored = txn.put_segment(concatenated_header(tgt, src, moved))
+            txn.delete_segment(source, expected_version=src.version)
+        logger.info("segment concat target=%s source=%s chunks=%d", name, source, len(moved))
+        return stored
+
+    def truncate(self, target: Target, offset: int) -> SegmentRecord:
+        """Move the start offset to ``offset``; chunks wholly below it go to the garbage sink.
+
+        Idempotent: an offset at or below the current start offset changes nothing.
+        """
+        name, epoch = _name_and_epoch(target)
+        with self.store.transaction() as txn:
+            record = self._require(txn, name)
+            _check_epoch(record, epoch)
+            if offset > record.length:
+                raise BadOffsetError(f"truncate offset {offset} beyond length {record.length}", segment=name)
+            if offset <= record.start_offset:
+                return record
+            dropped, kept = split_for_truncate(self._chain(txn, record), offset)
+            self._retire(txn, dropped)
+            # The header CAS goes last: it is what makes the new layout visible.
+            stored = txn.put_segment(truncated_header(record, kept, offset))
+        logger.info("segment truncated segment=%s offset=%d dropped=%d", name, offset, len(dropped))
+        return stored
+
+    def delete(self, target: Target) -> None:
+        """Mark the segment deleted; all its chunks go to the garbage sink. Deleting twice is harmless."""
+        name, epoch = _name_and_epoch(target)
+        with self.store.transaction() as txn:
+            record = txn.get_segment(name)
+            if record is None:
+                raise SegmentNotFoundError("no such segment", segment=name)
+            if record.deleted:
+                return
+            _check_epoch(record, epoch)
+            # Every active row of the segment, not only the chain: a stray active row would leak.
+            chunks = txn.list_chunks(name, active_only=True)
+            self._retire(txn, chunks)
+            txn.put_segment(replace(record, status=record.status | SegmentStatus.DELETED,
+                                    first_chunk=None, last_chunk=None))
+        logger.info("segment deleted segment=%s chunks=%d", name, len(chunks))
+
+    def _retire(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> None:
+        if not chunks:
+            return
+        inactive = [txn.put_chunk(replace(chunk, active=False)) for chunk in chunks]
+        self.garbage.collect(txn, inactive)
+
+
+    def write(self, handle: SegmentWriteHandle, offset: int, data: bytes) -> int:
+        """Append ``data`` at ``offset`` (the segment's length); returns the number of bytes written.
+
+        Bytes go to tier-2 first, then one metadata transaction makes them visible. If that fails
+        (fenced, sealed, concurrent change) the bytes are never visible and new chunks go to garbage.
+        """
+        record = self._live(self.store.get_segment(handle.segment), handle.segment)
+        self._check_write(record, handle, offset)
+        if not data:
+            return 0
+        last = self._chunk_or_none(record.last_chunk)
+        plan = self._put_bytes(record, last, handle.epoch, bytes(data))
+        try:
+            with self.store.transaction() as txn:
+                current = self._require(txn, handle.segment)
+                self._check_write(current, handle, offset)
+                if current.last_chunk != record.last_chunk:
+                    raise MetadataConflictError("segment layout changed during the write",
+                                                key=handle.segment, expected=record.version,
+                                                actual=current.version)
+                self._commit_write(txn, current, plan, len(data))
+        except Exception:
+            self._abandon(plan.new)
+            raise
+        return len(data)
+
+    @staticmethod
+    def _check_write(record: SegmentRecord, handle: SegmentWriteHandle, offset: int) -> None:
+        _check_epoch(record, handle.epoch)
+        if record.sealed:
+            raise SegmentSealedError("segment is sealed", segment=record.name)
+        if offset != record.length:
+            raise BadOffsetError(f"write offset {offset} is not length {record.length}", segment=record.name)
+
+    def _appendable(self, record: SegmentRecord, chunk: ChunkRecord | None, epoch: int) -> bool:
+        # A writer never appends to a chunk of another epoch or segment (PDP-34 single-writer rule).
+        return (chunk is not None and self.binding.supports_append and chunk.active
+                and chunk.tags.writer_epoch == epoch and chunk.tags.segment == record.name
+                and chunk.length < record.max_rolling_length
+                and any(loc.binding == self.binding.name for loc in chunk.locations))
+
+    def _put_bytes(self, record: SegmentRecord, last: ChunkRecord | None, epoch: int,
+                   data: bytes) -> _WritePlan:
+        appended: ChunkRecord | None = None
+        written = 0
+        if last is not None and self._appendable(record, last, epoch):
+            piece = data[:record.max_rolling_length - last.length]
+            key = next(loc.key for loc in last.locations if loc.binding == self.binding.name)
+            try:
+                self.binding.write(ChunkHandle(key, read_only=False), last.length, piece)
+                appended, written = replace(last, length=last.length + len(piece)), len(piece)
+            except (InvalidOffsetError, ChunkReadOnlyError, ChunkNotFoundError) as exc:
+                # Stray bytes of an earlier failed write (or a moved chunk): roll over instead.
+                logger.info("segment %s rolls over from chunk %s: %s", record.name, last.name, exc)
+        new: list[ChunkRecord] = []
+        try:
+            while written < len(data):
+                chunk = self._new_chunk(record, epoch, record.length + written,
+                                        data[written:written + record.max_rolling_length])
+                new.append(chunk)
+                written += chunk.length
+        except Exception:
+            self._abandon(new)
+            raise
+        return _WritePlan(appended, new)
+
+    def _new_chunk(self, record: SegmentRecord, epoch: int, start: int, piece: bytes) -> ChunkRecord:
+        name = new_chunk_name(record.name, epoch, start)
+        tags = ChunkTags(component=self.component, stream=record.stream, segment=record.name,
+                         writer_epoch=epoch)
+        self.binding.create_with_content(name, piece, tags)
+        return ChunkRecord(name=name, segment=record.name, start_offset=start, length=len(piece), tags=tags,
+                           locations=(self.binding.location(name),))
+
+    def _commit_write(self, txn: MetadataTransaction, current: SegmentRecord, plan: _WritePlan,
+                      added: int) -> None:
+        new = linked(plan.new)
+        first_new = new[0] if new else None
+        tail = plan.appended
+        if tail is None and first_new is not None and current.last_chunk is not None:
+            tail = self._chunk(txn, current.last_chunk)
+        if tail is not None:
+            txn.put_chunk(replace(tail, next_chunk=first_new.name if first_new else tail.next_chunk))
+        for chunk in new:
+            txn.put_chunk(chunk, expected_version=0)
+        last = new[-1] if new else plan.appended
+        assert last is not None, "a non-empty write touches at least one chunk"
+        txn.put_segment(appended_header(current, last, first_new, added))
+
+    def _abandon(self, chunks: Sequence[ChunkRecord]) -> None:
+        """Hand chunks that never reached a layout to the garbage sink, so none is left orphaned."""
+        if not chunks:
+            return
+        try:
+            with self.store.transaction() as txn:
+                inactive = [txn.put_chunk(replace(c, active=False), expected_version=0) for c in chunks]
+                self.garbage.collect(txn, inactive)
+        except Exception:
+            # Best effort: the orphan audit finds what this could not record.
+            logger.exception("could not hand %d uncommitted chunks to garbage: %s", len(chunks),
+                             [c.name for c in chunks])
+
+    def read(self, segment: str, offset: int, length: int) -> bytes:
+        """Segment bytes ``[offset, offset + length)``; below the start offset is an error."""
+        record, chain = self.snapshot(segment)
+        if length < 0 or offset < record.start_offset or offset + length > record.length:
+            raise BadOffsetError(f"read {offset}+{length} outside [{record.start_offset}, {record.length})",
+                                 segment=segment)
+        return b"".join(self._read_slice(s) for s in plan_read(chain, offset, length))
+
+    def _read_slice(self, piece: ReadSlice) -> bytes:
+        known = [loc for loc in piece.chunk.locations if loc.binding in self.bindings]
+        if not known:
+            raise StorageError("no configured binding holds this chunk", chunk=piece.chunk.name)
+        # Prefer the hot copy when a chunk has both.
+        location = min(known, key=lambda loc: loc.tier is not Tier.TIER1)
+        binding = self.bindings.for_location(location)
+        return binding.read(ChunkHandle(location.key, read_only=True), piece.offset, piece.length)
+
+
+    @staticmethod
+    def _live(record: SegmentRecord | None, segment: str) -> SegmentRecord:
+        if record is None or record.deleted:
+            raise SegmentNotFoundError("no such segment", segment=segment)
+        return record
+
+    def _require(self, txn: MetadataTransaction, segment: str) -> SegmentRecord:
+        return self._live(txn.get_segment(segment), segment)
+
+    @staticmethod
+    def _chunk(txn: MetadataTransaction, name: str) -> ChunkRecord:
+        chunk = txn.get_chunk(name)
+        if chunk is None:
+            raise MetadataConflictError(f"chunk record {name!r} is missing", key=name, expected=1, actual=0)
+        return chunk
+
+    def _chunk_or_none(self, name: str | None) -> ChunkRecord | None:
+        return self.store.get_chunk(name) if name is not None else None
+
+    @staticmethod
+    def _chain(txn: MetadataTransaction, record: SegmentRecord) -> list[ChunkRecord]:
+        chain = chunk_chain(record.first_chunk, txn.list_chunks(record.name))
+        if not layout_consistent(record, chain):
+            raise MetadataConflictError("segment chunk list is inconsistent", key=record.name,
+                                        expected=record.version, actual=record.version)
+        return chain
+
+    def snapshot(self, segment: str) -> tuple[SegmentRecord, list[ChunkRecord]]:
+        """A consistent pair of the segment header and its live chunk list."""
+        # Header and chunk rows are read separately; retry if a concurrent update moved them apart.
+        for _ in range(_SNAPSHOT_ATTEMPTS):
+            record = self._live(self.store.get_segment(segment), segment)
+            chain = chunk_chain(record.first_chunk, self.store.list_chunks(segment))
+            if layout_consistent(record, chain):
+                return record, chain
+        raise MetadataConflictError("segment layout kept changing while being read", key=segment,
+                                    expected=0, actual=0)

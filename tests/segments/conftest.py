@@ -1,0 +1,62 @@
+"""Fixtures for segment tests: a metadata store, a recording garbage sink and segment storages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from segments.chunked import ChunkedSegmentStorage
+from segments.garbage import RecordingGarbageSink
+from storage.base import BaseChunkStorage
+from storage.filesystem import FileSystemChunkStorage
+from storage.s3 import S3ChunkStorage, S3Settings
+from storage.sqlite_store import SQLiteMetadataStore
+
+#: Small enough that a few short writes roll over to new chunks.
+ROLLING = 8
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteMetadataStore]:
+    meta = SQLiteMetadataStore(tmp_path / "metadata.db")
+    yield meta
+    meta.close()
+
+
+@pytest.fixture
+def sink() -> RecordingGarbageSink:
+    return RecordingGarbageSink()
+
+
+@pytest.fixture
+def fs_binding(tmp_path: Path) -> FileSystemChunkStorage:
+    return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
+
+
+@pytest.fixture(params=["fs", pytest.param("s3", marks=pytest.mark.integration)])
+def any_binding(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseChunkStorage]:
+    """The same binding matrix as ``tests/storage``: filesystem, and S3 on the session endpoint."""
+    if request.param == "fs":
+        binding: BaseChunkStorage = FileSystemChunkStorage(tmp_path / "tier2-any", name="fs-tier2")
+    else:
+        endpoint = request.getfixturevalue("s3_endpoint")
+        settings = S3Settings(bucket=request.getfixturevalue("s3_bucket"), endpoint_url=endpoint.url,
+                              access_key=endpoint.access_key, secret_key=endpoint.secret_key,
+                              region=endpoint.region)
+        binding = S3ChunkStorage(settings, name="s3-tier2")
+    yield binding
+    binding.close()
+
+
+@pytest.fixture
+def segments(store: SQLiteMetadataStore, fs_binding: FileSystemChunkStorage,
+             sink: RecordingGarbageSink) -> ChunkedSegmentStorage:
+    return ChunkedSegmentStorage(store, fs_binding, sink, max_rolling_length=ROLLING)
+
+
+@pytest.fixture
+def any_segments(store: SQLiteMetadataStore, any_binding: BaseChunkStorage,
+                 sink: RecordingGarbageSink) -> ChunkedSegmentStorage:
+    return ChunkedSegmentStorage(store, any_binding, sink, max_rolling_length=ROLLING)

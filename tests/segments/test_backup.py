@@ -1,0 +1,75 @@
+"""Export a segment's layout to tier-2 and import it into a fresh metadata store (backup and restore)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from segments.backup import LAYOUT_PREFIX, export_layout, import_layout, latest_export
+from segments.chunked import ChunkedSegmentStorage
+from segments.errors import LayoutImportError, SegmentExistsError
+from segments.garbage import RecordingGarbageSink
+from storage.chunks import ChunkHandle, ChunkStorage
+from storage.sqlite_store import SQLiteMetadataStore
+
+
+def _segment_with_data(segments: ChunkedSegmentStorage) -> bytes:
+    segments.create("scope/str/0")
+    writer = segments.open_write("scope/str/0", epoch=3)
+    data = b"the quick brown fox jumps over the lazy dog"
+    for start in range(0, len(data), 10):
+        segments.write(writer, start, data[start:start + 10])
+    segments.truncate("scope/str/0", 12)
+    return data
+
+
+def _fresh(tmp_path: Path, binding: ChunkStorage, name: str) -> ChunkedSegmentStorage:
+    store = SQLiteMetadataStore(tmp_path / f"{name}.db")
+    return ChunkedSegmentStorage(store, binding, RecordingGarbageSink(), max_rolling_length=8)
+
+
+def test_export_then_import_restores_layout(any_segments: ChunkedSegmentStorage, tmp_path: Path) -> None:
+    data = _segment_with_data(any_segments)
+    exported = export_layout(any_segments, "scope/str/0")
+    assert exported.startswith(f"{LAYOUT_PREFIX}scope/str/0/")
+    assert latest_export(any_segments.binding, "scope/str/0") == exported
+    restored = _fresh(tmp_path, any_segments.binding, "restored")
+    record = import_layout(restored, exported)
+    original = any_segments.get_info("scope/str/0")
+    assert (record.start_offset, record.length, record.owner_epoch) == (12, len(data), 3)
+    assert record.first_chunk == original.first_chunk and record.last_chunk == original.last_chunk
+    names = [c.name for c in any_segments.layout("scope/str/0")]
+    assert [c.name for c in restored.layout("scope/str/0")] == names
+    assert restored.read("scope/str/0", 12, len(data) - 12) == data[12:]
+    with pytest.raises(SegmentExistsError):
+        import_layout(restored, exported)
+
+
+def test_import_refuses_missing_chunks(segments: ChunkedSegmentStorage, tmp_path: Path) -> None:
+    _segment_with_data(segments)
+    exported = export_layout(segments, "scope/str/0")
+    victim = segments.layout("scope/str/0")[1]
+    segments.binding.delete(ChunkHandle(victim.locations[0].key, read_only=False))
+    restored = _fresh(tmp_path, segments.binding, "restored")
+    with pytest.raises(LayoutImportError) as info:
+        import_layout(restored, exported)
+    assert victim.name in str(info.value)
+    assert not restored.exists("scope/str/0"), "nothing was imported"
+
+
+def test_import_refuses_chunks_handed_to_deletion(segments: ChunkedSegmentStorage,
+                                                  store: SQLiteMetadataStore) -> None:
+    _segment_with_data(segments)
+    exported = export_layout(segments, "scope/str/0")
+    segments.delete("scope/str/0")
+    with pytest.raises(LayoutImportError):
+        import_layout(segments, exported)
+    assert not segments.exists("scope/str/0")
+
+
+def test_import_refuses_garbage(segments: ChunkedSegmentStorage) -> None:
+    segments.binding.create_with_content(f"{LAYOUT_PREFIX}bad/1.json", b"{not json", None)
+    with pytest.raises(LayoutImportError):
+        import_layout(segments, f"{LAYOUT_PREFIX}bad/1.json")
+    assert latest_export(segments.binding, "nothing") is None
