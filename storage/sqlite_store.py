@@ -41,8 +41,8 @@ _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "leng
 _CHUNK_COLUMNS = ("name", "version", "segment", "start_offset", "length", "next_chunk", "active", "mark_id",
                   "tags", "locations")
 _MARK_COLUMNS = ("mark_id", "version", "state", "created_at")
-#: Stay well below SQLite's bound on host parameters per statement.
-_IN_BATCH = 500
+#: Below SQLite's default bound of 32766 host parameters, so a deletion batch is one query.
+_IN_BATCH = 10000
 
 
 def _segment_from_row(row: Sequence[Any]) -> SegmentRecord:
@@ -273,7 +273,7 @@ class SQLiteMetadataStore:
         return record
 
     def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]:
-        """Every stored chunk row among ``names`` (active or not), in one query per 500 names."""
+        """Every stored chunk row among ``names`` (active or not), in one query per 10000 names."""
         wanted = list(names)
         records: dict[str, ChunkRecord] = self._read(lambda r: r.get_chunks(wanted))
         return records
