@@ -22,6 +22,7 @@ from schemas.codec import build_codec
 from storage.base import BaseChunkStorage
 from storage.bindings import StorageBindings
 from storage.chunks import ChunkTags
+from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, SegmentRecord
 from storage.sqlite_store import SQLiteMetadataStore
 
@@ -58,6 +59,17 @@ class Pipeline:
                                                         length=size, tags=tags,
                                                         locations=(binding.location(name),))))
         return chunks
+
+    def worker_env(self, fs_root: Path, **extra: str) -> dict[str, str]:
+        """The environment of a ``reclaim worker`` process serving this pipeline."""
+        return {
+            "RECLAIM_BOOTSTRAP": self.bootstrap,
+            "RECLAIM_TOPIC_PREFIX": self.topics.deletion.removesuffix("ledger-deletion"),
+            "RECLAIM_RETRY_DELAYS": ",".join(str(d) for d, _ in self.topics.retries),
+            "RECLAIM_METADATA_PATH": self.store.path, "RECLAIM_FS_ROOT": str(fs_root),
+            "RECLAIM_GROUP_ID": self.group_id, "RECLAIM_STATE_DIR": str(fs_root.parent / "worker-state"),
+            "RECLAIM_POLL_TIMEOUT_S": "0.5", **extra,
+        }
 
     def worker(self, mark_timeout_s: float = 30.0, max_attempts: int = 10, **config: Any) -> DeletionWorker:
         executor = DeletionExecutor(self.store, self.bindings, mark_timeout_s=mark_timeout_s,
@@ -98,9 +110,9 @@ def outcomes(reports: Sequence[BatchReport]) -> dict[str, int]:
 
 @pytest.fixture
 def pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames],
-             make_tier2: Callable[[str], BaseChunkStorage], tmp_path: Path,
+             tmp_path: Path,
              unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
-    fs = make_tier2("fs")
+    fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
     pipe = Pipeline(kafka_bootstrap, kafka_topics(), SQLiteMetadataStore(tmp_path / "meta.db"),
                     StorageBindings([fs]), unique_name("group"))
     yield pipe

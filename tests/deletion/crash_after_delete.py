@@ -1,0 +1,34 @@
+"""A phase-2 worker process that SIGKILLs itself right after its first storage deletes, before any commit.
+
+Run by ``test_crash.py`` as ``python -m tests.deletion.crash_after_delete`` with a worker's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from deletion.executor import DeletionExecutor
+from ops import runtime
+from ops.settings import Settings
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    original = DeletionExecutor.execute
+
+    def execute_then_die(self: DeletionExecutor, infos):  # type: ignore[no-untyped-def]
+        verdicts = original(self, infos)
+        if any(v.outcome.value == "deleted" for v in verdicts):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return verdicts
+
+    DeletionExecutor.execute = execute_then_die  # type: ignore[method-assign]
+    store = runtime.metadata_store(settings)
+    worker = runtime.deletion_worker(settings, store, runtime.storage_bindings(settings))
+    worker.run(threading.Event())
+
+
+if __name__ == "__main__":
+    main()

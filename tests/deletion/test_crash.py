@@ -1,0 +1,102 @@
+"""Processes that die: SIGKILL between delete and commit, a crash loop while a backlog drains, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from consumers.lag import estimated_inflight
+
+from .conftest import Pipeline, outcomes
+from .test_faults import read_all
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def spawn_worker(pipe: Pipeline, fs_root: Path, module: str = "ops.cli", **env: str) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", module] + (["worker"] if module == "ops.cli" else [])
+    return subprocess.Popen(args, env={**os.environ, **pipe.worker_env(fs_root, **env)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def inflight(pipe: Pipeline) -> int:
+    return estimated_inflight(pipe.bootstrap, pipe.group_id, pipe.topics.deletion_inputs)
+
+
+def wait_drained(pipe: Pipeline, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while inflight(pipe) > 0:
+        assert time.monotonic() < deadline, f"backlog not drained: {inflight(pipe)} left"
+        time.sleep(0.5)
+
+
+def test_sigkill_after_delete_before_commit_then_restart(pipeline: Pipeline, tmp_path: Path) -> None:
+    fs_root = tmp_path / "tier2"
+    binding = pipeline.bindings.get("fs-tier2")
+    chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 10)
+    pipeline.service.mark(chunks)
+
+    dying = spawn_worker(pipeline, fs_root, module="tests.deletion.crash_after_delete")
+    assert dying.wait(timeout=60) == -signal.SIGKILL
+    assert not any(binding.exists(c.name) for c in chunks)  # deleted ...
+    assert inflight(pipeline) == 10  # ... but nothing committed
+
+    worker = pipeline.worker()
+    reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 10)
+    assert set(outcomes(reports)) <= {"already-gone", "deleted"}
+    worker.close()
+    pipeline.workers.remove(worker)
+    assert inflight(pipeline) == 0
+    assert pipeline.store.get_chunks(c.name for c in chunks) == {}
+
+
+def test_sigterm_finishes_the_batch_and_commits(pipeline: Pipeline, tmp_path: Path) -> None:
+    binding = pipeline.bindings.get("fs-tier2")
+    chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 20)
+    pipeline.service.mark(chunks)
+    proc = spawn_worker(pipeline, tmp_path / "tier2")
+    deadline = time.monotonic() + 60
+    while any(binding.exists(c.name) for c in chunks):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    assert inflight(pipeline) == 0
+
+
+def test_crash_loop_leaves_exactly_the_live_chunks(pipeline: Pipeline, tmp_path: Path) -> None:
+    """Kill the worker at random moments 20 times while a backlog drains; then check the invariants."""
+    fs_root = tmp_path / "tier2"
+    binding = pipeline.bindings.get("fs-tier2")
+    live = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 30)
+    doomed = []
+    for segment in range(8):
+        batch = pipeline.write_chunks(binding, f"scope/stream/{segment + 1}.#epoch.0", 50)
+        pipeline.service.mark(batch)
+        doomed += batch
+    rng = random.Random(20261122)
+    env = {"RECLAIM_INSTANCE_ID": "crash-loop-worker", "RECLAIM_BATCH_SIZE": "10"}
+    for _ in range(20):
+        proc = spawn_worker(pipeline, fs_root, **env)
+        time.sleep(rng.uniform(0.3, 1.5))
+        proc.kill()
+        proc.wait(timeout=30)
+    final = spawn_worker(pipeline, fs_root, **env)
+    try:
+        wait_drained(pipeline)
+    finally:
+        final.send_signal(signal.SIGTERM)
+        final.wait(timeout=30)
+
+    on_tier2 = set(binding.iter_names())
+    assert on_tier2 == {c.name for c in live}, "orphans or deleted live chunks"
+    assert set(pipeline.store.get_chunks(c.name for c in live + doomed)) == {c.name for c in live}
+    assert inflight(pipeline) == 0
+    assert read_all(pipeline, pipeline.topics.dlq, 1, timeout_s=2) == []
