@@ -79,6 +79,10 @@ class LedgerDeletionService:
         metrics.MARK_BATCHES.labels("partial" if failed else "complete").inc()
         return MarkResult(mark_id, tuple(c.name for c in sent), tuple(sorted(failed)))
 
+    def collect(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> None:
+        """The garbage sink of ``ChunkedSegmentStorage``: phase 1 for chunks a truncate or delete retires."""
+        self.collect_in(txn, chunks)
+
     def collect_in(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> str:
         """Phase 1 inside a caller's transaction (a segment truncate or delete): all or nothing.
 
