@@ -249,12 +249,19 @@ class DeletionWorker:
                 report.stored += 1
                 metrics.ACKED.inc()
 
-    def close(self) -> None:
-        """Commit the stored (final) offsets synchronously, then leave the group."""
+    def commit(self) -> None:
+        """Commit the stored (final) offsets now, synchronously; nothing stored is not an error."""
         try:
             self._consumer.commit(asynchronous=False)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
-                log.warning("final commit failed: %s", exc)
+                raise
+
+    def close(self) -> None:
+        """Commit the stored (final) offsets synchronously, then leave the group."""
+        try:
+            self.commit()
+        except KafkaException as exc:
+            log.warning("final commit failed: %s", exc)
         self._consumer.close()
         self._producer.close()
