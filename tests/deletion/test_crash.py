@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from consumers.lag import estimated_inflight
+from ops.procs import free_port
 
 from .conftest import Pipeline, outcomes
 from .test_faults import read_all
@@ -57,15 +59,26 @@ def test_sigkill_after_delete_before_commit_then_restart(pipeline: Pipeline, tmp
     assert pipeline.store.get_chunks(c.name for c in chunks) == {}
 
 
-def test_sigterm_finishes_the_batch_and_commits(pipeline: Pipeline, tmp_path: Path) -> None:
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_sigterm_finishes_the_batch_and_commits_and_metrics_are_served(pipeline: Pipeline, tmp_path: Path) -> None:
     binding = pipeline.bindings.get("fs-tier2")
     chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 20)
     pipeline.service.mark(chunks)
-    proc = spawn_worker(pipeline, tmp_path / "tier2")
+    port = free_port()
+    proc = spawn_worker(pipeline, tmp_path / "tier2", RECLAIM_METRICS_PORT=str(port))
     deadline = time.monotonic() + 60
     while any(binding.exists(c.name) for c in chunks):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
+    metrics = scrape(port)
+    assert 'reclaim_ledgers_deleted_total{ledger_type="OFFLOAD_LEDGER"} 20.0' in metrics
+    assert 'reclaim_deletion_outcomes_total{outcome="deleted"} 20.0' in metrics
+    assert "reclaim_deletion_batch_delete_seconds_bucket" in metrics
+    assert "reclaim_estimated_inflight_deletions" in metrics
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, proc.stderr.read().decode() if proc.stderr else ""
     assert inflight(pipeline) == 0

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,7 +135,7 @@ def test_transient_storage_failures_are_retried_until_deleted(pipeline: Pipeline
     assert not any(binding.exists(c.name) for c in chunks)
 
 
-def test_persistent_failure_ends_in_the_dlq_with_reason_and_origin(pipeline: Pipeline) -> None:
+def test_persistent_failure_ends_in_the_dlq_with_reason_and_origin(pipeline: Pipeline, tmp_path: Path) -> None:
     binding = pipeline.bindings.get("fs-tier2")
     chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 1)
     flaky(pipeline, failures=10**6)
@@ -147,6 +151,16 @@ def test_persistent_failure_ends_in_the_dlq_with_reason_and_origin(pipeline: Pip
     assert "injected" in headers[retry.H_ERROR]
     assert int(headers[retry.H_OFFSET]) == 0 and retry.H_PARTITION in headers
     assert pipeline.codec.decode(dead.value(), pipeline.topics.dlq).chunk_name == chunks[0].name
+
+    # What an operator sees: the DLQ listing names the chunk and the reason; nothing is in flight.
+    env = {**os.environ, **pipeline.worker_env(tmp_path / "tier2")}
+    listing = subprocess.run([sys.executable, "-m", "ops.cli", "dlq", "list"], env=env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    assert chunks[0].name in listing and "StorageUnavailableError" in listing and "attempt=3" in listing
+    worker.commit()
+    inflight = subprocess.run([sys.executable, "-m", "ops.cli", "deletions", "inflight"], env=env,
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    assert inflight.strip() == "0"
 
 
 def test_poison_bytes_go_to_the_dlq_and_the_worker_keeps_going(pipeline: Pipeline) -> None:

@@ -26,7 +26,7 @@ from schemas import (
     TruncationReason,
     build_codec,
 )
-from tests.schemas.schema_samples import CUT, NOW, POLICY, full_pending_delete, minimal_pending_delete, sample_records
+from schemas.samples import CUT, NOW, POLICY, full_pending_delete, minimal_pending_delete, sample_records
 
 TOPIC = "reclaim.ledger-deletion"
 

@@ -23,7 +23,7 @@ from schemas import (
     build_codec,
 )
 from schemas.confluent import ConfluentCodec
-from tests.schemas.schema_samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
+from schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
 from tests.schemas.test_codec import evolved
 
 TOPIC = "reclaim.ledger-deletion"

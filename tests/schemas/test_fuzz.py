@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schemas import RECORD_TYPES, AvroRecord, RecordDecodeError, SingleObjectCodec
-from tests.schemas.schema_samples import records, sample_records
+from schemas.samples import sample_records
+from tests.schemas.strategies import records
 
 CODEC = SingleObjectCodec()
 TOPIC = "reclaim.fuzz"

@@ -30,7 +30,7 @@ from schemas import (
     ledger_id_for,
 )
 from schemas.avro_schema import AVRO_DIR
-from tests.schemas.schema_samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
+from schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
 
 
 def _named_types(schema: Any, found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
