@@ -1,1 +1,44 @@
 """reclaim: segments."""
+
+from segments.controller_store import StreamMetadataStore
+from segments.ids import (
+    SegmentId,
+    SegmentName,
+    TxnId,
+    compose_segment_id,
+    parse_segment_name,
+    segment_name,
+    split_segment_id,
+    txn_segment_name,
+)
+from segments.stream_errors import (
+    InvalidScaleError,
+    MalformedNameError,
+    StreamBusyError,
+    StreamError,
+    StreamExistsError,
+    StreamNotFoundError,
+    StreamNotSealedError,
+    StreamSealedError,
+    TxnNotFoundError,
+    TxnStateError,
+)
+from segments.stream_model import (
+    EpochRecord,
+    KeyRange,
+    StreamHistory,
+    StreamRecord,
+    StreamSegment,
+    StreamState,
+    TxnRecord,
+    TxnState,
+)
+from segments.streams import StreamController
+
+__all__ = [
+    "EpochRecord", "InvalidScaleError", "KeyRange", "MalformedNameError", "SegmentId", "SegmentName",
+    "StreamBusyError", "StreamController", "StreamError", "StreamExistsError", "StreamHistory",
+    "StreamMetadataStore", "StreamNotFoundError", "StreamNotSealedError", "StreamRecord", "StreamSealedError",
+    "StreamSegment", "StreamState", "TxnId", "TxnNotFoundError", "TxnRecord", "TxnState", "TxnStateError",
+    "compose_segment_id", "parse_segment_name", "segment_name", "split_segment_id", "txn_segment_name",
+]

@@ -1,0 +1,241 @@
+"""SQLite store of controller metadata: streams, history, transactions and pending operations."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from schemas.streams import RetentionPolicy
+from segments.ids import SegmentId, TxnId
+from segments.stream_model import EpochRecord, StreamRecord, StreamState, TxnRecord, TxnState
+from segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
+from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS controller_streams (
+    name TEXT PRIMARY KEY, version INTEGER NOT NULL, scope TEXT NOT NULL, stream TEXT NOT NULL,
+    policy TEXT NOT NULL, state TEXT NOT NULL, active_epoch INTEGER NOT NULL, txn_counter TEXT NOT NULL,
+    commit_counter INTEGER NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS controller_epochs (
+    stream TEXT NOT NULL, epoch INTEGER NOT NULL, record TEXT NOT NULL, PRIMARY KEY (stream, epoch));
+CREATE TABLE IF NOT EXISTS controller_txns (
+    stream TEXT NOT NULL, txn_id TEXT NOT NULL, version INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    state TEXT NOT NULL, parents TEXT NOT NULL, commit_order INTEGER, created_at REAL NOT NULL,
+    PRIMARY KEY (stream, txn_id));
+CREATE TABLE IF NOT EXISTS controller_operations (
+    stream TEXT PRIMARY KEY, version INTEGER NOT NULL, op_id TEXT NOT NULL, plan TEXT NOT NULL,
+    started_at REAL NOT NULL);
+"""
+
+_STREAM_COLUMNS = ("name", "version", "scope", "stream", "policy", "state", "active_epoch", "txn_counter",
+                   "commit_counter", "created_at")
+_TXN_COLUMNS = ("stream", "txn_id", "version", "epoch", "state", "parents", "commit_order", "created_at")
+
+
+def _stream_from_row(row: Sequence[Any]) -> StreamRecord:
+    v = dict(zip(_STREAM_COLUMNS, row, strict=True))
+    return StreamRecord(scope=v["scope"], name=v["stream"], policy=RetentionPolicy.from_avro(json.loads(v["policy"])),
+                        state=StreamState(v["state"]), active_epoch=int(v["active_epoch"]),
+                        txn_counter=int(v["txn_counter"]), commit_counter=int(v["commit_counter"]),
+                        created_at=float(v["created_at"]), version=int(v["version"]))
+
+
+def _txn_from_row(row: Sequence[Any]) -> TxnRecord:
+    v = dict(zip(_TXN_COLUMNS, row, strict=True))
+    parents = tuple(SegmentId.from_value(int(p)) for p in json.loads(v["parents"]))
+    return TxnRecord(stream=v["stream"], txn_id=TxnId.from_hex(v["txn_id"]), parents=parents,
+                     state=TxnState(v["state"]), commit_order=v["commit_order"],
+                     created_at=float(v["created_at"]), version=int(v["version"]))
+
+
+class _Queries:
+    """Reads shared by transactions and the store's plain readers."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def get_stream(self, name: str) -> StreamRecord | None:
+        sql = f"SELECT {', '.join(_STREAM_COLUMNS)} FROM controller_streams WHERE name = ?"
+        row = self._conn.execute(sql, (name,)).fetchone()
+        return _stream_from_row(row) if row else None
+
+    def list_streams(self) -> list[StreamRecord]:
+        sql = f"SELECT {', '.join(_STREAM_COLUMNS)} FROM controller_streams ORDER BY name"
+        return [_stream_from_row(row) for row in self._conn.execute(sql)]
+
+    def get_epochs(self, stream: str) -> list[EpochRecord]:
+        rows = self._conn.execute("SELECT record FROM controller_epochs WHERE stream = ? ORDER BY epoch", (stream,))
+        return [epoch_from_dict(json.loads(row[0])) for row in rows]
+
+    def get_txn(self, stream: str, txn_id: TxnId) -> TxnRecord | None:
+        sql = f"SELECT {', '.join(_TXN_COLUMNS)} FROM controller_txns WHERE stream = ? AND txn_id = ?"
+        row = self._conn.execute(sql, (stream, txn_id.hex)).fetchone()
+        return _txn_from_row(row) if row else None
+
+    def list_txns(self, stream: str, states: Sequence[TxnState] | None = None) -> list[TxnRecord]:
+        sql = f"SELECT {', '.join(_TXN_COLUMNS)} FROM controller_txns WHERE stream = ? ORDER BY txn_id"
+        txns = [_txn_from_row(row) for row in self._conn.execute(sql, (stream,))]
+        return [t for t in txns if states is None or t.state in states]
+
+    def get_operation(self, stream: str) -> Operation | None:
+        sql = "SELECT op_id, plan, started_at, version FROM controller_operations WHERE stream = ?"
+        row = self._conn.execute(sql, (stream,)).fetchone()
+        if row is None:
+            return None
+        return Operation(stream, str(row[0]), plan_from_json(row[1]), float(row[2]), int(row[3]))
+
+
+class StreamTransaction(_Queries):
+    """One atomic unit over controller rows; valid only inside its ``with`` block."""
+
+    def _version(self, table: str, where: str, key: Sequence[Any]) -> int:
+        row = self._conn.execute(f"SELECT version FROM {table} WHERE {where}", key).fetchone()
+        return int(row[0]) if row else 0
+
+    def _check(self, table: str, key: str, expected: int, actual: int) -> None:
+        if actual != expected:
+            raise MetadataConflictError(f"{table} {key!r}: expected version {expected}, found {actual}",
+                                        key=key, expected=expected, actual=actual)
+
+    def put_stream(self, record: StreamRecord) -> StreamRecord:
+        """Insert (``version`` 0) or update the stream row at the version it was read at."""
+        self._check("controller_streams", record.qualified, record.version,
+                    self._version("controller_streams", "name = ?", (record.qualified,)))
+        self._conn.execute(
+            "INSERT OR REPLACE INTO controller_streams VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.qualified, record.version + 1, record.scope, record.name,
+             json.dumps(record.policy.to_avro(), sort_keys=True), record.state.value, record.active_epoch,
+             str(record.txn_counter), record.commit_counter, record.created_at))
+        return replace(record, version=record.version + 1)
+
+    def put_epoch(self, stream: str, record: EpochRecord) -> None:
+        """Add a history row; adding the same row again is a no-op, a different one a conflict."""
+        text = json.dumps(epoch_to_dict(record), sort_keys=True)
+        row = self._conn.execute("SELECT record FROM controller_epochs WHERE stream = ? AND epoch = ?",
+                                 (stream, record.epoch)).fetchone()
+        if row is not None and row[0] != text:
+            raise MetadataConflictError(f"epoch {record.epoch} of {stream!r} exists with other segments",
+                                        key=f"{stream}#{record.epoch}", expected=0, actual=1)
+        if row is None:
+            self._conn.execute("INSERT INTO controller_epochs VALUES (?, ?, ?)", (stream, record.epoch, text))
+
+    def put_txn(self, record: TxnRecord) -> TxnRecord:
+        """Insert (``version`` 0) or update a transaction row at the version it was read at."""
+        key = (record.stream, record.txn_id.hex)
+        self._check("controller_txns", f"{record.stream}#{record.txn_id}", record.version,
+                    self._version("controller_txns", "stream = ? AND txn_id = ?", key))
+        self._conn.execute(
+            "INSERT OR REPLACE INTO controller_txns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (*key, record.version + 1, record.epoch, record.state.value,
+             json.dumps([p.value for p in record.parents]), record.commit_order, record.created_at))
+        return replace(record, version=record.version + 1)
+
+    def put_operation(self, op: Operation) -> Operation:
+        """Record ``op`` as the stream's pending operation; fails if another one is pending."""
+        self._check("controller_operations", op.stream, 0,
+                    self._version("controller_operations", "stream = ?", (op.stream,)))
+        self._conn.execute("INSERT INTO controller_operations VALUES (?, ?, ?, ?, ?)",
+                           (op.stream, 1, op.op_id, plan_to_json(op.plan), op.started_at))
+        return replace(op, version=1)
+
+    def delete_operation(self, stream: str, op_id: str) -> bool:
+        """Drop the pending operation if it is still ``op_id``; False when someone finished it already."""
+        cursor = self._conn.execute("DELETE FROM controller_operations WHERE stream = ? AND op_id = ?",
+                                    (stream, op_id))
+        return cursor.rowcount == 1
+
+    def forget_history(self, stream: str) -> None:
+        """Drop a deleted stream's epochs and transactions (its segments are gone already)."""
+        self._conn.execute("DELETE FROM controller_epochs WHERE stream = ?", (stream,))
+        self._conn.execute("DELETE FROM controller_txns WHERE stream = ?", (stream,))
+
+
+class StreamMetadataStore:
+    """Controller metadata in ``controller_*`` tables of one SQLite file; safe for several processes.
+
+    It opens its own connection, normally on the file of the
+    :class:`~storage.sqlite_store.SQLiteMetadataStore` (WAL, ``BEGIN IMMEDIATE``, compare-and-set on
+    versions). The two stores do not share transactions: the controller never nests one inside the
+    other (the inner one would wait on the write lock its own thread holds) and relies on persisted
+    intents plus idempotent steps instead of atomicity across them.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = FULL")
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._conn.execute(statement)
+            self._conn.execute("COMMIT")
+        self._reader = _Queries(self._conn)
+
+    @contextmanager
+    def transaction(self) -> Iterator[StreamTransaction]:
+        """One serializable transaction; commit on normal exit, rollback on any exception."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _mapped(exc) from exc
+            try:
+                yield StreamTransaction(self._conn)
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _mapped(exc) from exc
+                raise
+
+    def _read(self, query: Callable[[_Queries], T]) -> T:
+        with self._lock:
+            try:
+                return query(self._reader)
+            except sqlite3.Error as exc:
+                raise _mapped(exc) from exc
+
+    def get_stream(self, name: str) -> StreamRecord | None:
+        return self._read(lambda q: q.get_stream(name))
+
+    def list_streams(self) -> list[StreamRecord]:
+        return self._read(lambda q: q.list_streams())
+
+    def get_epochs(self, stream: str) -> list[EpochRecord]:
+        return self._read(lambda q: q.get_epochs(stream))
+
+    def get_txn(self, stream: str, txn_id: TxnId) -> TxnRecord | None:
+        return self._read(lambda q: q.get_txn(stream, txn_id))
+
+    def list_txns(self, stream: str, states: Sequence[TxnState] | None = None) -> list[TxnRecord]:
+        return self._read(lambda q: q.list_txns(stream, states))
+
+    def get_operation(self, stream: str) -> Operation | None:
+        return self._read(lambda q: q.get_operation(stream))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _mapped(exc: sqlite3.Error) -> MetadataError:
+    if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in (
+            sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return MetadataUnavailableError(f"controller store busy: {exc}")
+    return MetadataError(f"controller store error: {exc}")

@@ -1,0 +1,289 @@
+"""Linearised, crash-idempotent execution of a stream's scale, commit, seal and delete operations."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+
+from segments.chunked import ChunkedSegmentStorage
+from segments.controller_store import StreamMetadataStore, StreamTransaction
+from segments.errors import SegmentExistsError, SegmentNotFoundError
+from segments.ids import SegmentId, TxnId, segment_name
+from segments.stream_errors import StreamBusyError, StreamNotFoundError, TxnNotFoundError, TxnStateError
+from segments.stream_model import EpochRecord, StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState
+from segments.stream_plans import CommitPlan, Operation, Plan, ScalePlan, SealPlan
+
+logger = logging.getLogger(__name__)
+
+#: Called with a step's name before the step runs; tests crash the process from it.
+CrashHook = Callable[[str], None]
+Planner = Callable[[StreamTransaction], Plan | None]
+#: How many stale operations one request helps to finish before giving up.
+_MAX_HELPS = 3
+
+
+class _Superseded(Exception):
+    """Another executor finished this operation; a lagging one stops instead of redoing steps."""
+
+
+class StreamOperations:
+    """Runs a stream's one pending operation to completion, for the request that made it or a retry.
+
+    Linearisation: a request plans its operation and records it as the stream's pending operation
+    in one controller transaction; a stream has at most one. A second request meanwhile is rejected
+    with :class:`StreamBusyError` unless it is the same request retried (it resumes the pending
+    operation) or the pending one is older than ``takeover_after_s`` (its executor is presumed dead:
+    the request finishes it first, then plans its own).
+
+    Crash idempotence: the persisted plan fixes every name and epoch up front; each step is
+    idempotent (create skips what exists, seal is a no-op when sealed, a merge whose source is gone
+    is done, delete of a deleted segment is harmless); the last step, one controller transaction,
+    drops the pending operation and applies the plan's metadata. Executing a plan again, even
+    concurrently, converges on the same state.
+    """
+
+    def __init__(self, segments: ChunkedSegmentStorage, store: StreamMetadataStore, *,
+                 crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
+                 takeover_after_s: float = 300.0) -> None:
+        self.segments = segments
+        self.store = store
+        self.crash_hook = crash_hook
+        self.clock = clock
+        self.takeover_after_s = takeover_after_s
+
+    def run(self, stream: str, planner: Planner, matches: Callable[[Plan], bool]) -> Operation | None:
+        """Plan and execute an operation, or resume a pending one ``matches`` accepts; None if nothing to do."""
+        for _ in range(_MAX_HELPS):
+            op: Operation | None = None
+            with self.store.transaction() as txn:
+                pending = txn.get_operation(stream)
+                if pending is None:
+                    plan = planner(txn)
+                    if plan is None:
+                        return None
+                    op = txn.put_operation(Operation(stream, uuid.uuid4().hex, plan, self.clock()))
+            if op is not None:
+                logger.info("stream operation started stream=%s op=%s: %s", stream, op.op_id, op.plan.describe())
+                self.execute(op)
+                return op
+            assert pending is not None
+            if matches(pending.plan):
+                self.execute(pending)
+                return pending
+            if self.clock() - pending.started_at < self.takeover_after_s:
+                raise StreamBusyError(stream, pending.plan.describe())
+            logger.warning("stream %s: finishing stale operation %s first", stream, pending.op_id)
+            self.execute(pending)
+        raise StreamBusyError(stream, "a sequence of stale operations")
+
+    def recover(self, stream: str) -> Operation | None:
+        """Finish the stream's pending operation, if any (what a restarted controller runs)."""
+        pending = self.store.get_operation(stream)
+        if pending is not None:
+            self.execute(pending)
+        return pending
+
+    def execute(self, op: Operation) -> None:
+        """Drive ``op`` to completion; safe to call again after a crash, or while another executor runs it."""
+        plan = op.plan
+        logger.info("stream operation executing stream=%s op=%s: %s", op.stream, op.op_id, plan.describe())
+        try:
+            if isinstance(plan, ScalePlan):
+                self._scale(op, plan)
+            elif isinstance(plan, CommitPlan):
+                self._commit(op, plan)
+            elif isinstance(plan, SealPlan):
+                self._seal(op)
+            else:
+                self._delete(op)
+        except _Superseded:
+            logger.info("stream operation finished elsewhere stream=%s op=%s", op.stream, op.op_id)
+
+    def step(self, op: Operation, name: str) -> None:
+        """A point between steps: the crash hook runs here, and a lagging executor stops here."""
+        if self.crash_hook is not None:
+            self.crash_hook(name)
+        current = self.store.get_operation(op.stream)
+        if current is None or current.op_id != op.op_id:
+            raise _Superseded(op.op_id)
+
+    def _finish(self, op: Operation, update: Callable[[StreamTransaction], None]) -> None:
+        self.step(op, "finish")
+        with self.store.transaction() as txn:
+            if not txn.delete_operation(op.stream, op.op_id):
+                raise _Superseded(op.op_id)
+            update(txn)
+        logger.info("stream operation finished stream=%s op=%s: %s", op.stream, op.op_id, op.plan.describe())
+
+    def history(self, stream: str) -> StreamHistory:
+        epochs = self.store.get_epochs(stream)
+        if not epochs:
+            raise StreamNotFoundError(f"no stream {stream!r}")
+        return StreamHistory(epochs)
+
+    def _scale(self, op: Operation, plan: ScalePlan) -> None:
+        before = self.history(op.stream).at(plan.epoch.epoch - 1)
+        for segment in plan.epoch.segments:
+            if segment.id not in before.segment_ids:
+                self.step(op, "scale:create")
+                self.create_segment(op.stream, segment.id)
+        for sealed in plan.seal:
+            self.step(op, "scale:seal")
+            self.segments.seal(segment_name(op.stream, sealed))
+        self._finish(op, lambda txn: _activate(txn, op.stream, plan.epoch))
+
+    def _commit(self, op: Operation, plan: CommitPlan) -> None:
+        txns = [self._txn(op.stream, txn_id) for txn_id in plan.txns]
+        if plan.rolled is None:
+            active = self.history(op.stream).at(plan.active)
+            self._merge_all(op, txns, active)
+        else:
+            duplicate_txn_epoch, duplicate_active = plan.rolled
+            self._create_epoch(op, duplicate_txn_epoch)
+            self._merge_all(op, txns, duplicate_txn_epoch)
+            self._seal_epoch(op, duplicate_txn_epoch)
+            self._create_epoch(op, duplicate_active)
+            self._seal_epoch(op, self.history(op.stream).at(plan.active))
+
+        def update(txn: StreamTransaction) -> None:
+            if plan.rolled is not None:
+                txn.put_epoch(op.stream, plan.rolled[0])
+                _activate(txn, op.stream, plan.rolled[1])
+            for txn_id in plan.txns:
+                record = txn.get_txn(op.stream, txn_id)
+                if record is not None:
+                    txn.put_txn(replace(record, state=TxnState.COMMITTED))
+
+        self._finish(op, update)
+
+    def _merge_all(self, op: Operation, txns: list[TxnRecord], into: EpochRecord) -> None:
+        # Transactions in commit order, so their bytes land in the parents in that order.
+        for record in txns:
+            for parent in record.parents:
+                self.step(op, "commit:merge")
+                target = segment_name(op.stream, into.by_number(parent.number).id)
+                self.merge(target, record.segment_for(parent.number))
+
+    def _create_epoch(self, op: Operation, epoch: EpochRecord) -> None:
+        for segment in epoch.segments:
+            self.step(op, "commit:create")
+            self.create_segment(op.stream, segment.id)
+
+    def _seal_epoch(self, op: Operation, epoch: EpochRecord) -> None:
+        for segment in epoch.segments:
+            self.step(op, "commit:seal")
+            self.segments.seal(segment_name(op.stream, segment.id))
+
+    def _seal(self, op: Operation) -> None:
+        for record in self.store.list_txns(op.stream, [TxnState.OPEN, TxnState.ABORTING]):
+            self.step(op, "seal:abort")
+            self.discard_txn(op.stream, record.txn_id)
+        self._seal_epoch(op, self.history(op.stream).active)
+
+        def update(txn: StreamTransaction) -> None:
+            stream = _stream(txn, op.stream)
+            txn.put_stream(replace(stream, state=StreamState.SEALED))
+
+        self._finish(op, update)
+
+    def _delete(self, op: Operation) -> None:
+        for record in self.store.list_txns(op.stream):
+            if record.state not in (TxnState.COMMITTED, TxnState.ABORTED):
+                self.step(op, "delete:abort")
+                self.discard_txn(op.stream, record.txn_id, force=True)
+        for segment in self.history(op.stream).all_segments():
+            self.step(op, "delete:segment")
+            self.delete_segment(segment_name(op.stream, segment.id))
+
+        def update(txn: StreamTransaction) -> None:
+            stream = _stream(txn, op.stream)
+            txn.forget_history(op.stream)
+            txn.put_stream(replace(stream, state=StreamState.DELETED))
+
+        self._finish(op, update)
+
+    def _txn(self, stream: str, txn_id: TxnId) -> TxnRecord:
+        record = self.store.get_txn(stream, txn_id)
+        if record is None:
+            raise TxnNotFoundError(f"no transaction {txn_id} in stream {stream!r}")
+        return record
+
+    def create_segment(self, stream: str, segment: SegmentId | str) -> None:
+        """Create a segment unless it exists (a retried or concurrent executor may have created it)."""
+        name = segment if isinstance(segment, str) else segment_name(stream, segment)
+        if self.segments.exists(name):
+            return
+        try:
+            self.segments.create(name, stream=stream)
+        except SegmentExistsError:
+            logger.info("segment %s was created concurrently", name)
+
+    def merge(self, target: str, source: str) -> None:
+        """Seal ``source`` and concat it onto ``target``; an absent source was merged already.
+
+        Only transaction segments are sources, and a commit is accepted only while all of them exist,
+        so absence means an earlier (or concurrent) attempt merged it.
+        """
+        if not self.segments.exists(source):
+            return
+        try:
+            self.segments.seal(source)
+            self.segments.concat(target, source)
+        except SegmentNotFoundError as exc:
+            if exc.segment != source:
+                raise
+            logger.info("segment %s was merged concurrently", source)
+
+    def delete_segment(self, name: str) -> None:
+        """Delete a segment (its chunks go to the garbage sink); absent or deleted already is fine."""
+        try:
+            self.segments.delete(name)
+        except SegmentNotFoundError:
+            logger.info("segment %s is gone already", name)
+
+    def discard_txn(self, stream: str, txn_id: TxnId, *, force: bool = False) -> TxnRecord:
+        """Abort: seal and delete the transaction's segments, idempotently. ``force`` also takes COMMITTING ones.
+
+        A merged transaction segment has no header any more (concat dropped it) and its chunk rows
+        name the parent, so deleting the transaction's segment names can never reach merged chunks.
+        """
+        with self.store.transaction() as txn:
+            record = txn.get_txn(stream, txn_id)
+            if record is None:
+                raise TxnNotFoundError(f"no transaction {txn_id} in stream {stream!r}")
+            allowed = {TxnState.OPEN, TxnState.ABORTING} | ({TxnState.COMMITTING} if force else set())
+            if record.state is TxnState.ABORTED:
+                return record
+            if record.state not in allowed:
+                raise TxnStateError(f"transaction {txn_id} is {record.state.value}; it cannot be aborted")
+            if record.state is not TxnState.ABORTING:
+                record = txn.put_txn(replace(record, state=TxnState.ABORTING))
+        for name in record.segment_names():
+            try:
+                self.segments.seal(name)
+            except SegmentNotFoundError:
+                continue  # never created, deleted by an earlier attempt, or (forced) merged already
+            self.delete_segment(name)
+        with self.store.transaction() as txn:
+            current = txn.get_txn(stream, txn_id)
+            if current is not None and current.state is TxnState.ABORTING:
+                current = txn.put_txn(replace(current, state=TxnState.ABORTED))
+        logger.info("transaction aborted stream=%s txn=%s", stream, txn_id)
+        return current or record
+
+
+def _stream(txn: StreamTransaction, stream: str) -> StreamRecord:
+    record = txn.get_stream(stream)
+    if record is None:
+        raise StreamNotFoundError(f"no stream {stream!r}")
+    return record
+
+
+def _activate(txn: StreamTransaction, stream: str, epoch: EpochRecord) -> None:
+    """Add ``epoch`` to the history and make it the active one."""
+    txn.put_epoch(stream, epoch)
+    record = _stream(txn, stream)
+    txn.put_stream(replace(record, active_epoch=epoch.epoch))

@@ -1,0 +1,118 @@
+"""The pending-operation records of a stream (scale, commit, seal, delete) and their JSON form."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from segments.ids import SegmentId, TxnId
+from segments.stream_model import EpochRecord, KeyRange, StreamSegment
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """Seal ``seal`` and activate ``epoch``, which holds the successors over ``new_ranges``."""
+
+    seal: tuple[SegmentId, ...]
+    new_ranges: tuple[tuple[float, float], ...]
+    epoch: EpochRecord
+
+    def describe(self) -> str:
+        return f"scale to epoch {self.epoch.epoch} sealing {[str(s) for s in self.seal]}"
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """Commit ``txns`` (all of reference epoch ``txn_epoch``, in commit order).
+
+    ``rolled`` is None when the active epoch ``active`` shares the transactions' reference epoch:
+    each transaction segment merges into the active segment with its primary. Otherwise it holds
+    the two duplicate epochs of a rolling commit: the transactions' epoch duplicated (they merge
+    into it, then it is sealed) and the active epoch duplicated (the new active epoch).
+    """
+
+    txn_epoch: int
+    txns: tuple[TxnId, ...]
+    active: int
+    rolled: tuple[EpochRecord, EpochRecord] | None = None
+
+    def describe(self) -> str:
+        mode = "rolling" if self.rolled else "in-place"
+        return f"{mode} commit of {len(self.txns)} transaction(s) of epoch {self.txn_epoch}"
+
+
+@dataclass(frozen=True)
+class SealPlan:
+    """Abort open transactions and seal the active segments."""
+
+    def describe(self) -> str:
+        return "seal"
+
+
+@dataclass(frozen=True)
+class DeletePlan:
+    """Delete every segment of every epoch and every unfinished transaction's segments."""
+
+    def describe(self) -> str:
+        return "delete"
+
+
+Plan = ScalePlan | CommitPlan | SealPlan | DeletePlan
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The one pending operation a stream may have: the persisted intent that a retry or recovery resumes."""
+
+    stream: str
+    op_id: str
+    plan: Plan
+    started_at: float
+    version: int = 0
+
+
+def epoch_to_dict(record: EpochRecord) -> dict[str, Any]:
+    return {"epoch": record.epoch, "reference": record.reference, "created_at": record.created_at,
+            "segments": [[s.id.value, s.key_range.start, s.key_range.end] for s in record.segments]}
+
+
+def epoch_from_dict(data: dict[str, Any]) -> EpochRecord:
+    segments = tuple(StreamSegment(SegmentId.from_value(int(value)), KeyRange(float(start), float(end)))
+                     for value, start, end in data["segments"])
+    return EpochRecord(int(data["epoch"]), int(data["reference"]), segments, float(data["created_at"]))
+
+
+def plan_to_json(plan: Plan) -> str:
+    data: dict[str, Any]
+    if isinstance(plan, ScalePlan):
+        data = {"kind": "scale", "seal": [s.value for s in plan.seal],
+                "new_ranges": [list(r) for r in plan.new_ranges], "epoch": epoch_to_dict(plan.epoch)}
+    elif isinstance(plan, CommitPlan):
+        data = {"kind": "commit", "txn_epoch": plan.txn_epoch, "txns": [t.hex for t in plan.txns],
+                "active": plan.active,
+                "rolled": None if plan.rolled is None else [epoch_to_dict(e) for e in plan.rolled]}
+    elif isinstance(plan, SealPlan):
+        data = {"kind": "seal"}
+    else:
+        data = {"kind": "delete"}
+    return json.dumps(data, sort_keys=True)
+
+
+def plan_from_json(text: str) -> Plan:
+    data = json.loads(text)
+    kind = data["kind"]
+    if kind == "scale":
+        return ScalePlan(tuple(SegmentId.from_value(int(v)) for v in data["seal"]),
+                         tuple((float(s), float(e)) for s, e in data["new_ranges"]),
+                         epoch_from_dict(data["epoch"]))
+    if kind == "commit":
+        rolled = data["rolled"]
+        return CommitPlan(int(data["txn_epoch"]), tuple(TxnId.from_hex(t) for t in data["txns"]),
+                          int(data["active"]),
+                          None if rolled is None else (epoch_from_dict(rolled[0]), epoch_from_dict(rolled[1])))
+    if kind == "seal":
+        return SealPlan()
+    if kind == "delete":
+        return DeletePlan()
+    raise ValueError(f"unknown operation kind {kind!r}")

@@ -1,0 +1,251 @@
+"""The stream controller (PDP-24): streams over segments, scaling by epochs, transactions, seal and delete."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from schemas.streams import RetentionPolicy, RetentionType
+from segments.chunked import ChunkedSegmentStorage
+from segments.controller_store import StreamMetadataStore, StreamTransaction
+from segments.ids import SegmentId, TxnId, qualified_stream, segment_name, split_stream
+from segments.operations import CrashHook, StreamOperations
+from segments.stream_errors import (
+    StreamExistsError,
+    StreamNotFoundError,
+    StreamNotSealedError,
+    StreamSealedError,
+)
+from segments.stream_model import (
+    EpochRecord,
+    KeyRange,
+    StreamHistory,
+    StreamRecord,
+    StreamSegment,
+    StreamState,
+    TxnRecord,
+    TxnState,
+    initial_epoch,
+    plan_scale,
+    scaled_epoch,
+)
+from segments.stream_plans import DeletePlan, Operation, Plan, ScalePlan, SealPlan
+from segments.transactions import TransactionCoordinator
+
+logger = logging.getLogger(__name__)
+
+NO_RETENTION = RetentionPolicy(RetentionType.NONE)
+
+
+class StreamController:
+    """Streams, scaling and transactions over a :class:`ChunkedSegmentStorage`.
+
+    Segment bytes and layouts live in the segment storage (and its metadata store); streams,
+    the history table, transactions and pending operations in a :class:`StreamMetadataStore`,
+    normally the same SQLite file. Scale, commit, seal and delete of one stream are linearised and
+    crash-idempotent (see :class:`~segments.operations.StreamOperations`); a conflicting request
+    while another is in progress gets :class:`~segments.stream_errors.StreamBusyError`.
+    Stream arguments are qualified names ``scope/stream``.
+
+    Examples
+    --------
+    >>> controller = StreamController(segments, StreamMetadataStore(store.path))  # doctest: +SKIP
+    >>> controller.create_stream("scope", "orders", 2)  # doctest: +SKIP
+    >>> first, second = controller.active_segments("scope/orders")  # doctest: +SKIP
+    >>> controller.scale("scope/orders", [first.id], [(0.0, 0.25), (0.25, 0.5)])  # doctest: +SKIP
+    """
+
+    def __init__(self, segments: ChunkedSegmentStorage, store: StreamMetadataStore, *,
+                 crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
+                 takeover_after_s: float = 300.0) -> None:
+        self.segments = segments
+        self.store = store
+        self.ops = StreamOperations(segments, store, crash_hook=crash_hook, clock=clock,
+                                    takeover_after_s=takeover_after_s)
+        self.txns = TransactionCoordinator(self.ops)
+
+    @classmethod
+    def beside(cls, segments: ChunkedSegmentStorage, path: str | os.PathLike[str], *,
+               crash_hook: CrashHook | None = None) -> StreamController:
+        """A controller whose tables live in the SQLite file at ``path`` (normally the segment store's)."""
+        return cls(segments, StreamMetadataStore(path), crash_hook=crash_hook)
+
+    def create_stream(self, scope: str, stream: str, initial_segments: int,
+                      policy: RetentionPolicy = NO_RETENTION) -> StreamRecord:
+        """A stream whose epoch 0 splits the key space evenly over ``initial_segments`` segments.
+
+        Creating it again with the same segment count is harmless (a retry); a deleted stream's
+        name may be reused.
+        """
+        name = qualified_stream(scope, stream)
+        epoch = initial_epoch(initial_segments, self.ops.clock())
+        with self.store.transaction() as txn:
+            existing = txn.get_stream(name)
+            if existing is not None and existing.state is not StreamState.DELETED:
+                if len(txn.get_epochs(name)[0].segments) != initial_segments:
+                    raise StreamExistsError(f"stream {name!r} exists with another segment count")
+                record = existing
+            else:
+                record = txn.put_stream(StreamRecord(scope, stream, policy, created_at=self.ops.clock(),
+                                                     version=existing.version if existing else 0))
+                txn.put_epoch(name, epoch)
+        # Rows first: a crash before every segment exists is finished by the retry.
+        for segment in epoch.segments:
+            self.ops.create_segment(name, segment.id)
+        logger.info("stream created stream=%s segments=%d", name, initial_segments)
+        return record
+
+    def scale(self, stream: str, seal: Sequence[SegmentId | int],
+              new_ranges: Sequence[tuple[float, float]]) -> EpochRecord:
+        """Seal ``seal`` and create successors over ``new_ranges`` in a new epoch; returns that epoch.
+
+        The new ranges must exactly cover the sealed segments' ranges. Open transactions do not
+        hold a scale up (they roll on commit). Retrying a scale that completed returns its epoch.
+        """
+        ids = tuple(s if isinstance(s, SegmentId) else SegmentId.from_value(s) for s in seal)
+        ranges = tuple((float(start), float(end)) for start, end in new_ranges)
+
+        def planner(txn: StreamTransaction) -> Plan | None:
+            _writable(txn, stream)
+            history = StreamHistory(txn.get_epochs(stream))
+            if scaled_epoch(history, ids, ranges) is not None:
+                return None
+            return ScalePlan(ids, ranges, plan_scale(history, ids, ranges, self.ops.clock()))
+
+        def matches(plan: Plan) -> bool:
+            return isinstance(plan, ScalePlan) and (set(plan.seal), sorted(plan.new_ranges)) == (
+                set(ids), sorted(ranges))
+
+        op = self.ops.run(stream, planner, matches)
+        if op is not None and isinstance(op.plan, ScalePlan):
+            return op.plan.epoch
+        done = scaled_epoch(self.history(stream), ids, ranges)
+        assert done is not None, "a scale without an operation has completed before"
+        return done
+
+    def seal_stream(self, stream: str) -> StreamRecord:
+        """Abort open transactions and seal every active segment; refused while commits are pending."""
+
+        def planner(txn: StreamTransaction) -> Plan | None:
+            record = _existing(txn, stream)
+            if record.state is StreamState.SEALED:
+                return None
+            if txn.list_txns(stream, [TxnState.COMMITTING]):
+                raise StreamSealedError(f"stream {stream!r} has commits in progress; finish them first")
+            return SealPlan()
+
+        self.ops.run(stream, planner, lambda plan: isinstance(plan, SealPlan))
+        return self.get_stream(stream)
+
+    def delete_stream(self, stream: str) -> None:
+        """Delete every segment of a sealed stream (chunks go to the garbage sink) and forget its history."""
+
+        def planner(txn: StreamTransaction) -> Plan | None:
+            record = txn.get_stream(stream)
+            if record is None or record.state is StreamState.DELETED:
+                return None
+            if record.state is not StreamState.SEALED:
+                raise StreamNotSealedError(f"stream {stream!r} must be sealed before it is deleted")
+            return DeletePlan()
+
+        self.ops.run(stream, planner, lambda plan: isinstance(plan, DeletePlan))
+        logger.info("stream deleted stream=%s", stream)
+
+    def recover(self, stream: str) -> Operation | None:
+        """Finish the stream's pending operation, if any; what a restarted controller runs first."""
+        return self.ops.recover(stream)
+
+    def create_txn(self, stream: str) -> TxnRecord:
+        """A transaction against the active epoch's reference epoch: one segment per parent."""
+        return self.txns.create_txn(stream)
+
+    def commit_txn(self, txn: TxnRecord) -> TxnRecord:
+        """Commit ``txn``: merged into the active segments, or rolled into duplicate epochs (PDP-24)."""
+        return self.txns.commit_txn(txn)
+
+    def request_commit(self, txn: TxnRecord) -> TxnRecord:
+        """Mark ``txn`` committing only; the next commit of its epoch takes it along."""
+        return self.txns.request_commit(txn)
+
+    def abort_txn(self, txn: TxnRecord) -> TxnRecord:
+        """Seal and delete ``txn``'s segments; their chunks go to the garbage sink (phase 1)."""
+        return self.txns.abort_txn(txn)
+
+    def get_txn(self, stream: str, txn_id: TxnId) -> TxnRecord:
+        return self.txns.get_txn(stream, txn_id)
+
+    def list_txns(self, stream: str, states: Sequence[TxnState] | None = None) -> list[TxnRecord]:
+        return self.store.list_txns(stream, states)
+
+    def get_stream(self, stream: str) -> StreamRecord:
+        record = self.store.get_stream(stream)
+        if record is None or record.state is StreamState.DELETED:
+            raise StreamNotFoundError(f"no stream {stream!r}")
+        return record
+
+    def history(self, stream: str) -> StreamHistory:
+        """The history table: every epoch, fresh or duplicate, the last one active."""
+        self.get_stream(stream)
+        return self.ops.history(stream)
+
+    def active_segments(self, stream: str) -> list[StreamSegment]:
+        return list(self.history(stream).active.segments)
+
+    def segments_at(self, stream: str, epoch: int) -> list[StreamSegment]:
+        return list(self.history(stream).at(epoch).segments)
+
+    def successors(self, stream: str, segment: SegmentId) -> list[StreamSegment]:
+        return self.history(stream).successors(segment)
+
+    def predecessors(self, stream: str, segment: SegmentId) -> list[StreamSegment]:
+        return self.history(stream).predecessors(segment)
+
+    def key_range(self, stream: str, segment: SegmentId) -> KeyRange:
+        return self.history(stream).key_range(segment)
+
+    def segment_for_key(self, stream: str, key: float) -> StreamSegment:
+        """The active segment whose key range holds routing key ``key`` in [0, 1)."""
+        for segment in self.active_segments(stream):
+            if segment.key_range.contains(key):
+                return segment
+        raise ValueError(f"routing key {key} is outside [0, 1)")
+
+    def txn_segment_for_key(self, txn: TxnRecord, key: float) -> str:
+        """The name of ``txn``'s segment that takes routing key ``key``."""
+        reference = self.history(txn.stream).at(txn.epoch)
+        for segment in reference.segments:
+            if segment.key_range.contains(key):
+                return txn.segment_for(segment.id.number)
+        raise ValueError(f"routing key {key} is outside [0, 1)")
+
+    def segment_name(self, stream: str, segment: SegmentId) -> str:
+        split_stream(stream)
+        return segment_name(stream, segment)
+
+    def append(self, segment: str, data: bytes) -> int:
+        """Append ``data`` at the end of ``segment`` as its current owner (a convenience for writers and demos)."""
+        record = self.segments.get_info(segment)
+        handle = self.segments.open_write(segment, record.owner_epoch)
+        return self.segments.write(handle, record.length, data)
+
+    def read_all(self, segment: str) -> bytes:
+        """Every readable byte of ``segment``, from its start offset."""
+        record = self.segments.get_info(segment)
+        return self.segments.read(segment, record.start_offset, record.length - record.start_offset)
+
+
+def _existing(txn: StreamTransaction, stream: str) -> StreamRecord:
+    record = txn.get_stream(stream)
+    if record is None or record.state is StreamState.DELETED:
+        raise StreamNotFoundError(f"no stream {stream!r}")
+    return record
+
+
+def _writable(txn: StreamTransaction, stream: str) -> StreamRecord:
+    record = _existing(txn, stream)
+    if record.state is not StreamState.ACTIVE:
+        raise StreamSealedError(f"stream {stream!r} is sealed")
+    return record
+
