@@ -262,6 +262,8 @@ class StreamOperations:
             if record.state is not TxnState.ABORTING:
                 record = txn.put_txn(replace(record, state=TxnState.ABORTING))
         for name in record.segment_names():
+            if self.crash_hook is not None:
+                self.crash_hook("abort:segment")
             try:
                 self.segments.seal(name)
             except SegmentNotFoundError:

@@ -1,0 +1,187 @@
+"""A process killed between any two steps of a scale, commit or delete; the retry ends where an uncrashed run does."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from segments.chunked import ChunkedSegmentStorage
+from segments.controller_store import StreamMetadataStore
+from segments.garbage import RecordingGarbageSink
+from segments.ids import SegmentId, TxnId
+from segments.operations import CrashHook
+from segments.stream_errors import StreamBusyError
+from segments.stream_model import TxnState
+from segments.streams import StreamController
+from storage.filesystem import FileSystemChunkStorage
+from storage.sqlite_store import SQLiteMetadataStore
+
+from .conftest import ROLLING, STREAM
+
+#: The exit code of a child the crash hook killed.
+CRASHED = 77
+
+
+@contextmanager
+def opened(root: Path, hook: CrashHook | None = None,
+           clock: Callable[[], float] = time.time) -> Iterator[StreamController]:
+    """A controller over the store, tier-2 directory and controller tables under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    store = SQLiteMetadataStore(root / "metadata.db")
+    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(root / "tier2", name="fs-tier2"),
+                                     RecordingGarbageSink(), max_rolling_length=ROLLING)
+    streams = StreamMetadataStore(store.path)
+    try:
+        yield StreamController(segments, streams, crash_hook=hook, clock=clock)
+    finally:
+        streams.close()
+        store.close()
+
+
+def base_stream(controller: StreamController, txns: int) -> None:
+    controller.create_stream("scope", "orders", 2)
+    for n in (0, 1):
+        controller.append(f"{STREAM}/{n}.#epoch.0", b"base-%d-" % n * 2)
+    for i in range(txns):
+        txn = controller.create_txn(STREAM)
+        for segment in txn.segment_names():
+            controller.append(segment, b"txn%d:" % i * 3)
+
+
+def txn(controller: StreamController, counter: int) -> Any:
+    return controller.get_txn(STREAM, TxnId(0, counter))
+
+
+def setup_rolling(controller: StreamController) -> None:
+    base_stream(controller, txns=2)
+    controller.scale(STREAM, [SegmentId(0, 0)], [(0.0, 0.25), (0.25, 0.5)])
+    controller.request_commit(txn(controller, 2))
+
+
+def setup_sealed(controller: StreamController) -> None:
+    setup_rolling(controller)
+    controller.commit_txn(txn(controller, 1))
+    controller.create_txn(STREAM)
+    controller.seal_stream(STREAM)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    setup: Callable[[StreamController], None]
+    run: Callable[[StreamController], object]
+
+
+SCENARIOS = {
+    "scale": Scenario(lambda c: base_stream(c, txns=1),
+                      lambda c: c.scale(STREAM, [SegmentId(0, 0), SegmentId(0, 1)],
+                                        [(0.0, 0.3), (0.3, 0.6), (0.6, 1.0)])),
+    "in-place commit": Scenario(lambda c: (base_stream(c, txns=2), c.request_commit(txn(c, 2))),
+                                lambda c: c.commit_txn(txn(c, 1))),
+    "rolling commit": Scenario(setup_rolling, lambda c: c.commit_txn(txn(c, 1))),
+    "delete stream": Scenario(setup_sealed, lambda c: c.delete_stream(STREAM)),
+    "abort": Scenario(lambda c: base_stream(c, txns=2), lambda c: c.abort_txn(txn(c, 2))),
+}
+
+
+def snapshot(controller: StreamController) -> dict[str, Any]:
+    """Everything a user can observe of the stream, minus timestamps and random chunk names."""
+    store = controller.segments.store
+    streams = controller.store
+    stream = streams.get_stream(STREAM)
+    assert stream is not None
+    segments: dict[str, Any] = {}
+    for name in store.segment_names(STREAM + "/"):
+        record = store.get_segment(name)
+        assert record is not None
+        chunks = sorted((c.start_offset, c.length, c.active) for c in store.list_chunks(name, active_only=False))
+        data = controller.read_all(name) if controller.segments.exists(name) else None
+        segments[name] = (int(record.status), record.start_offset, record.length, chunks, data)
+    return {
+        "stream": (stream.state, stream.active_epoch, stream.txn_counter, stream.commit_counter),
+        "epochs": [(e.epoch, e.reference, [(s.id.value, s.key_range) for s in e.segments])
+                   for e in streams.get_epochs(STREAM)],
+        "txns": [(t.txn_id, t.state, t.commit_order) for t in streams.list_txns(STREAM)],
+        "pending": streams.get_operation(STREAM),
+        "segments": segments,
+    }
+
+
+def _child(root: str, scenario: str, crash_at: int) -> None:
+    calls = 0
+
+    def hook(step: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == crash_at:
+            os._exit(CRASHED)  # no cleanup, no rollback handlers: as a SIGKILL would leave it
+
+    with opened(Path(root), hook) as controller:
+        SCENARIOS[scenario].run(controller)
+
+
+def crash_in_child(root: Path, scenario: str, crash_at: int) -> int | None:
+    # fork: the child starts in milliseconds and opens its own connections to the same files.
+    process = multiprocessing.get_context("fork").Process(target=_child, args=(str(root), scenario, crash_at))
+    process.start()
+    process.join(30)
+    return process.exitcode
+
+
+def reference_run(root: Path, scenario: Scenario) -> tuple[list[str], dict[str, Any]]:
+    with opened(root) as controller:
+        scenario.setup(controller)
+    steps: list[str] = []
+    with opened(root, steps.append) as controller:
+        scenario.run(controller)
+        return steps, snapshot(controller)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_a_crash_between_any_two_steps_then_a_retry_ends_in_the_uncrashed_state(tmp_path: Path, name: str) -> None:
+    scenario = SCENARIOS[name]
+    steps, expected = reference_run(tmp_path / "reference", scenario)
+    assert expected["pending"] is None and len(steps) >= 2
+    for crash_at in range(1, len(steps) + 1):
+        root = tmp_path / f"crash-{crash_at}"
+        with opened(root) as controller:
+            scenario.setup(controller)
+        assert crash_in_child(root, name, crash_at) == CRASHED, f"step {crash_at} ({steps[crash_at - 1]})"
+        with opened(root) as controller:
+            # Abort is not a stream operation: its transaction's ABORTING state is what a retry resumes.
+            assert controller.store.get_operation(STREAM) is not None or name == "abort"
+            if crash_at % 2 or name == "abort":
+                scenario.run(controller)  # the same request again resumes the pending operation
+            else:
+                assert controller.recover(STREAM) is not None  # a restarted controller finishes it
+                scenario.run(controller)  # and the request's retry then changes nothing
+            assert snapshot(controller) == expected, f"crash at step {crash_at} ({steps[crash_at - 1]})"
+
+
+def test_rolling_commit_steps_follow_the_seed(tmp_path: Path) -> None:
+    steps, _ = reference_run(tmp_path, SCENARIOS["rolling commit"])
+    # duplicate the txn epoch, merge both transactions, seal it, duplicate the active epoch, seal the old active.
+    assert steps == ["commit:create"] * 2 + ["commit:merge"] * 4 + ["commit:seal"] * 2 + ["commit:create"] * 3 + [
+        "commit:seal"] * 3 + ["finish"]
+
+
+def test_a_stale_operation_blocks_others_until_taken_over(tmp_path: Path) -> None:
+    with opened(tmp_path) as controller:
+        base_stream(controller, txns=1)
+    assert crash_in_child(tmp_path, "scale", crash_at=3) == CRASHED
+    with opened(tmp_path) as controller:
+        with pytest.raises(StreamBusyError, match="scale to epoch 1"):
+            controller.commit_txn(txn(controller, 1))
+        assert txn(controller, 1).state is TxnState.COMMITTING  # marked; it waits for the stream
+    with opened(tmp_path, clock=lambda: time.time() + 3600) as controller:
+        controller.commit_txn(txn(controller, 1))  # the scale is stale: finished first, then the commit rolls
+        history = controller.history(STREAM)
+        assert [(e.epoch, e.reference) for e in history.epochs] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+        assert controller.read_all(f"{STREAM}/0.#epoch.2") == b"txn0:" * 3
