@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from schemas.streams import RetentionPolicy, RetentionType
 from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import StreamMetadataStore, StreamTransaction
-from segments.ids import SegmentId, TxnId, qualified_stream, segment_name, split_stream
+from segments.ids import SegmentId, TxnId, qualified_stream, segment_name
 from segments.operations import CrashHook, StreamOperations
 from segments.stream_errors import (
+    StreamBusyError,
     StreamExistsError,
     StreamNotFoundError,
     StreamNotSealedError,
@@ -126,14 +127,16 @@ class StreamController:
         return done
 
     def seal_stream(self, stream: str) -> StreamRecord:
-        """Abort open transactions and seal every active segment; refused while commits are pending."""
+        """Abort open transactions and seal every active segment; refused while commits are requested."""
 
         def planner(txn: StreamTransaction) -> Plan | None:
             record = _existing(txn, stream)
             if record.state is StreamState.SEALED:
                 return None
-            if txn.list_txns(stream, [TxnState.COMMITTING]):
-                raise StreamSealedError(f"stream {stream!r} has commits in progress; finish them first")
+            committing = txn.list_txns(stream, [TxnState.COMMITTING])
+            if committing:
+                # They would be stranded: a sealed stream takes no commits. Commit them, then seal.
+                raise StreamBusyError(stream, f"{len(committing)} requested commit(s)")
             return SealPlan()
 
         self.ops.run(stream, planner, lambda plan: isinstance(plan, SealPlan))
@@ -221,7 +224,6 @@ class StreamController:
         raise ValueError(f"routing key {key} is outside [0, 1)")
 
     def segment_name(self, stream: str, segment: SegmentId) -> str:
-        split_stream(stream)
         return segment_name(stream, segment)
 
     def append(self, segment: str, data: bytes) -> int:

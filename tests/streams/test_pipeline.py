@@ -13,7 +13,9 @@ from segments.controller_store import StreamMetadataStore
 from segments.errors import SegmentNotFoundError
 from segments.ids import SegmentId
 from segments.stream_errors import TxnStateError
+from segments.stream_model import TxnState
 from segments.streams import StreamController
+from segments.walkthrough import run_txn_walkthrough
 from storage.metadata import ChunkRecord
 from tests.deletion.conftest import Pipeline, outcomes
 
@@ -101,29 +103,21 @@ def test_a_committed_transactions_chunks_survive_forgeries_and_late_deletes(
     assert [controller.read_all(owner) for owner in owners] == [b"c" * 40] * 2
 
 
-def test_demo_sequence_scale_commit_across_it_abort_another_then_delete(pipeline: Pipeline,
-                                                                      controller: StreamController) -> None:
+def test_demo_walkthrough_then_delete_the_stream(pipeline: Pipeline, controller: StreamController) -> None:
     binding = pipeline.bindings.get("fs-tier2")
-    controller.create_stream("scope", "orders", 2)
-    committed, aborted = controller.create_txn(STREAM), controller.create_txn(STREAM)
-    for key, payload in ((0.1, b"order-1;"), (0.7, b"order-2;")):
-        controller.append(controller.txn_segment_for_key(committed, key), payload * 4)
-        controller.append(controller.txn_segment_for_key(aborted, key), b"cancelled;" * 4)
-    low = controller.segment_for_key(STREAM, 0.1).id
-    controller.scale(STREAM, [low], [(0.0, 0.25), (0.25, 0.5)])
-    controller.commit_txn(committed)  # rolls across the scale
-    doomed = {c.name for c in layouts(controller, aborted.segment_names())}
-    controller.abort_txn(aborted)
+    walk = run_txn_walkthrough(controller, "scope", "orders")
+    doomed = {c.name for c in walk.aborted_chunks}
+    assert doomed and walk.committed.state is TxnState.COMMITTED and walk.aborted.state is TxnState.ABORTED
 
     worker = pipeline.worker()
-    pipeline.drain(worker, lambda rs: outcomes(rs).get("deleted", 0) >= len(doomed))
+    reports = pipeline.drain(worker, lambda rs: outcomes(rs).get("deleted", 0) >= len(doomed))
+    assert outcomes(reports) == {"deleted": len(doomed)}
     assert doomed.isdisjoint(binding.iter_names())
-    assert controller.read_all(f"{STREAM}/0.#epoch.2") == b"order-1;" * 4
-    assert controller.read_all(f"{STREAM}/1.#epoch.2") == b"order-2;" * 4
+    assert [controller.read_all(s) for s in walk.committed_segments] == list(walk.committed_bytes)
 
     live = set(binding.iter_names())
-    assert live
     controller.seal_stream(STREAM)
     controller.delete_stream(STREAM)
-    pipeline.drain(worker, lambda rs: outcomes(rs).get("deleted", 0) >= len(live))
+    reports = pipeline.drain(worker, lambda rs: outcomes(rs).get("deleted", 0) >= len(live))
+    assert outcomes(reports) == {"deleted": len(live)}
     assert set(binding.iter_names()) == set()

@@ -12,6 +12,7 @@ from segments.ids import SegmentId, TxnId
 from segments.stream_errors import StreamBusyError, TxnStateError
 from segments.stream_model import TxnRecord, TxnState
 from segments.streams import StreamController
+from segments.walkthrough import run_txn_walkthrough
 
 from .conftest import STREAM
 
@@ -217,3 +218,39 @@ def test_scale_and_commit_are_linearised(segments: ChunkedSegmentStorage, contro
     assert controller.commit_txn(txn).state is TxnState.COMMITTED  # marked before: now it rolls
     assert [(e.epoch, e.reference) for e in controller.history(STREAM).epochs] == [(0, 0), (1, 1), (2, 0), (3, 1)]
     assert late.epoch == 0
+
+
+def test_routing_keys_pick_segments_and_transaction_segments(controller: StreamController) -> None:
+    controller.create_stream("scope", "orders", 2)
+    txn = controller.create_txn(STREAM)
+    controller.scale(STREAM, [SegmentId(0, 0)], [(0.0, 0.25), (0.25, 0.5)])
+    assert str(controller.segment_for_key(STREAM, 0.3).id) == "3.#epoch.1"
+    assert str(controller.segment_for_key(STREAM, 0.5).id) == "1.#epoch.0"
+    # The transaction routes by its own (reference) epoch's ranges.
+    assert controller.txn_segment_for_key(txn, 0.3) == txn.segment_for(0)
+    with pytest.raises(ValueError):
+        controller.segment_for_key(STREAM, 1.0)
+
+
+def test_walkthrough_commits_across_a_scale_and_aborts(controller: StreamController,
+                                                       sink: RecordingGarbageSink) -> None:
+    walk = run_txn_walkthrough(controller, "scope", "orders", payload=b"e;")
+    assert walk.stream == STREAM and walk.scaled_to.epoch == 1
+    assert walk.committed.state is TxnState.COMMITTED and walk.aborted.state is TxnState.ABORTED
+    assert walk.committed_segments == (f"{STREAM}/0.#epoch.2", f"{STREAM}/1.#epoch.2")
+    assert walk.committed_bytes == (b"committed:" + b"e;" * 8,) * 2
+    assert set(sink.names()) == {c.name for c in walk.aborted_chunks}
+
+
+def test_seal_waits_for_requested_commits_and_aborts_open_transactions(controller: StreamController,
+                                                                       sink: RecordingGarbageSink) -> None:
+    controller.create_stream("scope", "orders", 1)
+    pending, open_txn = controller.create_txn(STREAM), controller.create_txn(STREAM)
+    fill(controller, open_txn, b"OOOO")
+    controller.request_commit(pending)
+    with pytest.raises(StreamBusyError, match="requested commit"):
+        controller.seal_stream(STREAM)
+    controller.commit_txn(pending)
+    controller.seal_stream(STREAM)
+    assert controller.get_txn(STREAM, open_txn.txn_id).state is TxnState.ABORTED
+    assert sink.names() and not controller.segments.exists(open_txn.segment_for(0))
