@@ -66,7 +66,6 @@ class StreamOperations:
                         return None
                     op = txn.put_operation(Operation(stream, uuid.uuid4().hex, plan, self.clock()))
             if op is not None:
-                logger.info("stream operation started stream=%s op=%s: %s", stream, op.op_id, op.plan.describe())
                 self.execute(op)
                 return op
             assert pending is not None

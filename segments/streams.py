@@ -73,6 +73,10 @@ class StreamController:
         """A controller whose tables live in the SQLite file at ``path`` (normally the segment store's)."""
         return cls(segments, StreamMetadataStore(path), crash_hook=crash_hook)
 
+    def close(self) -> None:
+        """Close the controller store (the segment storage and its metadata store are the caller's)."""
+        self.store.close()
+
     def create_stream(self, scope: str, stream: str, initial_segments: int,
                       policy: RetentionPolicy = NO_RETENTION) -> StreamRecord:
         """A stream whose epoch 0 splits the key space evenly over ``initial_segments`` segments.
