@@ -86,11 +86,35 @@ class DeletionWorker:
         self._producer = producer or RecordProducer(config.bootstrap, "idempotent-producer")
         self._consumer = Consumer(config.consumer_config())
         self._held: dict[Partition, float] = {}
-        self._consumer.subscribe(list(config.topics.deletion_inputs), on_revoke=self._on_revoke)
+        self._assigned: set[Partition] = set()
+        self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned.update((tp.topic, tp.partition) for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
+            self._assigned.discard((tp.topic, tp.partition))
+
+    @property
+    def assigned(self) -> int:
+        """How many partitions the group has given this worker, as its rebalance callbacks last said.
+
+        Safe to read from any thread, unlike ``Consumer.assignment()``, which can block behind a
+        ``consume`` running on the consumer's own thread.
+        """
+        return len(self._assigned)
+
+    def wait_for_assignment(self, timeout_s: float = 30.0) -> bool:
+        """Poll (handling whatever arrives) until the group has given this worker partitions."""
+        deadline = time.monotonic() + timeout_s
+        while not self.assigned:
+            if time.monotonic() >= deadline:
+                return False
+            self.run_once()
+        return True
 
     def run(self, stop: threading.Event) -> None:
         """Poll and handle batches until ``stop`` is set; the batch in flight always finishes."""

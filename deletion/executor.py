@@ -168,31 +168,39 @@ class DeletionExecutor:
             return [DeleteResult(name, DeleteOutcome.FAILED, exc) for name in names]
         return results
 
-    def _drop_copies(self, gone: list[PendingDeleteLedgerInfo], rows: dict[str, ChunkRecord]) -> StorageError | None:
-        """Remove each deleted copy from its chunk row, and rows left with no copy, in one transaction."""
-        copies: dict[str, set[tuple[str, str | None, str]]] = defaultdict(set)
+    def _drop_copies(self, gone: list[PendingDeleteLedgerInfo],
+                     rows: dict[str, ChunkRecord]) -> StorageError | None:
+        """Remove each deleted copy from its chunk row, and rows left with no copy, in one transaction.
+
+        A row read with a single copy is removed outright; only rows with two copies are re-read
+        and rewritten, so a batch costs one query and one delete, not a read per row.
+        """
+        whole: list[str] = []
+        partial: dict[str, set[tuple[str, str | None, str]]] = defaultdict(set)
         for info in gone:
-            if info.chunk_name in rows:
-                copies[info.chunk_name].add((info.storage_binding, info.location.bucket, info.location.key))
-        if not copies:
+            row = rows.get(info.chunk_name)
+            if row is None:
+                continue
+            if len(row.locations) == 1:
+                whole.append(info.chunk_name)
+            else:
+                partial[info.chunk_name].add((info.storage_binding, info.location.bucket, info.location.key))
+        if not whole and not partial:
             return None
         try:
             for attempt in self._retry.retrying(StorageError):
                 with attempt:
-                    self._drop_copies_once(copies)
+                    self._drop_copies_once(whole, partial)
         except StorageError as exc:
             log.warning("chunk rows not cleaned after delete (will retry the records): %s", exc)
             return exc
         return None
 
-    def _drop_copies_once(self, copies: dict[str, set[tuple[str, str | None, str]]]) -> None:
+    def _drop_copies_once(self, whole: list[str], partial: dict[str, set[tuple[str, str | None, str]]]) -> None:
         with self._store.transaction() as txn:
-            current = txn.get_chunks(copies)
-            emptied = []
-            for name, dropped in copies.items():
-                row = current.get(name)
-                if row is None:
-                    continue
+            emptied = list(whole)
+            for name, row in txn.get_chunks(partial).items():
+                dropped = partial[name]
                 left = tuple(loc for loc in row.locations if (loc.binding, loc.bucket, loc.key) not in dropped)
                 if left:
                     txn.put_chunk(replace(row, locations=left))

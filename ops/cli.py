@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(worker)
     worker.add_argument("--group-id", help="consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
     worker.add_argument("--instance-id", help="static group membership id (RECLAIM_INSTANCE_ID)")
+    worker.add_argument("--consumers", type=int,
+                        help="consumer threads in this process, one group (RECLAIM_CONSUMERS, default 2)")
     worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 500)")
     worker.add_argument("--poll-timeout-s", type=float, help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1.0)")
     worker.add_argument("--delete-parallelism", type=int,
@@ -169,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
-             "group_id", "instance_id", "batch_size", "poll_timeout_s", "delete_parallelism", "max_attempts",
-             "mark_timeout_s", "metadata_path", "fs_root", "metrics_port")
+             "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
+             "max_attempts", "mark_timeout_s", "metadata_path", "fs_root", "metrics_port")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = tuple(int(part) for part in args.retry_delays.split(","))

@@ -64,12 +64,14 @@ def deletion_service(settings: Settings, store: SQLiteMetadataStore,
     return LedgerDeletionService(store, publisher)
 
 
-def deletion_worker(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings) -> DeletionWorker:
-    """Phase 2: a worker of the configured group over the deletion topic and its retry tiers."""
+def deletion_worker(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,
+                    index: int = 0) -> DeletionWorker:
+    """Phase 2: consumer ``index`` of the configured group over the deletion topic and its retry tiers."""
+    instance_id = f"{settings.instance_id}-{index}" if settings.instance_id else None
     config = WorkerConfig(
         bootstrap=stack.require_bootstrap(settings), topics=topic_names(settings), group_id=settings.group_id,
         batch_size=settings.batch_size, poll_timeout_s=settings.poll_timeout_s,
-        max_attempts=settings.max_attempts, instance_id=settings.instance_id,
+        max_attempts=settings.max_attempts, instance_id=instance_id,
     )
     executor = DeletionExecutor(store, bindings, mark_timeout_s=settings.mark_timeout_s)
     return DeletionWorker(config, executor, codec(settings))

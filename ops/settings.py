@@ -42,6 +42,7 @@ class Settings:
     fs_root: Path | None = None
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
+    consumers: int = 2
     batch_size: int = 500
     poll_timeout_s: float = 1.0
     delete_parallelism: int = 8
@@ -76,7 +77,8 @@ class Settings:
 
     def validate(self) -> None:
         positive = {"partitions": self.partitions, "batch_size": self.batch_size, "max_attempts": self.max_attempts,
-                    "delete_parallelism": self.delete_parallelism, "replication_factor": self.replication_factor}
+                    "delete_parallelism": self.delete_parallelism,
+                    "consumers": self.consumers, "replication_factor": self.replication_factor}
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")

@@ -9,10 +9,13 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
+from consumers.deletion_worker import DeletionWorker
 from consumers.lag import estimated_inflight
 from deletion import metrics
 from ops import runtime, stack
 from ops.settings import Settings
+from storage.bindings import StorageBindings
+from storage.sqlite_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
 INFLIGHT_REFRESH_S = 15.0
@@ -45,10 +48,35 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
         threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
     store = runtime.metadata_store(settings)
     bindings = runtime.storage_bindings(settings)
-    log.info("storage bindings: %s; metadata store: %s", ", ".join(bindings.names()), settings.metadata_file)
+    log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
+             settings.metadata_file, settings.consumers)
     try:
-        runtime.deletion_worker(settings, store, bindings).run(stop)
+        return _run_consumers(settings, store, bindings, stop)
     finally:
         bindings.close()
         store.close()
+
+
+def _run_consumers(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,
+                   stop: threading.Event) -> int:
+    """One consumer per thread, all in one group: while one waits on storage, another decodes and judges."""
+    workers = [runtime.deletion_worker(settings, store, bindings, index=i) for i in range(settings.consumers)]
+    failures: list[BaseException] = []
+
+    def consume(worker: DeletionWorker) -> None:
+        try:
+            worker.run(stop)
+        except BaseException as exc:  # a dead consumer stops the whole worker: nothing runs half-staffed
+            failures.append(exc)
+            stop.set()
+            raise
+
+    threads = [threading.Thread(target=consume, args=(w,), name=f"consumer-{i}") for i, w in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        stop.wait(0.5)  # the main thread stays free to take SIGTERM/SIGINT
+    if failures:
+        log.error("worker stopped after a consumer failed: %s", failures[0])
+        return 1
     return 0

@@ -178,7 +178,9 @@ def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> object
     """
     stream = io.BytesIO(body)
     try:
-        datum = schemaless_reader(stream, writer.parsed, reader.parsed)
+        # Resolution is only needed across versions; the same schema reads faster without it.
+        same = writer.fingerprint == reader.fingerprint
+        datum = schemaless_reader(stream, writer.parsed, None if same else reader.parsed)
     except SchemaResolutionError as exc:
         raise RecordDecodeError(DecodeReason.SCHEMA_MISMATCH, f"{writer.name}: {exc}") from exc
     except _BODY_ERRORS as exc:

@@ -171,12 +171,12 @@ class S3ChunkStorage(BaseChunkStorage):
     def _delete_batch(self, names: Sequence[str]) -> list[DeleteResult]:
         by_key = {self.object_key(name): name for name in names}
         try:
+            # Quiet mode: the response lists only the keys that failed, which keeps a 1000-key reply small.
             response = self._call(None, "delete_objects", Delete={
-                "Objects": [{"Key": key} for key in by_key], "Quiet": False})
+                "Objects": [{"Key": key} for key in by_key], "Quiet": True})
         except StorageError as exc:
             return [DeleteResult(name, DeleteOutcome.FAILED, exc) for name in names]
-        results = {by_key[item["Key"]]: DeleteResult(by_key[item["Key"]], DeleteOutcome.DELETED)
-                   for item in response.get("Deleted", []) if item.get("Key") in by_key}
+        results: dict[str, DeleteResult] = {}
         for item in response.get("Errors", []):
             name = by_key.get(item.get("Key", ""))
             if name is None:
@@ -187,8 +187,7 @@ class S3ChunkStorage(BaseChunkStorage):
             code = str(item.get("Code", ""))
             error = classify_s3_code(code, 0, f"S3 {code}: {item.get('Message', '')}", name)
             results[name] = DeleteResult(name, DeleteOutcome.FAILED, error)
-        unreported = StorageUnavailableError("DeleteObjects did not report this key")
-        return [results.get(name, DeleteResult(name, DeleteOutcome.FAILED, unreported)) for name in names]
+        return [results.get(name, DeleteResult(name, DeleteOutcome.DELETED)) for name in names]
 
     def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
         results: list[DeleteResult] = []

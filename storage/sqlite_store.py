@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -56,13 +57,19 @@ def _segment_values(record: SegmentRecord) -> dict[str, Any]:
         "status": int(record.status)}
 
 
+@functools.lru_cache(maxsize=4096)
+def _tags_from_json(raw: str) -> ChunkTags:
+    # The chunks of one segment share their tags, so a deletion batch parses a handful, not thousands.
+    return ChunkTags(**json.loads(raw))
+
+
 def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
-    values = dict(zip(_CHUNK_COLUMNS, row, strict=True))
-    tags = json.loads(values.pop("tags"))
-    locations = tuple(ChunkLocation(loc["binding"], Tier(loc["tier"]), loc["bucket"], loc["key"])
-                      for loc in json.loads(values.pop("locations")))
-    values["active"] = bool(values["active"])
-    return ChunkRecord(**values, tags=ChunkTags(**tags), locations=locations)
+    name, version, segment, start_offset, length, next_chunk, active, mark_id, tags, locations = row
+    return ChunkRecord(
+        name=name, segment=segment, start_offset=start_offset, length=length, next_chunk=next_chunk,
+        active=bool(active), mark_id=mark_id, version=version, tags=_tags_from_json(tags),
+        locations=tuple(ChunkLocation(loc["binding"], Tier(loc["tier"]), loc["bucket"], loc["key"])
+                        for loc in json.loads(locations)))
 
 
 def _chunk_values(record: ChunkRecord) -> dict[str, Any]:

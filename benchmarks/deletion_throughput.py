@@ -1,0 +1,227 @@
+"""Deletion throughput, measured side by side in one run: reclaim's pipeline against the raw limits.
+
+For S3 (one endpoint, the same object count for every method):
+  - pipeline: phase 1 publishes the pending deletes and commits its metadata transaction (timed
+    and printed on its own); then a phase-2 worker deletes the objects and commits its offsets
+    (timer: records produced -> last object gone and offsets committed);
+  - raw batched: ``DeleteObjects`` with 1000 keys a request, no pipeline (the limit);
+  - naive: one ``delete_object`` call per object (what a user writes by hand).
+For the filesystem binding: the pipeline against a raw ``os.unlink`` loop.
+
+Run: ``.venv/bin/python benchmarks/deletion_throughput.py [--objects 5000]``. It starts its own
+Kafka broker and S3 endpoint unless RECLAIM_BOOTSTRAP / RECLAIM_S3_ENDPOINT name running ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from consumers.deletion_worker import DeletionWorker, WorkerConfig
+from deletion.executor import DeletionExecutor
+from deletion.mark import LedgerDeletionService
+from ops.kafka_broker import BrokerPorts, start_broker
+from ops.procs import free_port, stop_pid
+from ops.s3_server import S3Endpoint, ensure_bucket, s3_client, start_s3
+from ops.settings import Settings
+from ops.topics import admin_client, create_topics, topic_specs
+from producers.pending_deletes import KafkaPendingDeletePublisher
+from producers.producer import RecordProducer
+from producers.topics import TopicNames
+from schemas.codec import build_codec
+from storage.base import BaseChunkStorage
+from storage.bindings import StorageBindings
+from storage.chunks import ChunkTags
+from storage.filesystem import FileSystemChunkStorage
+from storage.metadata import ChunkRecord, SegmentRecord
+from storage.s3 import S3ChunkStorage, S3Settings
+from storage.sqlite_store import SQLiteMetadataStore
+
+PAYLOAD = b"c" * 64
+#: Consumer threads of the phase-2 worker (``reclaim worker --consumers``).
+CONSUMERS = 2
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def put_objects(endpoint: S3Endpoint, bucket: str, keys: list[str]) -> None:
+    client = s3_client(endpoint)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: client.put_object(Bucket=bucket, Key=key, Body=PAYLOAD), keys))
+
+
+def raw_batched(endpoint: S3Endpoint, n: int) -> float:
+    bucket = f"raw-{uuid.uuid4().hex[:8]}"
+    ensure_bucket(endpoint, bucket)
+    keys = [f"chunks/{i:06d}" for i in range(n)]
+    put_objects(endpoint, bucket, keys)
+    client = s3_client(endpoint)
+
+    def delete() -> None:
+        for start in range(0, n, 1000):
+            objects = [{"Key": key} for key in keys[start:start + 1000]]
+            client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+
+    elapsed = timed(delete)
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    return elapsed
+
+
+def naive(endpoint: S3Endpoint, n: int) -> float:
+    bucket = f"naive-{uuid.uuid4().hex[:8]}"
+    ensure_bucket(endpoint, bucket)
+    keys = [f"chunks/{i:06d}" for i in range(n)]
+    put_objects(endpoint, bucket, keys)
+    client = s3_client(endpoint)
+    elapsed = timed(lambda: [client.delete_object(Bucket=bucket, Key=key) for key in keys])
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    return elapsed
+
+
+def write_chunks(store: SQLiteMetadataStore, binding: BaseChunkStorage, n: int) -> list[ChunkRecord]:
+    """Live chunks with metadata rows, written in parallel (setup, not timed)."""
+    segment = f"bench/stream/{uuid.uuid4().hex[:8]}.#epoch.0"
+    tags = ChunkTags(component="segment", stream="bench/stream", segment=segment, writer_epoch=1)
+    names = [f"{segment}.E-1-O-{i * len(PAYLOAD)}.{uuid.uuid4().hex}" for i in range(n)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: binding.create_with_content(name, PAYLOAD, tags), names))
+    with store.transaction() as txn:
+        txn.put_segment(SegmentRecord(name=segment, stream="bench/stream"))
+        return [txn.put_chunk(ChunkRecord(name=name, segment=segment, start_offset=i * len(PAYLOAD),
+                                          length=len(PAYLOAD), tags=tags, locations=(binding.location(name),)))
+                for i, name in enumerate(names)]
+
+
+def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path) -> tuple[float, float]:
+    """Seconds of phase 1 (publish + one metadata transaction), and of phase 2: from the records
+    produced to every object gone and every offset committed."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    settings = Settings(topic_prefix=prefix, partitions=4)
+    create_topics(admin_client(bootstrap), topic_specs(settings))
+    topics = TopicNames.for_prefix(prefix)
+    store = SQLiteMetadataStore(work / f"{prefix}db")
+    chunks = write_chunks(store, binding, n)
+    codec = build_codec()
+    producer = RecordProducer(bootstrap, "idempotent-producer")
+    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, codec, topics.deletion))
+    config = WorkerConfig(bootstrap=bootstrap, topics=topics, group_id=f"{prefix}group", batch_size=1000,
+                          poll_timeout_s=0.2)
+    workers = [DeletionWorker(config, DeletionExecutor(store, StorageBindings([binding])), codec)
+               for _ in range(CONSUMERS)]
+    stored = [0] * len(workers)
+    hold, go = threading.Event(), threading.Event()
+    paused = threading.Barrier(len(workers) + 1)
+
+    def drain(index: int) -> None:
+        # Running workers have joined their group long before records arrive; so have these. They
+        # stop polling while phase 1 runs, so the clock measures phase 2 alone.
+        while not hold.is_set():
+            workers[index].run_once()
+        paused.wait()
+        go.wait()
+        while sum(stored) < n:
+            stored[index] += workers[index].run_once().stored
+        workers[index].commit()
+
+    with ThreadPoolExecutor(len(workers)) as pool:
+        drained = pool.map(drain, range(len(workers)))
+        deadline = time.monotonic() + 60
+        while not all(worker.assigned for worker in workers):
+            assert time.monotonic() < deadline, "a worker got no partitions"
+            time.sleep(0.1)
+        hold.set()
+        paused.wait()
+        os.sync()  # every chunk durable before any delete, as on a real tier-2
+        marking = timed(lambda: service.mark(chunks))
+        started = time.perf_counter()
+        go.set()
+        list(drained)
+    elapsed = time.perf_counter() - started
+    assert not any(True for _ in binding.iter_names()), "objects left behind"
+    for worker in workers:
+        worker.close()
+    producer.close()
+    store.close()
+    return marking, elapsed
+
+
+def unlink_loop(root: Path, n: int) -> float:
+    """Unlink ``n`` durable files one by one (created and fsynced like the binding's chunks)."""
+    root.mkdir(parents=True)
+    paths = [root / f"{i:06d}" for i in range(n)]
+    for path in paths:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, PAYLOAD)
+        os.fsync(fd)
+        os.close(fd)
+    os.sync()
+    return timed(lambda: [os.unlink(path) for path in paths])
+
+
+def report(label: str, n: int, seconds: float) -> float:
+    rate = n / seconds
+    print(f"  {label:44} {seconds:8.3f} s  {rate:10.0f} objects/s")
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=5000, help="objects per method (default 5000)")
+    n = parser.parse_args().objects
+    with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
+        work = Path(tmp)
+        started: list[int] = []
+        bootstrap = os.environ.get("RECLAIM_BOOTSTRAP")
+        if not bootstrap:
+            ports = BrokerPorts(free_port(), free_port())
+            started.append(start_broker(work / "kafka", Settings.from_env().cache_dir, ports).pid)
+            bootstrap = ports.bootstrap
+        endpoint_url = os.environ.get("RECLAIM_S3_ENDPOINT")
+        if endpoint_url:
+            endpoint = S3Endpoint(endpoint_url)
+        else:
+            proc, endpoint = start_s3(work / "s3.log")
+            started.append(proc.pid)
+        try:
+            run(bootstrap, endpoint, n, work)
+        finally:
+            for pid in started:
+                stop_pid(pid)
+
+
+def run(bootstrap: str, endpoint: S3Endpoint, n: int, work: Path) -> None:
+    print(f"deletion throughput, {n} objects per method, 64-byte objects, 2 cores")
+    bucket = f"pipe-{uuid.uuid4().hex[:8]}"
+    ensure_bucket(endpoint, bucket)
+    s3 = S3ChunkStorage(S3Settings(bucket=bucket, endpoint_url=endpoint.url, access_key=endpoint.access_key,
+                                   secret_key=endpoint.secret_key, region=endpoint.region), name="s3-tier2")
+    print(f"S3 endpoint {endpoint.url}:")
+    marking, deleting = pipeline(bootstrap, s3, n, work)
+    report("phase 1: publish + one metadata transaction", n, marking)
+    pipe = report("pipeline: produced -> gone + committed", n, deleting)
+    raw = report("raw DeleteObjects, 1000 keys/request", n, raw_batched(endpoint, n))
+    hand = report("naive delete_object loop", n, naive(endpoint, n))
+    print(f"  ratio pipeline / raw batched: {pipe / raw:6.2f}x   (target >= 0.5x)")
+    print(f"  ratio pipeline / naive loop:  {pipe / hand:6.2f}x   (target >= 10x)")
+    fs = FileSystemChunkStorage(work / "fs-tier2", name="fs-tier2", delete_workers=8)
+    print("filesystem:")
+    marking, deleting = pipeline(bootstrap, fs, n, work)
+    report("phase 1: publish + one metadata transaction", n, marking)
+    fs_pipe = report("pipeline: produced -> gone + committed", n, deleting)
+    unlink = report("raw os.unlink loop (durable files)", n, unlink_loop(work / "unlink", n))
+    print(f"  ratio pipeline / raw unlink:  {fs_pipe / unlink:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
