@@ -17,8 +17,11 @@ from ops.settings import Settings
 from ops.topics import admin_client, create_topics, topic_specs
 from producers.producer import RecordProducer
 from segments.chunked import ChunkedSegmentStorage
+from segments.streams import StreamController
+from segments.walkthrough import run_txn_walkthrough
 from storage.bindings import StorageBindings
 from storage.chunks import ChunkStorage
+from storage.metadata import ChunkRecord
 from storage.sqlite_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,14 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
         for binding in bindings:
             show_segments(store, binding, bindings, service)
         drain(demo, store, bindings)
+        say("\n-- a stream: scaled, one transaction committed across the scale, another aborted --")
+        aborted = show_stream(demo, store, bindings.get("fs-tier2"), bindings, service)
+        drain(demo, store, bindings)
+        fs = bindings.get("fs-tier2")
+        left = [c.name for c in aborted if fs.exists(c.name)]
+        say(f"  aborted transaction: {len(aborted) - len(left)} of {len(aborted)} chunks deleted from tier-2")
+        if left:
+            raise AssertionError(f"aborted chunks still on tier-2: {left}")
         for binding in bindings:
             left = sorted(binding.iter_names())
             say(f"  {binding.name}: {len(left)} chunks left on tier-2 (the live layout)")
@@ -111,6 +122,24 @@ def show_segments(store: SQLiteMetadataStore, binding: ChunkStorage, bindings: S
     say(f"  {binding.name}: 3 segments x {before[names[0]]} chunks; truncated {names[0]} at 2048 "
         f"({before[names[0]] - len(storage.layout(names[0]))} chunks to phase 1), deleted {names[1]} "
         f"({before[names[1]]} chunks to phase 1)")
+
+
+def show_stream(settings: Settings, store: SQLiteMetadataStore, binding: ChunkStorage, bindings: StorageBindings,
+                service: LedgerDeletionService) -> tuple[ChunkRecord, ...]:
+    """PDP-24 on real storage: the aborted transaction's chunks go to phase 1, the committed one's stay."""
+    storage = ChunkedSegmentStorage(store, binding, service, bindings=bindings, max_rolling_length=64)
+    controller = StreamController.beside(storage, settings.metadata_file)
+    try:
+        walk = run_txn_walkthrough(controller, "demo", "payments")
+        say(f"  stream {walk.stream}: scaled to epoch {walk.scaled_to.epoch} "
+            f"({len(walk.scaled_to.segments)} segments)")
+        say(f"  committed txn {walk.committed.txn_id.hex} rolled into {', '.join(walk.committed_segments)}")
+        for segment, data in zip(walk.committed_segments, walk.committed_bytes, strict=True):
+            say(f"    {segment}: {len(data)} bytes, {data.count(b'committed:')} committed writes")
+        say(f"  aborted txn {walk.aborted.txn_id.hex}: {len(walk.aborted_chunks)} chunks handed to phase 1")
+        return walk.aborted_chunks
+    finally:
+        controller.close()
 
 
 def drain(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,

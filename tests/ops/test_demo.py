@@ -24,7 +24,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     out = result.stdout
     assert "subscriber_cut" in out and "round trip ok" in out
     assert "estimated in-flight deletions: 0" in out
-    assert "fs-tier2: 6 chunks left" in out and "s3-tier2: 6 chunks left" in out
-    assert "reclaim_ledgers_deleted_total                      12" in out
+    # Per binding: 3 segments of 4 chunks, 2 truncated away and 4 deleted leave 6 live chunks; the
+    # filesystem also keeps the stream's committed data (4 chunks) after the aborted txn's 2 go.
+    assert "s3-tier2: 6 chunks left" in out and "fs-tier2: 10 chunks left" in out
+    assert "aborted transaction: 2 of 2 chunks deleted from tier-2" in out
+    assert "reclaim_ledgers_deleted_total                      14" in out
     state = StackState.load(Settings(state_dir=tmp_path / "state").state_dir)
     assert state.kafka_pid is None and state.s3_pid is None  # the demo stopped what it started
