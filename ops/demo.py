@@ -116,12 +116,15 @@ def show_segments(store: SQLiteMetadataStore, binding: ChunkStorage, bindings: S
     for name in names:
         storage.create(name, stream=stream)
         storage.write(storage.open_write(name, epoch=1), 0, b"x" * 4096)
-    before = {name: len(storage.layout(name)) for name in names}
+    before = {name: storage.layout(name) for name in names}
     storage.truncate(names[0], 2048)
     storage.delete(names[1])
-    say(f"  {binding.name}: 3 segments x {before[names[0]]} chunks; truncated {names[0]} at 2048 "
-        f"({before[names[0]] - len(storage.layout(names[0]))} chunks to phase 1), deleted {names[1]} "
-        f"({before[names[1]]} chunks to phase 1)")
+    live = {c.name for c in storage.layout(names[0])}
+    handed = [c.name for c in before[names[0]] if c.name not in live] + [c.name for c in before[names[1]]]
+    say(f"  {binding.name}: 3 segments x {len(before[names[0]])} chunks; truncated {names[0]} at 2048, "
+        f"deleted {names[1]}; chunks handed to phase 1:")
+    for name in handed:
+        say(f"    {name}")
 
 
 def show_stream(settings: Settings, store: SQLiteMetadataStore, binding: ChunkStorage, bindings: StorageBindings,

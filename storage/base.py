@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -141,8 +142,8 @@ class BaseChunkStorage(ABC):
         with self._observe("delete_many", f"<{len(unique)} chunks>"):
             for result in self._do_delete_many(unique) if unique else []:
                 results[result.name] = result
-        for result in results.values():
-            STORAGE_DELETED_CHUNKS.labels(self._name, result.outcome.value).inc()
+        for outcome, count in Counter(result.outcome for result in results.values()).items():
+            STORAGE_DELETED_CHUNKS.labels(self._name, outcome.value).inc(count)
         return [results[name] for name in chunk_names]
 
     def open_read(self, chunk_name: str) -> ChunkHandle:

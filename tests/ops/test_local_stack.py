@@ -54,6 +54,16 @@ def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert not json.loads(down.stdout)["kafka"]["healthy"]
 
 
+def test_missing_java_is_one_clear_message(tmp_path: Path) -> None:
+    env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "PATH": str(tmp_path / "empty-bin"),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "local", "up"], capture_output=True, text=True,
+                            env=env, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "`java` not found on PATH: install a Java 17+ runtime" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_topics_without_a_broker_says_what_to_do(tmp_path: Path) -> None:
     result = reclaim("topics", "create", state_dir=tmp_path / "empty", check=False)
     assert result.returncode == 2
