@@ -17,6 +17,7 @@ from segments.ids import SegmentId, TxnId
 from segments.stream_model import EpochRecord, StreamRecord, StreamState, TxnRecord, TxnState
 from segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
 from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
+from storage.sqlite_files import open_sqlite
 
 logger = logging.getLogger(__name__)
 
@@ -174,16 +175,7 @@ class StreamMetadataStore:
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
         self.path = os.fspath(path)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
-                                     check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._conn.execute(statement)
-            self._conn.execute("COMMIT")
+        self._conn = open_sqlite(self.path, _SCHEMA, busy_timeout)
         self._reader = _Queries(self._conn)
 
     @contextmanager

@@ -17,6 +17,7 @@ from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
 from storage.metrics import METADATA_TRANSACTIONS
+from storage.sqlite_files import open_sqlite
 
 logger = logging.getLogger(__name__)
 
@@ -214,16 +215,7 @@ class SQLiteMetadataStore:
         self.transactions_committed = 0
         self._lock = threading.RLock()
         self._in_transaction = False
-        self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
-                                     check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                self._conn.execute(statement)
-            self._conn.execute("COMMIT")
+        self._conn = open_sqlite(self.path, _SCHEMA, busy_timeout)
         self._reader = _Reader(self._conn)
 
     @contextmanager
