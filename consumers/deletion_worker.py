@@ -34,7 +34,7 @@ class WorkerConfig:
     bootstrap: str
     topics: TopicNames
     group_id: str = "reclaim-deletion"
-    batch_size: int = 500
+    batch_size: int = 1000
     poll_timeout_s: float = 1.0
     max_attempts: int = 10
     instance_id: str | None = None
@@ -144,6 +144,7 @@ class DeletionWorker:
         now = time.time()
         items: list[_Item] = []
         held_now: set[Partition] = set()
+        received: dict[str, int] = {}
         for msg in messages:
             error = msg.error()
             if error is not None:
@@ -152,7 +153,7 @@ class DeletionWorker:
             topic, partition = msg.topic() or "", msg.partition() or 0
             key = (topic, partition)
             report.received += 1
-            metrics.MESSAGES_RECEIVED.labels(topic).inc()
+            received[topic] = received.get(topic, 0) + 1
             if key in held_now:
                 report.held += 1
                 continue
@@ -163,6 +164,8 @@ class DeletionWorker:
                 report.held += 1
                 continue
             items.append(_Item(msg, delivery))
+        for topic, count in received.items():
+            metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
         return items
 
     def _on_consume_error(self, error: KafkaError) -> None:
@@ -199,6 +202,11 @@ class DeletionWorker:
             item.verdict = verdict
 
     def _reroute(self, items: list[_Item], report: BatchReport) -> None:
+        self._reroute_items(items, report)
+        for outcome, count in report.outcomes.items():
+            metrics.OUTCOMES.labels(outcome.value).inc(count)
+
+    def _reroute_items(self, items: list[_Item], report: BatchReport) -> None:
         tracker = DeliveryTracker()
         sent: dict[int, _Item] = {}
         now_ms = int(time.time() * 1000)
@@ -206,7 +214,6 @@ class DeletionWorker:
             verdict = item.verdict
             assert verdict is not None
             report.outcomes[verdict.outcome] = report.outcomes.get(verdict.outcome, 0) + 1
-            metrics.OUTCOMES.labels(verdict.outcome.value).inc()
             self._count(verdict)
             route = self._route(item)
             if route is Route.ACK:
@@ -259,19 +266,25 @@ class DeletionWorker:
             metrics.MARK_PENDING_RETRIES.inc()
 
     def _store_offsets(self, items: list[_Item], report: BatchReport) -> None:
-        """Store each partition's offsets up to its first record that is not final; re-read from there."""
+        """Store each partition's offset past its last final record before the first one that is not;
+        re-read the partition from that one."""
         by_partition: dict[Partition, list[_Item]] = {}
         for item in items:
             by_partition.setdefault((item.msg.topic() or "", item.msg.partition() or 0), []).append(item)
+        offsets: list[TopicPartition] = []
         for (topic, partition), group in by_partition.items():
             group.sort(key=lambda it: it.msg.offset() or 0)
-            for item in group:
-                if not item.final:
-                    self._consumer.seek(TopicPartition(topic, partition, item.msg.offset() or 0))
-                    break
-                self._consumer.store_offsets(message=item.msg)
-                report.stored += 1
-                metrics.ACKED.inc()
+            final = 0
+            while final < len(group) and group[final].final:
+                final += 1
+            if final:
+                offsets.append(TopicPartition(topic, partition, (group[final - 1].msg.offset() or 0) + 1))
+            if final < len(group):
+                self._consumer.seek(TopicPartition(topic, partition, group[final].msg.offset() or 0))
+            report.stored += final
+        if offsets:
+            self._consumer.store_offsets(offsets=offsets)
+            metrics.ACKED.inc(report.stored)
 
     def commit(self) -> None:
         """Commit the stored (final) offsets now, synchronously; nothing stored is not an error."""

@@ -59,6 +59,8 @@ class Delivery:
     @classmethod
     def of(cls, topic: str, partition: int, offset: int,
            headers: RawHeaders) -> Delivery:
+        if not headers:
+            return cls(1, None, None, topic, partition, offset)
         values = _header_map(headers)
         origin_partition = _int(values, H_PARTITION)
         origin_offset = _int(values, H_OFFSET)

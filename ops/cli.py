@@ -134,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--group-id", help="consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
     worker.add_argument("--instance-id", help="static group membership id (RECLAIM_INSTANCE_ID)")
     worker.add_argument("--consumers", type=int,
-                        help="consumer threads in this process, one group (RECLAIM_CONSUMERS, default 2)")
-    worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 500)")
+                        help="consumer threads in this process, one group (RECLAIM_CONSUMERS, default 1)")
+    worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 1000)")
     worker.add_argument("--poll-timeout-s", type=float, help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1.0)")
     worker.add_argument("--delete-parallelism", type=int,
                         help="filesystem unlink threads (RECLAIM_DELETE_PARALLELISM, default 8)")

@@ -42,8 +42,8 @@ class Settings:
     fs_root: Path | None = None
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
-    consumers: int = 2
-    batch_size: int = 500
+    consumers: int = 1
+    batch_size: int = 1000
     poll_timeout_s: float = 1.0
     delete_parallelism: int = 8
     max_attempts: int = 10
