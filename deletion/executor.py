@@ -6,7 +6,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
@@ -58,6 +58,16 @@ def _error_verdict(exc: StorageError) -> Verdict:
     return Verdict(outcome, str(exc), type(exc).__name__)
 
 
+@dataclass
+class BatchPlan:
+    """A batch after its checks: verdicts already known, and the records cleared for deletion."""
+
+    size: int
+    rows: dict[str, ChunkRecord]
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
+    deletable: dict[int, PendingDeleteLedgerInfo] = field(default_factory=dict)
+
+
 class DeletionExecutor:
     """Turns a batch of pending deletes into one verdict each, deleting what the checks allow.
 
@@ -72,23 +82,47 @@ class DeletionExecutor:
         self._retry = retry or RetryPolicy()
 
     def execute(self, infos: Sequence[PendingDeleteLedgerInfo]) -> list[Verdict]:
-        """One verdict per record, in input order."""
+        """One verdict per record, in input order: :meth:`prepare`, :meth:`delete`, :meth:`finish`."""
+        plan = self.prepare(infos)
+        return self.finish(plan, self.delete(plan))
+
+    def prepare(self, infos: Sequence[PendingDeleteLedgerInfo]) -> BatchPlan:
+        """The checks before any delete: one metadata query for the batch, then a decision per record."""
         rows = self._store.get_chunks({info.chunk_name for info in infos})
         marks = self._marks(infos, rows)
         clock = Clock(now_ms=int(time.time() * 1000), mark_timeout_ms=self._mark_timeout_ms)
-        verdicts: dict[int, Verdict] = {}
-        deletable: dict[int, PendingDeleteLedgerInfo] = {}
+        plan = BatchPlan(len(infos), rows)
         for i, info in enumerate(infos):
             decision = judge(info, rows.get(info.chunk_name), marks.get(info.mark_id),
                              self._expected(info), clock)
             if decision is Proceed.CHECK_TAGS:
                 decision = self._check_tags(info)
             if isinstance(decision, Verdict):
-                verdicts[i] = decision
+                plan.verdicts[i] = decision
             else:
-                deletable[i] = info
-        verdicts.update(self._delete(deletable, rows))
-        return [verdicts[i] for i in range(len(infos))]
+                plan.deletable[i] = info
+        return plan
+
+    def delete(self, plan: BatchPlan) -> dict[tuple[str, str], DeleteResult]:
+        """The storage deletes of a plan, batched per binding; touches no metadata (safe off-thread)."""
+        by_binding: dict[str, list[str]] = defaultdict(list)
+        for info in plan.deletable.values():
+            by_binding[info.storage_binding].append(info.chunk_name)
+        results: dict[tuple[str, str], DeleteResult] = {}
+        for binding_name, names in by_binding.items():
+            for result in self._delete_many(binding_name, list(dict.fromkeys(names))):
+                results[(binding_name, result.name)] = result
+        return results
+
+    def finish(self, plan: BatchPlan, results: dict[tuple[str, str], DeleteResult]) -> list[Verdict]:
+        """Remove the deleted copies from their rows (one transaction); one verdict per record, in order."""
+        deletable = plan.deletable
+        gone = [info for info in deletable.values() if results[(info.storage_binding, info.chunk_name)].ok]
+        cleanup_error = self._drop_copies(gone, plan.rows)
+        verdicts = dict(plan.verdicts)
+        for i, info in deletable.items():
+            verdicts[i] = self._verdict(info, results[(info.storage_binding, info.chunk_name)], cleanup_error)
+        return [verdicts[i] for i in range(plan.size)]
 
     def _marks(self, infos: Sequence[PendingDeleteLedgerInfo],
                rows: dict[str, ChunkRecord]) -> dict[str, MarkRecord]:
@@ -122,22 +156,6 @@ class DeletionExecutor:
         if mismatch:
             return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch)
         return Proceed.CHECK_TAGS
-
-    def _delete(self, deletable: dict[int, PendingDeleteLedgerInfo],
-                rows: dict[str, ChunkRecord]) -> dict[int, Verdict]:
-        by_binding: dict[str, list[str]] = defaultdict(list)
-        for info in deletable.values():
-            by_binding[info.storage_binding].append(info.chunk_name)
-        results: dict[tuple[str, str], DeleteResult] = {}
-        for binding_name, names in by_binding.items():
-            for result in self._delete_many(binding_name, list(dict.fromkeys(names))):
-                results[(binding_name, result.name)] = result
-        gone = [info for info in deletable.values() if results[(info.storage_binding, info.chunk_name)].ok]
-        cleanup_error = self._drop_copies(gone, rows)
-        verdicts = {}
-        for i, info in deletable.items():
-            verdicts[i] = self._verdict(info, results[(info.storage_binding, info.chunk_name)], cleanup_error)
-        return verdicts
 
     def _delete_many(self, binding_name: str, names: list[str]) -> list[DeleteResult]:
         """Batched delete with in-process retries of the keys that failed transiently."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-import uuid
 
 from prometheus_client import REGISTRY
 
@@ -78,7 +77,7 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
     shutil.rmtree(work, ignore_errors=True)
     demo = Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
                              fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
-                             retry_delays=settings.retry_delays, group_id=f"reclaim-demo-{uuid.uuid4().hex[:8]}",
+                             retry_delays=settings.retry_delays, group_id="reclaim-demo",
                              batch_size=200, poll_timeout_s=0.5)
     store = runtime.metadata_store(demo)
     bindings = runtime.storage_bindings(demo)

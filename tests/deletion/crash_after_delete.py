@@ -16,15 +16,15 @@ from ops.settings import Settings
 
 def main() -> None:
     settings = Settings.from_env()
-    original = DeletionExecutor.execute
+    original = DeletionExecutor.delete
 
-    def execute_then_die(self: DeletionExecutor, infos):  # type: ignore[no-untyped-def]
-        verdicts = original(self, infos)
-        if any(v.outcome.value == "deleted" for v in verdicts):
+    def delete_then_die(self: DeletionExecutor, plan):  # type: ignore[no-untyped-def]
+        results = original(self, plan)
+        if any(result.ok for result in results.values()):
             os.kill(os.getpid(), signal.SIGKILL)
-        return verdicts
+        return results
 
-    DeletionExecutor.execute = execute_then_die  # type: ignore[method-assign]
+    DeletionExecutor.delete = delete_then_die  # type: ignore[method-assign]
     store = runtime.metadata_store(settings)
     worker = runtime.deletion_worker(settings, store, runtime.storage_bindings(settings))
     worker.run(threading.Event())

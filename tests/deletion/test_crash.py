@@ -74,8 +74,11 @@ def test_sigterm_finishes_the_batch_and_commits_and_metrics_are_served(pipeline:
     while any(binding.exists(c.name) for c in chunks):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
-    metrics = scrape(port)
-    assert 'reclaim_ledgers_deleted_total{ledger_type="OFFLOAD_LEDGER"} 20.0' in metrics
+    # The counters follow once the batch is final (after its row cleanup), a poll after the files go.
+    deleted = 'reclaim_ledgers_deleted_total{ledger_type="OFFLOAD_LEDGER"} 20.0'
+    while deleted not in (metrics := scrape(port)):
+        assert time.monotonic() < deadline, metrics
+        time.sleep(0.2)
     assert 'reclaim_deletion_outcomes_total{outcome="deleted"} 20.0' in metrics
     assert "reclaim_deletion_batch_delete_seconds_bucket" in metrics
     assert "reclaim_estimated_inflight_deletions" in metrics
