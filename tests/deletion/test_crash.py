@@ -116,3 +116,7 @@ def test_crash_loop_leaves_exactly_the_live_chunks(pipeline: Pipeline, tmp_path:
     assert set(pipeline.store.get_chunks(c.name for c in live + doomed)) == {c.name for c in live}
     assert inflight(pipeline) == 0
     assert read_all(pipeline, pipeline.topics.dlq, 1, timeout_s=2) == []
+    audit = subprocess.run([sys.executable, "-m", "ops.cli", "audit"], capture_output=True, text=True,
+                           env={**os.environ, **pipeline.worker_env(fs_root)}, timeout=60, check=False)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert "fs-tier2: 30 live, 0 pending deletion, 0 orphans, 0 missing" in audit.stdout
