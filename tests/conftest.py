@@ -85,9 +85,10 @@ def kafka_bootstrap(state_dir: Path) -> Iterator[str]:
         yield explicit
         return
     if _docker_answers():
-        from testcontainers.kafka import KafkaContainer
+        from testcontainers.community.kafka import KafkaContainer
 
-        with KafkaContainer("apache/kafka:4.1.1").with_kraft() as container:
+        # The image testcontainers' Kafka module is written for (its start script and readiness line).
+        with KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
     from ops.kafka_broker import BrokerPorts, start_broker
