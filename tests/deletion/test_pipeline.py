@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -74,3 +75,27 @@ def test_redelivery_is_harmless_and_live_chunks_survive(pipeline: Pipeline) -> N
     reports = pipeline.drain(worker, lambda rs: outcomes(rs).get(Outcome.IN_USE.value, 0) >= 2)
     assert outcomes(reports) == {"in-use": 2}
     assert all(binding.exists(c.name) for c in live)
+
+
+def test_a_rebalance_mid_drain_loses_nothing(pipeline: Pipeline) -> None:
+    """A second worker joins while the first drains: partitions move, every record ends final once."""
+    binding = pipeline.bindings.get("fs-tier2")
+    doomed = []
+    for segment in range(4):
+        batch = pipeline.write_chunks(binding, f"scope/stream/{segment}.#epoch.0", 50)
+        pipeline.service.mark(batch)
+        doomed += batch
+    first = pipeline.worker(batch_size=20)
+    reports = pipeline.drain(first, lambda rs: sum(r.stored for r in rs) >= 40)
+    second = pipeline.worker(batch_size=20)
+    deadline = time.monotonic() + 60
+    while any(binding.exists(c.name) for c in doomed) or not second.assigned:
+        assert time.monotonic() < deadline, "the two workers did not drain the backlog"
+        reports += [first.run_once(), second.run_once()]
+    for worker in (first, second):
+        worker.close()
+        pipeline.workers.remove(worker)
+    assert set(outcomes(reports)) <= {"deleted", "already-gone"}
+    assert outcomes(reports).get("deleted", 0) == 200
+    assert pipeline.store.get_chunks(c.name for c in doomed) == {}
+    assert committed_offsets(pipeline, pipeline.topics.deletion) == 200
