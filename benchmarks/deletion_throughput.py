@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from consumers.deletion_worker import DeletionWorker, WorkerConfig
+from consumers.lag import estimated_inflight
 from deletion.executor import DeletionExecutor
 from deletion.mark import LedgerDeletionService
 from ops.kafka_broker import BrokerPorts, start_broker
@@ -155,6 +159,60 @@ def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path, cons
     return marking, elapsed
 
 
+def worker_processes(bootstrap: str, binding: BaseChunkStorage, env: dict[str, str], n: int, work: Path,
+                     processes: int = 2) -> float:
+    """Phase 2 as deployed: ``processes`` ``reclaim worker`` processes of one group. They are stopped
+    (SIGSTOP) while phase 1 runs, so the clock measures phase 2 alone: produced -> gone + committed."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    create_topics(admin_client(bootstrap), topic_specs(Settings(topic_prefix=prefix, partitions=4)))
+    topics = TopicNames.for_prefix(prefix)
+    db = work / f"{prefix}db"
+    store = SQLiteMetadataStore(db)
+    chunks = write_chunks(store, binding, n)
+    producer = RecordProducer(bootstrap, "idempotent-producer")
+    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, build_codec(), topics.deletion))
+    group = f"{prefix}group"
+    env = {**os.environ, **env, "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
+           "RECLAIM_METADATA_PATH": str(db), "RECLAIM_GROUP_ID": group, "RECLAIM_STATE_DIR": str(work / prefix),
+           "RECLAIM_POLL_TIMEOUT_S": "0.05", "RECLAIM_COMMIT_INTERVAL_MS": "20"}
+    procs = [subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(processes)]
+    try:
+        wait_for_members(bootstrap, group, processes)
+        for proc in procs:
+            proc.send_signal(signal.SIGSTOP)
+        os.sync()
+        service.mark(chunks)
+        started = time.perf_counter()
+        for proc in procs:
+            proc.send_signal(signal.SIGCONT)
+        while estimated_inflight(bootstrap, group, topics.deletion_inputs) > 0:
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait(30)
+        producer.close()
+        store.close()
+    assert not any(True for _ in binding.iter_names()), "objects left behind"
+    return elapsed
+
+
+def wait_for_members(bootstrap: str, group: str, members: int, timeout_s: float = 60.0) -> None:
+    """Until ``group`` is stable with ``members`` members, each holding partitions."""
+    admin = admin_client(bootstrap)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assigned = [m for m in description.members if m.assignment and m.assignment.topic_partitions]
+        if len(assigned) == members and str(description.state).endswith("STABLE"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"group {group} did not settle with {members} members")
+
+
 def unlink_loop(root: Path, n: int) -> float:
     """Unlink ``n`` durable files one by one (created and fsynced like the binding's chunks)."""
     root.mkdir(parents=True)
@@ -213,9 +271,13 @@ def run(bootstrap: str, endpoint: S3Endpoint, n: int, work: Path) -> None:
     marking, deleting = pipeline(bootstrap, s3, n, work)
     report("phase 1: publish + one metadata transaction", n, marking)
     pipe = report("pipeline: produced -> gone + committed", n, deleting)
+    s3_env = {"RECLAIM_S3_ENDPOINT": endpoint.url, "RECLAIM_S3_BUCKET": bucket,
+              "RECLAIM_S3_ACCESS_KEY": endpoint.access_key, "RECLAIM_S3_SECRET_KEY": endpoint.secret_key}
+    procs = report("pipeline, 2 worker processes", n, worker_processes(bootstrap, s3, s3_env, n, work))
     raw = report("raw DeleteObjects, 1000 keys/request", n, raw_batched(endpoint, n))
     hand = report("naive delete_object loop", n, naive(endpoint, n))
     print(f"  ratio pipeline / raw batched: {pipe / raw:6.2f}x   (target >= 0.5x)")
+    print(f"  ratio 2 processes / raw:      {procs / raw:6.2f}x")
     print(f"  ratio pipeline / naive loop:  {pipe / hand:6.2f}x   (target >= 10x)")
     fs = FileSystemChunkStorage(work / "fs-tier2", name="fs-tier2", delete_workers=8)
     print("filesystem:")

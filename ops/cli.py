@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--max-attempts", type=int, help="attempts before the DLQ (RECLAIM_MAX_ATTEMPTS, default 10)")
     worker.add_argument("--mark-timeout-s", type=float,
                         help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 300)")
+    worker.add_argument("--commit-interval-ms", type=int,
+                        help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")
     worker.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
     worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
@@ -204,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from(args: argparse.Namespace) -> Settings:
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
-             "max_attempts", "mark_timeout_s", "metadata_path", "fs_root", "metrics_port")
+             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "metrics_port")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = tuple(int(part) for part in args.retry_delays.split(","))

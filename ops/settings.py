@@ -48,6 +48,7 @@ class Settings:
     delete_parallelism: int = 8
     max_attempts: int = 10
     mark_timeout_s: float = 300.0
+    commit_interval_ms: int = 1000
     metrics_port: int | None = None
 
     @classmethod
