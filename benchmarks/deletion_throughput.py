@@ -45,7 +45,7 @@ from storage.bindings import StorageBindings
 from storage.chunks import ChunkTags
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, SegmentRecord
-from storage.s3 import S3ChunkStorage, S3Settings
+from storage.s3 import S3ChunkStorage
 from storage.sqlite_store import SQLiteMetadataStore
 
 PAYLOAD = b"c" * 64
@@ -63,11 +63,17 @@ def put_objects(endpoint: S3Endpoint, bucket: str, keys: list[str]) -> None:
         list(pool.map(lambda key: client.put_object(Bucket=bucket, Key=key, Body=PAYLOAD), keys))
 
 
-def raw_batched(endpoint: S3Endpoint, n: int) -> float:
-    bucket = f"raw-{uuid.uuid4().hex[:8]}"
+def filled_bucket(endpoint: S3Endpoint, kind: str, n: int) -> tuple[str, list[str]]:
+    """A new bucket holding ``n`` objects (setup, not timed)."""
+    bucket = f"{kind}-{uuid.uuid4().hex[:8]}"
     ensure_bucket(endpoint, bucket)
     keys = [f"chunks/{i:06d}" for i in range(n)]
     put_objects(endpoint, bucket, keys)
+    return bucket, keys
+
+
+def raw_batched(endpoint: S3Endpoint, n: int) -> float:
+    bucket, keys = filled_bucket(endpoint, "raw", n)
     client = s3_client(endpoint)
 
     def delete() -> None:
@@ -81,10 +87,7 @@ def raw_batched(endpoint: S3Endpoint, n: int) -> float:
 
 
 def naive(endpoint: S3Endpoint, n: int) -> float:
-    bucket = f"naive-{uuid.uuid4().hex[:8]}"
-    ensure_bucket(endpoint, bucket)
-    keys = [f"chunks/{i:06d}" for i in range(n)]
-    put_objects(endpoint, bucket, keys)
+    bucket, keys = filled_bucket(endpoint, "naive", n)
     client = s3_client(endpoint)
     elapsed = timed(lambda: [client.delete_object(Bucket=bucket, Key=key) for key in keys])
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
@@ -262,8 +265,7 @@ def run(bootstrap: str, endpoint: S3Endpoint, n: int, work: Path) -> None:
           "one phase-2 consumer, batches of 1000")
     bucket = f"pipe-{uuid.uuid4().hex[:8]}"
     ensure_bucket(endpoint, bucket)
-    s3 = S3ChunkStorage(S3Settings(bucket=bucket, endpoint_url=endpoint.url, access_key=endpoint.access_key,
-                                   secret_key=endpoint.secret_key, region=endpoint.region), name="s3-tier2")
+    s3 = S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
     print(f"S3 endpoint {endpoint.url}:")
     # Warm both paths (connections, caches, the broker's new-topic work) before anything is timed.
     pipeline(bootstrap, s3, min(n, 1000), work)

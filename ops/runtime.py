@@ -16,7 +16,7 @@ from producers.topics import TopicNames
 from schemas.codec import RecordCodec, build_codec
 from storage.bindings import StorageBindings
 from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage, S3Settings
+from storage.s3 import S3ChunkStorage
 from storage.sqlite_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,7 @@ def s3_binding(settings: Settings) -> S3ChunkStorage | None:
         endpoint = stack.require_s3(settings)
     except StackError:
         return None
-    return S3ChunkStorage(S3Settings(bucket=settings.s3_bucket, endpoint_url=endpoint.url,
-                                     access_key=endpoint.access_key, secret_key=endpoint.secret_key,
-                                     region=endpoint.region), name="s3-tier2")
+    return S3ChunkStorage(endpoint.binding_settings(settings.s3_bucket), name="s3-tier2")
 
 
 def storage_bindings(settings: Settings) -> StorageBindings:

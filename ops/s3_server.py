@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ops.procs import free_port, spawn, wait_until
+from storage.s3 import S3Settings
 
 #: Credentials the local endpoint accepts; moto checks nothing, but boto3 insists on some.
 LOCAL_ACCESS_KEY = "reclaim"
@@ -24,6 +25,11 @@ class S3Endpoint:
     access_key: str = LOCAL_ACCESS_KEY
     secret_key: str = LOCAL_SECRET_KEY
     region: str = LOCAL_REGION
+
+    def binding_settings(self, bucket: str, key_prefix: str = "") -> S3Settings:
+        """Settings of an S3 chunk-storage binding on this endpoint's ``bucket``."""
+        return S3Settings(bucket=bucket, endpoint_url=self.url, access_key=self.access_key,
+                          secret_key=self.secret_key, region=self.region, key_prefix=key_prefix)
 
 
 def _answers(url: str) -> bool:

@@ -123,7 +123,7 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
 def make_tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[str], object]]:
     """A factory of fresh tier-2 bindings: ``make_tier2("fs")`` under tmp_path, ``make_tier2("s3")`` on moto."""
     from storage.filesystem import FileSystemChunkStorage
-    from storage.s3 import S3ChunkStorage, S3Settings
+    from storage.s3 import S3ChunkStorage
 
     made: list[FileSystemChunkStorage | S3ChunkStorage] = []
 
@@ -134,9 +134,7 @@ def make_tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
         else:
             endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
             bucket: str = request.getfixturevalue("s3_bucket")
-            binding = S3ChunkStorage(S3Settings(bucket=bucket, endpoint_url=endpoint.url,
-                                                access_key=endpoint.access_key, secret_key=endpoint.secret_key,
-                                                region=endpoint.region), name="s3-tier2")
+            binding = S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
         made.append(binding)
         return binding
 

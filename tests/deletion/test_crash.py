@@ -15,6 +15,7 @@ import pytest
 
 from consumers.lag import estimated_inflight
 from ops.procs import free_port
+from tests.cli import run_reclaim
 
 from .conftest import Pipeline, outcomes
 from .test_faults import read_all
@@ -116,7 +117,6 @@ def test_crash_loop_leaves_exactly_the_live_chunks(pipeline: Pipeline, tmp_path:
     assert set(pipeline.store.get_chunks(c.name for c in live + doomed)) == {c.name for c in live}
     assert inflight(pipeline) == 0
     assert read_all(pipeline, pipeline.topics.dlq, 1, timeout_s=2) == []
-    audit = subprocess.run([sys.executable, "-m", "ops.cli", "audit"], capture_output=True, text=True,
-                           env={**os.environ, **pipeline.worker_env(fs_root)}, timeout=60, check=False)
+    audit = run_reclaim("audit", env={**os.environ, **pipeline.worker_env(fs_root)}, timeout=60)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "fs-tier2: 30 live, 0 pending deletion, 0 orphans, 0 missing" in audit.stdout

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from schemas import millis_now
 from storage.base import BaseChunkStorage
 from storage.chunks import DeleteOutcome, DeleteResult
 from storage.errors import StorageUnavailableError
+from tests.cli import run_reclaim
 
 from .conftest import Pipeline, outcomes
 
@@ -154,12 +153,10 @@ def test_persistent_failure_ends_in_the_dlq_with_reason_and_origin(pipeline: Pip
 
     # What an operator sees: the DLQ listing names the chunk and the reason; nothing is in flight.
     env = {**os.environ, **pipeline.worker_env(tmp_path / "tier2")}
-    listing = subprocess.run([sys.executable, "-m", "ops.cli", "dlq", "list"], env=env, capture_output=True,
-                             text=True, timeout=60, check=True).stdout
+    listing = run_reclaim("dlq", "list", env=env, timeout=60, check=True).stdout
     assert chunks[0].name in listing and "StorageUnavailableError" in listing and "attempt=3" in listing
     worker.commit()
-    inflight = subprocess.run([sys.executable, "-m", "ops.cli", "deletions", "inflight"], env=env,
-                              capture_output=True, text=True, timeout=60, check=True).stdout
+    inflight = run_reclaim("deletions", "inflight", env=env, timeout=60, check=True).stdout
     assert inflight.strip() == "0"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from storage.chunks import ChunkTags
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, SegmentRecord
 from storage.sqlite_store import SQLiteMetadataStore
+from tests.cli import run_reclaim
 
 TAGS = ChunkTags(component="segment", stream="s/a", segment="s/a/0.#epoch.0", writer_epoch=1)
 
@@ -28,8 +28,7 @@ def audit(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_METADATA_PATH": str(tmp_path / "m.db"),
            "RECLAIM_FS_ROOT": str(tmp_path / "tier2")}
     env.pop("RECLAIM_S3_ENDPOINT", None)
-    return subprocess.run([sys.executable, "-m", "ops.cli", "audit"], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return run_reclaim("audit", env=env, timeout=60)
 
 
 def test_audit_classifies_every_object(tmp_path: Path) -> None:

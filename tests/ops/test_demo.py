@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ops.settings import Settings
 from ops.stack import StackState
+from tests.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -18,8 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
     env["RECLAIM_STATE_DIR"] = str(tmp_path / "state")
-    result = subprocess.run([sys.executable, "-m", "ops.cli", "demo"], capture_output=True, text=True,
-                            env=env, timeout=600, check=False)
+    result = run_reclaim("demo", env=env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "subscriber_cut" in out and "round trip ok" in out

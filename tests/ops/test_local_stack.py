@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from ops.procs import pid_alive
 from ops.settings import Settings
 from ops.topics import topic_specs
+from tests.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -20,11 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def reclaim(*args: str, state_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RECLAIM_STATE_DIR": str(state_dir)}
     env.pop("RECLAIM_BOOTSTRAP", None)
-    result = subprocess.run([sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True,
-                            env=env, timeout=300, check=False)
-    if check:
-        assert result.returncode == 0, f"reclaim {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
-    return result
+    return run_reclaim(*args, env=env, check=check)
 
 
 def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -57,8 +53,7 @@ def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
 def test_missing_java_is_one_clear_message(tmp_path: Path) -> None:
     env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "PATH": str(tmp_path / "empty-bin"),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-m", "ops.cli", "local", "up"], capture_output=True, text=True,
-                            env=env, timeout=60, check=False)
+    result = run_reclaim("local", "up", env=env, timeout=60)
     assert result.returncode == 2
     assert "`java` not found on PATH: install a Java 17+ runtime" in result.stderr
     assert "Traceback" not in result.stderr

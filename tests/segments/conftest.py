@@ -11,7 +11,7 @@ from segments.chunked import ChunkedSegmentStorage
 from segments.garbage import RecordingGarbageSink
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage, S3Settings
+from storage.s3 import S3ChunkStorage
 from storage.sqlite_store import SQLiteMetadataStore
 
 #: Small enough that a few short writes roll over to new chunks.
@@ -42,10 +42,7 @@ def any_binding(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Base
         binding: BaseChunkStorage = FileSystemChunkStorage(tmp_path / "tier2-any", name="fs-tier2")
     else:
         endpoint = request.getfixturevalue("s3_endpoint")
-        settings = S3Settings(bucket=request.getfixturevalue("s3_bucket"), endpoint_url=endpoint.url,
-                              access_key=endpoint.access_key, secret_key=endpoint.secret_key,
-                              region=endpoint.region)
-        binding = S3ChunkStorage(settings, name="s3-tier2")
+        binding = S3ChunkStorage(endpoint.binding_settings(request.getfixturevalue("s3_bucket")), name="s3-tier2")
     yield binding
     binding.close()
 

@@ -9,7 +9,7 @@ import pytest
 
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage, S3Settings
+from storage.s3 import S3ChunkStorage
 
 
 def make_binding(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> BaseChunkStorage:
@@ -18,9 +18,7 @@ def make_binding(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> B
         return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
     endpoint = request.getfixturevalue("s3_endpoint")
     bucket = request.getfixturevalue("s3_bucket")
-    settings = S3Settings(bucket=bucket, endpoint_url=endpoint.url, access_key=endpoint.access_key,
-                          secret_key=endpoint.secret_key, region=endpoint.region)
-    return S3ChunkStorage(settings, name="s3-tier2")
+    return S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
 
 
 @pytest.fixture(params=["fs", pytest.param("s3", marks=pytest.mark.integration)])

@@ -134,9 +134,7 @@ def test_error_classes_say_retryable() -> None:
 def test_s3_key_prefix_is_applied(s3_endpoint: Any, s3_bucket: str) -> None:
     from ops.s3_server import s3_client
 
-    settings = S3Settings(bucket=s3_bucket, endpoint_url=s3_endpoint.url, access_key=s3_endpoint.access_key,
-                          secret_key=s3_endpoint.secret_key, key_prefix="tier2/")
-    s3 = S3ChunkStorage(settings)
+    s3 = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket, key_prefix="tier2/"))
     s3.create_with_content("seg/c", b"abc", TAGS)
     head = s3_client(s3_endpoint).head_object(Bucket=s3_bucket, Key="tier2/seg/c")
     assert head["Metadata"]["reclaim-segment"] == "s%2F0"
