@@ -1,4 +1,9 @@
-"""Phase 2 as a Kafka consumer group (``reclaim worker``): poll, judge and delete, route, store offsets."""
+"""Phase 2 as a Kafka consumer group (``reclaim worker``): poll, judge and delete, route, store offsets.
+
+A worker keeps at most one batch's storage deletes in flight on a thread of its own while it polls,
+decodes and checks the next batch; it completes that batch (row cleanup, routing, offsets) before
+the next one's deletes start, so offsets are stored batch by batch, in order.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from consumers.retry import Delivery, RetryTiers, reroute_headers
 from deletion import metrics
-from deletion.executor import DeletionExecutor
+from deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
 from deletion.outcomes import Outcome, Route, Verdict
 from producers.config import kafka_config
 from producers.producer import DeliveryTracker, RecordProducer
@@ -67,10 +73,21 @@ class BatchReport:
 @dataclass
 class _Item:
     msg: Message
+    partition: Partition
     delivery: Delivery
     verdict: Verdict | None = None
     info: PendingDeleteLedgerInfo | None = None
     final: bool = False
+
+
+@dataclass
+class _Batch:
+    """A polled batch after its checks; its storage deletes may be in flight."""
+
+    items: list[_Item]
+    decoded: list[_Item]
+    plan: BatchPlan | None
+    deleting: Future[DeleteResults] | None = None
 
 
 class DeletionWorker:
@@ -87,6 +104,9 @@ class DeletionWorker:
         self._consumer = Consumer(config.consumer_config())
         self._held: dict[Partition, float] = {}
         self._assigned: set[Partition] = set()
+        self._in_flight: _Batch | None = None
+        self._report = BatchReport()
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="reclaim-delete")
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
 
@@ -94,6 +114,8 @@ class DeletionWorker:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The batch in flight ends, and its offsets are stored, while the partitions are still ours.
+        self._complete_in_flight(self._report)
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
             self._assigned.discard((tp.topic, tp.partition))
@@ -127,17 +149,31 @@ class DeletionWorker:
             self.close()
 
     def run_once(self) -> BatchReport:
-        """Poll one batch and carry every record in it to a final outcome (or hold it for later)."""
-        self._resume_due()
-        messages = self._consumer.consume(self._config.batch_size, self._config.poll_timeout_s)
-        return self.handle(messages)
+        """Poll one batch, check it, complete the batch in flight, start the new batch's deletes.
 
-    def handle(self, messages: Sequence[Message]) -> BatchReport:
-        report = BatchReport()
+        The report counts the records this call polled and the outcomes of the batches it completed.
+        With a batch in flight the poll does not wait: whatever is already fetched overlaps its deletes.
+        """
+        self._resume_due()
+        timeout = 0.0 if self._in_flight else self._config.poll_timeout_s
+        messages = self._consumer.consume(self._config.batch_size, timeout)
+        report = self._report
         items = self._ready_items(messages, report)
-        self._judge(items)
-        self._reroute(items, report)
-        self._store_offsets(items, report)
+        batch = self._check(items) if items else None
+        sought = self._complete_in_flight(report)
+        if batch is not None and sought:
+            # Those partitions re-read from an earlier record; this batch's later ones come again.
+            log.debug("dropping this batch's records of %s: their partitions re-read from earlier", sorted(sought))
+            batch = self._check([item for item in batch.items if item.partition not in sought])
+        if batch is not None and batch.items:
+            self._start(batch)
+        self._report = BatchReport()
+        return report
+
+    def flush(self) -> BatchReport:
+        """Complete the batch in flight, if any; the report of what completed since the last call."""
+        self._complete_in_flight(self._report)
+        report, self._report = self._report, BatchReport()
         return report
 
     def _ready_items(self, messages: Sequence[Message], report: BatchReport) -> list[_Item]:
@@ -163,7 +199,7 @@ class DeletionWorker:
                 held_now.add(key)
                 report.held += 1
                 continue
-            items.append(_Item(msg, delivery))
+            items.append(_Item(msg, key, delivery))
         for topic, count in received.items():
             metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
         return items
@@ -188,18 +224,40 @@ class DeletionWorker:
             for key in due:
                 del self._held[key]
 
-    def _judge(self, items: list[_Item]) -> None:
+    def _check(self, items: list[_Item]) -> _Batch:
+        """Decode (undecodable records get their verdict here) and run the checks before any delete."""
         decoded: list[_Item] = []
         for item in items:
-            try:
-                item.info = self._codec.decode(item.msg.value() or b"", item.msg.topic() or "",
-                                               PendingDeleteLedgerInfo)
+            if item.info is None and item.verdict is None:
+                try:
+                    item.info = self._codec.decode(item.msg.value() or b"", item.partition[0],
+                                                   PendingDeleteLedgerInfo)
+                except RecordDecodeError as exc:
+                    item.verdict = Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)
+            if item.info is not None:
                 decoded.append(item)
-            except RecordDecodeError as exc:
-                item.verdict = Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)
         infos = [item.info for item in decoded if item.info is not None]
-        for item, verdict in zip(decoded, self._executor.execute(infos) if infos else [], strict=True):
-            item.verdict = verdict
+        return _Batch(items, decoded, self._executor.prepare(infos) if infos else None)
+
+    def _start(self, batch: _Batch) -> None:
+        if batch.plan is not None and batch.plan.deletable:
+            batch.deleting = self._deleter.submit(self._executor.delete, batch.plan)
+        self._in_flight = batch
+
+    def _complete_in_flight(self, report: BatchReport) -> set[Partition]:
+        """Wait for the batch in flight's deletes, then clean rows, route and store offsets.
+
+        Returns the partitions sought back to a record that is not final.
+        """
+        batch, self._in_flight = self._in_flight, None
+        if batch is None:
+            return set()
+        if batch.plan is not None:
+            results = batch.deleting.result() if batch.deleting is not None else {}
+            for item, verdict in zip(batch.decoded, self._executor.finish(batch.plan, results), strict=True):
+                item.verdict = verdict
+        self._reroute(batch.items, report)
+        return self._store_offsets(batch.items, report)
 
     def _reroute(self, items: list[_Item], report: BatchReport) -> None:
         self._reroute_items(items, report)
@@ -265,13 +323,15 @@ class DeletionWorker:
         elif verdict.outcome is Outcome.MARK_PENDING:
             metrics.MARK_PENDING_RETRIES.inc()
 
-    def _store_offsets(self, items: list[_Item], report: BatchReport) -> None:
+    def _store_offsets(self, items: list[_Item], report: BatchReport) -> set[Partition]:
         """Store each partition's offset past its last final record before the first one that is not;
-        re-read the partition from that one."""
+        re-read the partition from that one. Returns the partitions so sought."""
         by_partition: dict[Partition, list[_Item]] = {}
         for item in items:
-            by_partition.setdefault((item.msg.topic() or "", item.msg.partition() or 0), []).append(item)
+            by_partition.setdefault(item.partition, []).append(item)
+        stored = 0
         offsets: list[TopicPartition] = []
+        sought: set[Partition] = set()
         for (topic, partition), group in by_partition.items():
             group.sort(key=lambda it: it.msg.offset() or 0)
             final = 0
@@ -281,13 +341,18 @@ class DeletionWorker:
                 offsets.append(TopicPartition(topic, partition, (group[final - 1].msg.offset() or 0) + 1))
             if final < len(group):
                 self._consumer.seek(TopicPartition(topic, partition, group[final].msg.offset() or 0))
-            report.stored += final
+                sought.add((topic, partition))
+            stored += final
         if offsets:
             self._consumer.store_offsets(offsets=offsets)
-            metrics.ACKED.inc(report.stored)
+            metrics.ACKED.inc(stored)
+        report.stored += stored
+        return sought
 
     def commit(self) -> None:
-        """Commit the stored (final) offsets now, synchronously; nothing stored is not an error."""
+        """Complete the batch in flight, then commit the stored (final) offsets synchronously; nothing
+        stored is not an error. What the completed batch did goes into the next report."""
+        self._complete_in_flight(self._report)
         try:
             self._consumer.commit(asynchronous=False)
         except KafkaException as exc:
@@ -295,10 +360,12 @@ class DeletionWorker:
                 raise
 
     def close(self) -> None:
-        """Commit the stored (final) offsets synchronously, then leave the group."""
+        """Complete the batch in flight, commit the stored (final) offsets synchronously, leave the group."""
         try:
             self.commit()
         except KafkaException as exc:
             log.warning("final commit failed: %s", exc)
+        finally:
+            self._deleter.shutdown()
         self._consumer.close()
         self._producer.close()

@@ -21,6 +21,9 @@ from storage.metadata import ChunkRecord, MarkRecord, MetadataStore
 
 log = logging.getLogger(__name__)
 
+DeleteResults = dict[tuple[str, str], DeleteResult]
+"""The storage deletes of a plan: the result per (binding name, chunk name)."""
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -103,18 +106,18 @@ class DeletionExecutor:
                 plan.deletable[i] = info
         return plan
 
-    def delete(self, plan: BatchPlan) -> dict[tuple[str, str], DeleteResult]:
+    def delete(self, plan: BatchPlan) -> DeleteResults:
         """The storage deletes of a plan, batched per binding; touches no metadata (safe off-thread)."""
         by_binding: dict[str, list[str]] = defaultdict(list)
         for info in plan.deletable.values():
             by_binding[info.storage_binding].append(info.chunk_name)
-        results: dict[tuple[str, str], DeleteResult] = {}
+        results: DeleteResults = {}
         for binding_name, names in by_binding.items():
             for result in self._delete_many(binding_name, list(dict.fromkeys(names))):
                 results[(binding_name, result.name)] = result
         return results
 
-    def finish(self, plan: BatchPlan, results: dict[tuple[str, str], DeleteResult]) -> list[Verdict]:
+    def finish(self, plan: BatchPlan, results: DeleteResults) -> list[Verdict]:
         """Remove the deleted copies from their rows (one transaction); one verdict per record, in order."""
         deletable = plan.deletable
         gone = [info for info in deletable.values() if results[(info.storage_binding, info.chunk_name)].ok]

@@ -12,7 +12,11 @@ import pytest
 from confluent_kafka import Consumer
 
 from consumers import retry
+from consumers.deletion_worker import DeletionWorker, WorkerConfig
+from deletion.executor import DeletionExecutor
 from deletion.records import pending_deletes_for
+from ops.procs import free_port
+from producers.producer import RecordProducer
 from schemas import millis_now
 from storage.base import BaseChunkStorage
 from storage.chunks import DeleteOutcome, DeleteResult
@@ -20,6 +24,7 @@ from storage.errors import StorageUnavailableError
 from tests.cli import run_reclaim
 
 from .conftest import Pipeline, outcomes
+from .test_pipeline import committed_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +178,36 @@ def test_poison_bytes_go_to_the_dlq_and_the_worker_keeps_going(pipeline: Pipelin
     dead = read_all(pipeline, pipeline.topics.dlq, 3)
     assert len(dead) == 3
     assert all(dict(m.headers())[retry.H_OUTCOME] == b"undecodable" for m in dead)
+
+
+def test_a_reroute_the_broker_never_confirms_is_read_again_not_acked(pipeline: Pipeline) -> None:
+    """Records whose retry-tier send fails stay unacked: their partition re-reads from the first of
+    them, even though the worker has already polled (and checked) later records of it."""
+    binding = pipeline.bindings.get("fs-tier2")
+    chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 12)
+    mark_id = "slow-mark"
+    # Published, mark not committed: every record must go to the first retry tier.
+    pipeline.publisher.publish(pending_deletes_for(chunks, mark_id, millis_now()))
+    # A real fault: the worker's producer points at a port nobody listens on, so no send is confirmed.
+    unreachable = RecordProducer(f"127.0.0.1:{free_port()}", "idempotent-producer", {"message.timeout.ms": 1000})
+    config = WorkerConfig(bootstrap=pipeline.bootstrap, topics=pipeline.topics, group_id=pipeline.group_id,
+                          batch_size=3, poll_timeout_s=0.5, delivery_timeout_s=3.0)
+    stuck = DeletionWorker(config, DeletionExecutor(pipeline.store, pipeline.bindings, mark_timeout_s=120),
+                           pipeline.codec, producer=unreachable)
+    pipeline.workers.append(stuck)
+    reports = pipeline.drain(stuck, lambda rs: sum(r.unconfirmed for r in rs) >= 6)
+    reports.append(stuck.flush())
+    assert sum(r.stored for r in reports) == 0
+    stuck.close()
+    pipeline.workers.remove(stuck)
+    assert committed_offsets(pipeline, pipeline.topics.deletion) == 0
+
+    with pipeline.store.transaction() as txn:
+        pipeline.service.commit_mark(txn, chunks, mark_id)
+    worker = pipeline.worker()
+    later = pipeline.drain(worker, lambda rs: outcomes(rs).get("deleted", 0) >= 12)
+    later.append(worker.flush())
+    assert outcomes(later) == {"deleted": 12}
+    assert not any(binding.exists(c.name) for c in chunks)
+    worker.commit()
+    assert committed_offsets(pipeline, pipeline.topics.deletion) == 12
