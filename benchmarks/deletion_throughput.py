@@ -8,8 +8,11 @@ For S3 (one endpoint, the same object count for every method):
   - naive: one ``delete_object`` call per object (what a user writes by hand).
 For the filesystem binding: the pipeline against a raw ``os.unlink`` loop.
 
-Run: ``.venv/bin/python benchmarks/deletion_throughput.py [--objects 5000]``. It starts its own
-Kafka broker and S3 endpoint unless RECLAIM_BOOTSTRAP / RECLAIM_S3_ENDPOINT name running ones.
+Each timed method runs ``--rounds`` times, interleaved (pipeline, raw, pipeline, raw, ...), and the
+medians are printed with every round; a ratio is the median of the rounds' side-by-side ratios.
+
+Run: ``.venv/bin/python benchmarks/deletion_throughput.py [--objects 5000] [--rounds 3]``. It starts
+its own Kafka broker and S3 endpoint unless RECLAIM_BOOTSTRAP / RECLAIM_S3_ENDPOINT name running ones.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -229,16 +233,28 @@ def unlink_loop(root: Path, n: int) -> float:
     return timed(lambda: [os.unlink(path) for path in paths])
 
 
-def report(label: str, n: int, seconds: float) -> float:
-    rate = n / seconds
-    print(f"  {label:44} {seconds:8.3f} s  {rate:10.0f} objects/s")
-    return rate
+def report(label: str, n: int, seconds: float | list[float]) -> float:
+    """Print the rate of ``n`` objects in ``seconds`` (the median of rounds, listed too); return it."""
+    runs = seconds if isinstance(seconds, list) else [seconds]
+    middle = statistics.median(runs)
+    rounds = f"  (rounds: {', '.join(f'{s:.3f}' for s in runs)})" if len(runs) > 1 else ""
+    print(f"  {label:44} {middle:8.3f} s  {n / middle:10.0f} objects/s{rounds}")
+    return n / middle
+
+
+def ratio(label: str, fast: list[float], slow: list[float], target: str = "") -> None:
+    """Print the median of per-round ratios of rates (``slow`` seconds over ``fast`` seconds)."""
+    per_round = [b / a for a, b in zip(fast, slow, strict=True)]
+    rounds = f"  (rounds: {', '.join(f'{r:.2f}' for r in per_round)})" if len(per_round) > 1 else ""
+    print(f"  ratio {label:28} {statistics.median(per_round):6.2f}x{target}{rounds}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=5000, help="objects per method (default 5000)")
-    n = parser.parse_args().objects
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the side-by-side methods (default 3)")
+    args = parser.parse_args()
+    n = args.objects
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         started: list[int] = []
@@ -254,15 +270,15 @@ def main() -> None:
             proc, endpoint = start_s3(work / "s3.log")
             started.append(proc.pid)
         try:
-            run(bootstrap, endpoint, n, work)
+            run(bootstrap, endpoint, n, work, args.rounds)
         finally:
             for pid in started:
                 stop_pid(pid)
 
 
-def run(bootstrap: str, endpoint: S3Endpoint, n: int, work: Path) -> None:
+def run(bootstrap: str, endpoint: S3Endpoint, n: int, work: Path, rounds: int) -> None:
     print(f"deletion throughput, {n} objects per method, 64-byte objects, {os.cpu_count()} cores, "
-          "one phase-2 consumer, batches of 1000")
+          f"one phase-2 consumer, batches of 1000; median of {rounds} rounds, each method side by side")
     bucket = f"pipe-{uuid.uuid4().hex[:8]}"
     ensure_bucket(endpoint, bucket)
     s3 = S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
@@ -270,25 +286,37 @@ def run(bootstrap: str, endpoint: S3Endpoint, n: int, work: Path) -> None:
     # Warm both paths (connections, caches, the broker's new-topic work) before anything is timed.
     pipeline(bootstrap, s3, min(n, 1000), work)
     raw_batched(endpoint, min(n, 1000))
-    marking, deleting = pipeline(bootstrap, s3, n, work)
+    marking, deleting, raw = [], [], []
+    for _ in range(rounds):
+        phase1, phase2 = pipeline(bootstrap, s3, n, work)
+        marking.append(phase1)
+        deleting.append(phase2)
+        raw.append(raw_batched(endpoint, n))
     report("phase 1: publish + one metadata transaction", n, marking)
-    pipe = report("pipeline: produced -> gone + committed", n, deleting)
+    report("pipeline: produced -> gone + committed", n, deleting)
     s3_env = {"RECLAIM_S3_ENDPOINT": endpoint.url, "RECLAIM_S3_BUCKET": bucket,
               "RECLAIM_S3_ACCESS_KEY": endpoint.access_key, "RECLAIM_S3_SECRET_KEY": endpoint.secret_key}
-    procs = report("pipeline, 2 worker processes", n, worker_processes(bootstrap, s3, s3_env, n, work))
-    raw = report("raw DeleteObjects, 1000 keys/request", n, raw_batched(endpoint, n))
-    hand = report("naive delete_object loop", n, naive(endpoint, n))
-    print(f"  ratio pipeline / raw batched: {pipe / raw:6.2f}x   (target >= 0.5x)")
-    print(f"  ratio 2 processes / raw:      {procs / raw:6.2f}x")
-    print(f"  ratio pipeline / naive loop:  {pipe / hand:6.2f}x   (target >= 10x)")
+    procs = worker_processes(bootstrap, s3, s3_env, n, work)
+    report("pipeline, 2 worker processes (one round)", n, procs)
+    report("raw DeleteObjects, 1000 keys/request", n, raw)
+    hand = naive(endpoint, n)
+    report("naive delete_object loop (one round)", n, hand)
+    ratio("pipeline / raw batched:", deleting, raw, "   (target >= 0.5x)")
+    ratio("2 processes / raw:", [procs], [statistics.median(raw)])
+    ratio("pipeline / naive loop:", [statistics.median(deleting)], [hand], "   (target >= 10x)")
     fs = FileSystemChunkStorage(work / "fs-tier2", name="fs-tier2", delete_workers=8)
     print("filesystem:")
     pipeline(bootstrap, fs, min(n, 1000), work)
-    marking, deleting = pipeline(bootstrap, fs, n, work)
+    marking, deleting, unlink = [], [], []
+    for i in range(rounds):
+        phase1, phase2 = pipeline(bootstrap, fs, n, work)
+        marking.append(phase1)
+        deleting.append(phase2)
+        unlink.append(unlink_loop(work / f"unlink-{i}", n))
     report("phase 1: publish + one metadata transaction", n, marking)
-    fs_pipe = report("pipeline: produced -> gone + committed", n, deleting)
-    unlink = report("raw os.unlink loop (durable files)", n, unlink_loop(work / "unlink", n))
-    print(f"  ratio pipeline / raw unlink:  {fs_pipe / unlink:6.2f}x")
+    report("pipeline: produced -> gone + committed", n, deleting)
+    report("raw os.unlink loop (durable files)", n, unlink)
+    ratio("pipeline / raw unlink:", deleting, unlink)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -54,6 +54,9 @@ class _StillFailing(Exception):
     """Some keys of a batched delete failed with a retryable error; try them again."""
 
     retryable = True
+
+
+_DELETED = Verdict(Outcome.DELETED)
 
 
 def _error_verdict(exc: StorageError) -> Verdict:
@@ -123,8 +126,19 @@ class DeletionExecutor:
         gone = [info for info in deletable.values() if results[(info.storage_binding, info.chunk_name)].ok]
         cleanup_error = self._drop_copies(gone, plan.rows)
         verdicts = dict(plan.verdicts)
+        deleted: Counter[str] = Counter()
+        failed: Counter[tuple[str, str]] = Counter()
         for i, info in deletable.items():
-            verdicts[i] = self._verdict(info, results[(info.storage_binding, info.chunk_name)], cleanup_error)
+            result = results[(info.storage_binding, info.chunk_name)]
+            verdicts[i] = self._verdict(result, cleanup_error)
+            if verdicts[i].outcome is Outcome.DELETED:
+                deleted[info.ledger_type.name] += 1
+            elif not result.ok:
+                failed[(info.ledger_type.name, verdicts[i].error_class)] += 1
+        for ledger_type, count in deleted.items():
+            metrics.DELETED.labels(ledger_type).inc(count)
+        for (ledger_type, error_class), count in failed.items():
+            metrics.DELETE_FAILURES.labels(ledger_type, error_class).inc(count)
         return [verdicts[i] for i in range(plan.size)]
 
     def _marks(self, infos: Sequence[PendingDeleteLedgerInfo],
@@ -230,16 +244,12 @@ class DeletionExecutor:
             txn.remove_chunks(emptied)
 
     @staticmethod
-    def _verdict(info: PendingDeleteLedgerInfo, result: DeleteResult, cleanup_error: StorageError | None) -> Verdict:
-        ledger_type = info.ledger_type.name
+    def _verdict(result: DeleteResult, cleanup_error: StorageError | None) -> Verdict:
         if not result.ok:
-            error = result.error or StorageError("delete failed")
-            metrics.DELETE_FAILURES.labels(ledger_type, type(error).__name__).inc()
-            return _error_verdict(error)
+            return _error_verdict(result.error or StorageError("delete failed"))
         if cleanup_error is not None:
             return Verdict(Outcome.RETRYABLE, f"deleted, but chunk row cleanup failed: {cleanup_error}",
                            type(cleanup_error).__name__)
         if result.outcome is DeleteOutcome.ALREADY_GONE:
             return Verdict(Outcome.ALREADY_GONE, "object already absent")
-        metrics.DELETED.labels(ledger_type).inc()
-        return Verdict(Outcome.DELETED)
+        return _DELETED

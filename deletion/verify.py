@@ -93,13 +93,15 @@ def tags_mismatch(info: PendingDeleteLedgerInfo, tags: ChunkTags | None, check_s
     """Why ``info`` disagrees with a chunk's ownership tags, or ``""`` when they agree."""
     if tags is None:
         return "the object carries no ownership tags"
-    checks = [
-        (tags.application == "reclaim", f"application tag {tags.application!r}"),
-        (tags.stream == info.topic_name, f"stream tag {tags.stream!r} != {info.topic_name!r}"),
-        (not check_segment or tags.segment == info.segment_name,
-         f"segment tag {tags.segment!r} != {info.segment_name!r}"),
-        (component_of(tags.component) is info.ledger_component, f"component tag {tags.component!r}"),
-        (info.owner_epoch is None or tags.writer_epoch == info.owner_epoch,
-         f"writer epoch tag {tags.writer_epoch} != {info.owner_epoch}"),
-    ]
-    return next((why for ok, why in checks if not ok), "")
+    # Messages are formatted only for a failed check: every record of a batch passes through here.
+    if tags.application != "reclaim":
+        return f"application tag {tags.application!r}"
+    if tags.stream != info.topic_name:
+        return f"stream tag {tags.stream!r} != {info.topic_name!r}"
+    if check_segment and tags.segment != info.segment_name:
+        return f"segment tag {tags.segment!r} != {info.segment_name!r}"
+    if component_of(tags.component) is not info.ledger_component:
+        return f"component tag {tags.component!r}"
+    if info.owner_epoch is not None and tags.writer_epoch != info.owner_epoch:
+        return f"writer epoch tag {tags.writer_epoch} != {info.owner_epoch}"
+    return ""

@@ -57,9 +57,31 @@ class AvroRecord(abc.ABC):
             raise RecordDecodeError(DecodeReason.INVALID_RECORD, f"{cls.SCHEMA.name}: {exc}") from exc
 
     @classmethod
+    def from_datum(cls, datum: Mapping[str, Any]) -> Self:
+        """Build the record from a datum fastavro read with this type's own schema (``SCHEMA``).
+
+        fastavro has already checked each field's presence and Avro type, so a type may override
+        ``_from_datum`` to skip ``from_avro``'s re-checks; the checks of values (enum symbols this
+        code knows, timestamp range) stay.
+
+        Raises
+        ------
+        RecordDecodeError
+            With reason ``INVALID_RECORD``, as ``from_avro``.
+        """
+        try:
+            return cls._from_datum(datum)
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            raise RecordDecodeError(DecodeReason.INVALID_RECORD, f"{cls.SCHEMA.name}: {exc}") from exc
+
+    @classmethod
     @abc.abstractmethod
     def _from_avro(cls, data: Mapping[str, Any]) -> Self:
         """Build from a mapping; raise ValueError or TypeError naming the bad field."""
+
+    @classmethod
+    def _from_datum(cls, datum: Mapping[str, Any]) -> Self:
+        return cls._from_avro(datum)
 
 
 def check_millis(name: str, value: int) -> None:
@@ -105,6 +127,11 @@ def get_long(data: Mapping[str, Any], name: str) -> int:
 def get_opt_long(data: Mapping[str, Any], name: str) -> int | None:
     """The nullable long field ``name`` (absent counts as null)."""
     return None if data.get(name) is None else get_long(data, name)
+
+
+def millis_of(value: datetime | int) -> int:
+    """Epoch millis from what fastavro reads for a timestamp-millis field (an aware datetime)."""
+    return value if type(value) is int else (value - _EPOCH) // _ONE_MILLI  # type: ignore[operator]
 
 
 def get_millis(data: Mapping[str, Any], name: str) -> int:

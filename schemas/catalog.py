@@ -168,7 +168,7 @@ def check_expected(record_type: type[AvroRecord], expected_type: type[AvroRecord
         )
 
 
-def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> object:
+def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> dict[str, Any]:
     """Decode one Avro binary body written with ``writer`` into ``reader``'s shape.
 
     Raises
@@ -195,4 +195,5 @@ def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> object
         raise RecordDecodeError(
             DecodeReason.TRAILING_BYTES, f"{writer.name} ends at byte {stream.tell()} of {len(body)}"
         )
+    assert isinstance(datum, dict), f"fastavro read a record as {type(datum).__name__}"
     return datum

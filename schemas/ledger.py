@@ -22,6 +22,7 @@ from schemas.base import (
     get_record,
     get_str,
     get_str_map,
+    millis_of,
 )
 
 _LONG_MASK = 2**64 - 1
@@ -232,4 +233,26 @@ class PendingDeleteLedgerInfo(AvroRecord):
             owner_epoch=get_opt_long(data, "owner_epoch"),
             mark_id=get_str(data, "mark_id"),
             created_at=get_millis(data, "created_at"),
+        )
+
+    @classmethod
+    def _from_datum(cls, datum: Mapping[str, Any]) -> Self:
+        # Phase 2 decodes one of these per deletion: only conversions and value checks are left.
+        context, location = datum["offload_context"], datum["location"]
+        return cls(
+            topic_name=datum["topic_name"],
+            ledger_component=LedgerComponent[datum["ledger_component"]],
+            cursor_name=datum["cursor_name"],
+            schema_id=datum["schema_id"],
+            ledger_type=LedgerType[datum["ledger_type"]],
+            ledger_id=datum["ledger_id"],
+            offload_context=None if context is None else OffloadContext(
+                context["uuid_msb"], context["uuid_lsb"], context["driver_name"], tuple(context["metadata"].items())),
+            chunk_name=datum["chunk_name"],
+            segment_name=datum["segment_name"],
+            storage_binding=datum["storage_binding"],
+            location=ChunkLocation(location["key"], location["bucket"]),
+            owner_epoch=datum["owner_epoch"],
+            mark_id=datum["mark_id"],
+            created_at=millis_of(datum["created_at"]),
         )

@@ -58,6 +58,9 @@ def _segment_values(record: SegmentRecord) -> dict[str, Any]:
         "status": int(record.status)}
 
 
+_TIERS = {tier.value: tier for tier in Tier}
+
+
 @functools.lru_cache(maxsize=4096)
 def _tags_from_json(raw: str) -> ChunkTags:
     # The chunks of one segment share their tags, so a deletion batch parses a handful, not thousands.
@@ -69,7 +72,7 @@ def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
     return ChunkRecord(
         name=name, segment=segment, start_offset=start_offset, length=length, next_chunk=next_chunk,
         active=bool(active), mark_id=mark_id, version=version, tags=_tags_from_json(tags),
-        locations=tuple(ChunkLocation(loc["binding"], Tier(loc["tier"]), loc["bucket"], loc["key"])
+        locations=tuple(ChunkLocation(loc["binding"], _TIERS[loc["tier"]], loc["bucket"], loc["key"])
                         for loc in json.loads(locations)))
 
 
@@ -184,11 +187,8 @@ class SQLiteTransaction(_Reader):
         removed: list[str] = []
         for start in range(0, len(wanted), _IN_BATCH):
             batch = wanted[start:start + _IN_BATCH]
-            sql = f"SELECT name FROM chunks WHERE active = 0 AND name IN ({', '.join('?' * len(batch))})"
-            rows = self._conn.execute(sql, batch)
-            gone = [str(row[0]) for row in rows]
-            self._conn.executemany("DELETE FROM chunks WHERE name = ?", [(name,) for name in gone])
-            removed.extend(gone)
+            sql = f"DELETE FROM chunks WHERE active = 0 AND name IN ({', '.join('?' * len(batch))}) RETURNING name"
+            removed.extend(str(row[0]) for row in self._conn.execute(sql, batch).fetchall())
         return removed
 
     def put_mark(self, record: MarkRecord, *, expected_version: int | None = None) -> MarkRecord:
