@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from consumers.deletion_worker import DeletionWorker, WorkerConfig
+from consumers.deletion_worker import DeletionWorker, WorkerConfig, tune_interpreter
 from consumers.lag import estimated_inflight
 from deletion.executor import DeletionExecutor
 from deletion.mark import LedgerDeletionService
@@ -255,6 +255,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the side-by-side methods (default 3)")
     args = parser.parse_args()
     n = args.objects
+    tune_interpreter()  # as ``reclaim worker`` does: the in-process pipeline below runs as one would
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         started: list[int] = []

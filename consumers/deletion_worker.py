@@ -1,15 +1,19 @@
 """Phase 2 as a Kafka consumer group (``reclaim worker``): poll, judge and delete, route, store offsets.
 
-A worker keeps at most one batch's storage deletes in flight on a thread of its own while it polls,
-decodes and checks the next batch; it completes that batch (row cleanup, routing, offsets) before
-the next one's deletes start, so offsets are stored batch by batch, in order.
+Batches overlap: while the worker polls, decodes and checks one batch, a delete thread runs the
+storage deletes of the batch before, and a cleanup thread the row cleanup of the one before that.
+The worker routes batches and stores their offsets one by one, in poll order; when a partition is
+sought back to a record whose reroute was not confirmed, the later records of it in batches already
+in flight are not acked (their deletes are harmless: the re-read records find the copies gone).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,6 +35,22 @@ from schemas.ledger import PendingDeleteLedgerInfo
 log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
+
+MAX_IN_FLIGHT = 2
+"""Batches a worker keeps going behind the one it is checking: one deleting, one cleaning up rows."""
+
+SWITCH_INTERVAL_S = 0.0005
+"""The interpreter's thread switch interval in a worker process (Python's default is 5 ms)."""
+
+
+def tune_interpreter() -> None:
+    """Shorten the interpreter's thread switch interval for a worker process.
+
+    The delete thread needs the GIL again at every reply chunk the object store sends, while the
+    main thread holds it checking the next batch; with the default 5 ms interval each such wake-up
+    can wait that long, several times a request, which stretches every batched delete.
+    """
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 @dataclass(frozen=True)
@@ -82,12 +102,14 @@ class _Item:
 
 @dataclass
 class _Batch:
-    """A polled batch after its checks; its storage deletes may be in flight."""
+    """A polled batch after its checks; its storage deletes and row cleanup may be in flight."""
 
     items: list[_Item]
     decoded: list[_Item]
     plan: BatchPlan | None
-    deleting: Future[DeleteResults] | None = None
+    verdicts: Future[list[Verdict]] | None = None
+    dropped: set[Partition] = field(default_factory=set)
+    """Partitions sought back, after this batch was polled, to an earlier record that is not final."""
 
 
 class DeletionWorker:
@@ -104,9 +126,10 @@ class DeletionWorker:
         self._consumer = Consumer(config.consumer_config())
         self._held: dict[Partition, float] = {}
         self._assigned: set[Partition] = set()
-        self._in_flight: _Batch | None = None
+        self._in_flight: deque[_Batch] = deque()
         self._report = BatchReport()
         self._deleter = ThreadPoolExecutor(1, thread_name_prefix="reclaim-delete")
+        self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="reclaim-cleanup")
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
 
@@ -114,7 +137,7 @@ class DeletionWorker:
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # The batch in flight ends, and its offsets are stored, while the partitions are still ours.
+        # The batches in flight end, and their offsets are stored, while the partitions are still ours.
         self._complete_in_flight(self._report)
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
@@ -149,29 +172,28 @@ class DeletionWorker:
             self.close()
 
     def run_once(self) -> BatchReport:
-        """Poll one batch, check it, complete the batch in flight, start the new batch's deletes.
+        """Poll and check one batch and start its deletes; complete the batches in flight beyond
+        ``MAX_IN_FLIGHT`` (or the oldest one, when the poll brought nothing).
 
         The report counts the records this call polled and the outcomes of the batches it completed.
-        With a batch in flight the poll does not wait: whatever is already fetched overlaps its deletes.
+        With batches in flight the poll does not wait: whatever is already fetched overlaps them.
         """
         self._resume_due()
         timeout = 0.0 if self._in_flight else self._config.poll_timeout_s
         messages = self._consumer.consume(self._config.batch_size, timeout)
         report = self._report
         items = self._ready_items(messages, report)
-        batch = self._check(items) if items else None
-        sought = self._complete_in_flight(report)
-        if batch is not None and sought:
-            # Those partitions re-read from an earlier record; this batch's later ones come again.
-            log.debug("dropping this batch's records of %s: their partitions re-read from earlier", sorted(sought))
-            batch = self._check([item for item in batch.items if item.partition not in sought])
-        if batch is not None and batch.items:
-            self._start(batch)
+        if items:
+            self._start(self._check(items))
+            while len(self._in_flight) > MAX_IN_FLIGHT:
+                self._complete_oldest(report)
+        elif self._in_flight:
+            self._complete_oldest(report)
         self._report = BatchReport()
         return report
 
     def flush(self) -> BatchReport:
-        """Complete the batch in flight, if any; the report of what completed since the last call."""
+        """Complete every batch in flight; the report of what completed since the last call."""
         self._complete_in_flight(self._report)
         report, self._report = self._report, BatchReport()
         return report
@@ -228,36 +250,44 @@ class DeletionWorker:
         """Decode (undecodable records get their verdict here) and run the checks before any delete."""
         decoded: list[_Item] = []
         for item in items:
-            if item.info is None and item.verdict is None:
-                try:
-                    item.info = self._codec.decode(item.msg.value() or b"", item.partition[0],
-                                                   PendingDeleteLedgerInfo)
-                except RecordDecodeError as exc:
-                    item.verdict = Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)
-            if item.info is not None:
+            try:
+                item.info = self._codec.decode(item.msg.value() or b"", item.partition[0], PendingDeleteLedgerInfo)
                 decoded.append(item)
+            except RecordDecodeError as exc:
+                item.verdict = Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)
         infos = [item.info for item in decoded if item.info is not None]
         return _Batch(items, decoded, self._executor.prepare(infos) if infos else None)
 
     def _start(self, batch: _Batch) -> None:
-        if batch.plan is not None and batch.plan.deletable:
-            batch.deleting = self._deleter.submit(self._executor.delete, batch.plan)
-        self._in_flight = batch
+        """Queue the batch's storage deletes, and its row cleanup after them (each stage in order)."""
+        plan = batch.plan
+        if plan is not None:
+            deleted = self._deleter.submit(self._executor.delete, plan)
+            batch.verdicts = self._cleaner.submit(self._cleanup, plan, deleted)
+        self._in_flight.append(batch)
 
-    def _complete_in_flight(self, report: BatchReport) -> set[Partition]:
-        """Wait for the batch in flight's deletes, then clean rows, route and store offsets.
+    def _cleanup(self, plan: BatchPlan, deleted: Future[DeleteResults]) -> list[Verdict]:
+        return self._executor.finish(plan, deleted.result())
 
-        Returns the partitions sought back to a record that is not final.
-        """
-        batch, self._in_flight = self._in_flight, None
-        if batch is None:
-            return set()
-        if batch.plan is not None:
-            results = batch.deleting.result() if batch.deleting is not None else {}
-            for item, verdict in zip(batch.decoded, self._executor.finish(batch.plan, results), strict=True):
+    def _complete_in_flight(self, report: BatchReport) -> None:
+        while self._in_flight:
+            self._complete_oldest(report)
+
+    def _complete_oldest(self, report: BatchReport) -> None:
+        """Wait for the oldest batch's deletes and row cleanup, then route it and store its offsets."""
+        batch = self._in_flight.popleft()
+        if batch.verdicts is not None:
+            for item, verdict in zip(batch.decoded, batch.verdicts.result(), strict=True):
                 item.verdict = verdict
-        self._reroute(batch.items, report)
-        return self._store_offsets(batch.items, report)
+        items = batch.items
+        if batch.dropped:
+            # Those partitions re-read from an earlier record: these records come again, unacked.
+            log.debug("not acking this batch's records of %s: re-read from earlier", sorted(batch.dropped))
+            items = [item for item in items if item.partition not in batch.dropped]
+        self._reroute(items, report)
+        sought = self._store_offsets(items, report)
+        for later in self._in_flight:
+            later.dropped |= sought
 
     def _reroute(self, items: list[_Item], report: BatchReport) -> None:
         self._reroute_items(items, report)
@@ -367,5 +397,6 @@ class DeletionWorker:
             log.warning("final commit failed: %s", exc)
         finally:
             self._deleter.shutdown()
+            self._cleaner.shutdown()
         self._consumer.close()
         self._producer.close()

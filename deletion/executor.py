@@ -88,7 +88,12 @@ class DeletionExecutor:
         self._retry = retry or RetryPolicy()
 
     def execute(self, infos: Sequence[PendingDeleteLedgerInfo]) -> list[Verdict]:
-        """One verdict per record, in input order: :meth:`prepare`, :meth:`delete`, :meth:`finish`."""
+        """One verdict per record, in input order: :meth:`prepare`, :meth:`delete`, :meth:`finish`.
+
+        The three steps may run on different threads for different batches (the metadata store
+        serialises its connection): rows only ever disappear between them, which turns a later
+        record of the same copy into ``ALREADY_GONE``, never into a wrong delete.
+        """
         plan = self.prepare(infos)
         return self.finish(plan, self.delete(plan))
 

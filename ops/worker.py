@@ -9,7 +9,7 @@ from types import FrameType
 
 from prometheus_client import start_http_server
 
-from consumers.deletion_worker import DeletionWorker
+from consumers.deletion_worker import DeletionWorker, tune_interpreter
 from consumers.lag import estimated_inflight
 from deletion import metrics
 from ops import runtime, stack
@@ -42,6 +42,7 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    tune_interpreter()
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, addr=metrics_addr)
         log.info("metrics on http://%s:%s/metrics", metrics_addr, settings.metrics_port)
