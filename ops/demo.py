@@ -153,9 +153,11 @@ def drain(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindi
     try:
         while time.monotonic() < deadline:
             report = worker.run_once()
-            if report.received:
+            if report.received or report.outcomes:
+                # A batch polled now finishes in a later call, overlapped with the next one's checks.
                 outcomes = {k.value: v for k, v in report.outcomes.items()}
-                say(f"  worker batch: {report.received} records, outcomes {outcomes}, {report.stored} offsets stored")
+                say(f"  worker: {report.received} records polled; finished: {outcomes}, "
+                    f"{report.stored} offsets stored")
                 continue
             worker.commit()
             inflight = estimated_inflight(stack.require_bootstrap(settings), settings.group_id, topics)
