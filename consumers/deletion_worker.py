@@ -276,16 +276,21 @@ class DeletionWorker:
     def _complete_oldest(self, report: BatchReport) -> None:
         """Wait for the oldest batch's deletes and row cleanup, then route it and store its offsets."""
         batch = self._in_flight.popleft()
-        if batch.verdicts is not None:
-            for item, verdict in zip(batch.decoded, batch.verdicts.result(), strict=True):
-                item.verdict = verdict
-        items = batch.items
-        if batch.dropped:
-            # Those partitions re-read from an earlier record: these records come again, unacked.
-            log.debug("not acking this batch's records of %s: re-read from earlier", sorted(batch.dropped))
-            items = [item for item in items if item.partition not in batch.dropped]
-        self._reroute(items, report)
-        sought = self._store_offsets(items, report)
+        try:
+            if batch.verdicts is not None:
+                for item, verdict in zip(batch.decoded, batch.verdicts.result(), strict=True):
+                    item.verdict = verdict
+            items = batch.items
+            if batch.dropped:
+                # Those partitions re-read from an earlier record: these records come again, unacked.
+                log.debug("not acking this batch's records of %s: re-read from earlier", sorted(batch.dropped))
+                items = [item for item in items if item.partition not in batch.dropped]
+            self._reroute(items, report)
+            sought = self._store_offsets(items, report)
+        except BaseException:
+            # This batch's offsets are not stored, so no later batch's may be: they would pass it.
+            self._in_flight.clear()
+            raise
         for later in self._in_flight:
             later.dropped |= sought
 
@@ -380,8 +385,8 @@ class DeletionWorker:
         return sought
 
     def commit(self) -> None:
-        """Complete the batch in flight, then commit the stored (final) offsets synchronously; nothing
-        stored is not an error. What the completed batch did goes into the next report."""
+        """Complete the batches in flight, then commit the stored (final) offsets synchronously; nothing
+        stored is not an error. What the completed batches did goes into the next report."""
         self._complete_in_flight(self._report)
         try:
             self._consumer.commit(asynchronous=False)
@@ -390,7 +395,7 @@ class DeletionWorker:
                 raise
 
     def close(self) -> None:
-        """Complete the batch in flight, commit the stored (final) offsets synchronously, leave the group."""
+        """Complete the batches in flight, commit the stored (final) offsets synchronously, leave the group."""
         try:
             self.commit()
         except KafkaException as exc:

@@ -211,3 +211,38 @@ def test_a_reroute_the_broker_never_confirms_is_read_again_not_acked(pipeline: P
     assert not any(binding.exists(c.name) for c in chunks)
     worker.commit()
     assert committed_offsets(pipeline, pipeline.topics.deletion) == 12
+
+
+class BuggyBinding(FlakyBinding):
+    """Fault injection: a binding whose first ``delete_many`` raises what no storage error covers.
+
+    A mock on purpose: it stands for a bug, which no real server can be asked to produce.
+    """
+
+    def delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("injected: a bug in the binding")
+        return self._inner.delete_many(names)
+
+
+def test_a_batch_that_blows_up_stores_no_offset_of_the_batches_behind_it(pipeline: Pipeline) -> None:
+    binding = pipeline.bindings.get("fs-tier2")
+    chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 6)
+    pipeline.bindings._by_name["fs-tier2"] = BuggyBinding(binding, failures=1)  # type: ignore[assignment]
+    pipeline.service.mark(chunks)
+    worker = pipeline.worker(batch_size=1)
+    with pytest.raises(RuntimeError, match="injected"):
+        pipeline.drain(worker, lambda rs: False)
+    # Later batches were in flight; their offsets would pass the failed one's record: none is stored.
+    worker.close()
+    pipeline.workers.remove(worker)
+    assert committed_offsets(pipeline, pipeline.topics.deletion) == 0
+
+    pipeline.bindings._by_name["fs-tier2"] = binding
+    again = pipeline.worker()
+    reports = pipeline.drain(again, lambda rs: sum(r.stored for r in rs) >= 6)
+    assert set(outcomes(reports)) <= {"deleted", "already-gone"}
+    assert not any(binding.exists(c.name) for c in chunks)
+    again.commit()
+    assert committed_offsets(pipeline, pipeline.topics.deletion) == 6
