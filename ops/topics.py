@@ -39,9 +39,13 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.subscriber_cuts, parts, COMPACTED),
         TopicSpec(names.subscribers, parts, COMPACTED),
         TopicSpec(names.stream_config, parts, COMPACTED),
+        # The controller republishes a stream's whole topology on every change, keyed by stream.
+        TopicSpec(names.stream_topology, parts, COMPACTED),
         # The retention set keeps every recorded cut of a stream, so it is not compacted.
         TopicSpec(names.stream_cuts, parts, deleting),
         TopicSpec(names.truncation, parts, deleting),
+        # Rejected retention inputs are for operators to look at, kept as long as the deletion records.
+        TopicSpec(names.retention_rejects, parts, deleting),
     ]
 
 

@@ -22,6 +22,8 @@ class TopicNames:
     stream_config: str
     stream_cuts: str
     truncation: str
+    stream_topology: str
+    retention_rejects: str
 
     @classmethod
     def for_prefix(cls, prefix: str = "reclaim.", retry_delays: tuple[int, ...] = (10, 60, 600)) -> TopicNames:
@@ -37,6 +39,8 @@ class TopicNames:
             stream_config=f"{prefix}stream-config",
             stream_cuts=f"{prefix}stream-cuts",
             truncation=f"{prefix}truncation",
+            stream_topology=f"{prefix}stream-topology",
+            retention_rejects=f"{prefix}retention-rejects",
         )
 
     @property

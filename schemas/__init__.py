@@ -20,6 +20,7 @@ from schemas.ledger import (
     PendingDeleteLedgerInfo,
     ledger_id_for,
 )
+from schemas.rejects import RejectKind, RetentionReject
 from schemas.streams import (
     LimitType,
     RetentionPolicy,
@@ -32,6 +33,13 @@ from schemas.streams import (
     TruncationReason,
 )
 from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from schemas.topology import (
+    SealedSegment,
+    StreamTopology,
+    TopologyEpoch,
+    TopologySegment,
+    TopologyState,
+)
 
 __all__ = [
     "MAX_TIMESTAMP_MILLIS",
@@ -50,18 +58,25 @@ __all__ = [
     "RecordDecodeError",
     "RecordEncodeError",
     "RecordSchema",
+    "RejectKind",
     "RetentionPolicy",
+    "RetentionReject",
     "RetentionType",
     "SchemaCatalog",
     "SchemaError",
+    "SealedSegment",
     "SegmentOffset",
     "SingleObjectCodec",
     "StreamConfig",
     "StreamCut",
     "StreamCutRecord",
+    "StreamTopology",
     "SubscriberChange",
     "SubscriberChangeType",
     "SubscriberCut",
+    "TopologyEpoch",
+    "TopologySegment",
+    "TopologyState",
     "TruncationEvent",
     "TruncationReason",
     "build_codec",

@@ -15,6 +15,7 @@ from schemas.avro_schema import RecordSchema
 from schemas.base import AvroRecord
 from schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
 from schemas.ledger import ChunkLocation, OffloadContext, PendingDeleteLedgerInfo
+from schemas.rejects import RetentionReject
 from schemas.streams import (
     RetentionPolicy,
     SegmentOffset,
@@ -24,6 +25,7 @@ from schemas.streams import (
     TruncationEvent,
 )
 from schemas.subscribers import SubscriberChange, SubscriberCut
+from schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment
 
 RECORD_TYPES: tuple[type[AvroRecord], ...] = (
     PendingDeleteLedgerInfo,
@@ -37,6 +39,11 @@ RECORD_TYPES: tuple[type[AvroRecord], ...] = (
     TruncationEvent,
     SubscriberChange,
     SubscriberCut,
+    TopologySegment,
+    TopologyEpoch,
+    SealedSegment,
+    StreamTopology,
+    RetentionReject,
 )
 """Every record type of reclaim, top-level and nested; each can be encoded on its own."""
 

@@ -13,15 +13,22 @@ from schemas import (
     LimitType,
     OffloadContext,
     PendingDeleteLedgerInfo,
+    RejectKind,
     RetentionPolicy,
+    RetentionReject,
     RetentionType,
+    SealedSegment,
     SegmentOffset,
     StreamConfig,
     StreamCut,
     StreamCutRecord,
+    StreamTopology,
     SubscriberChange,
     SubscriberChangeType,
     SubscriberCut,
+    TopologyEpoch,
+    TopologySegment,
+    TopologyState,
     TruncationEvent,
     TruncationReason,
     ledger_id_for,
@@ -32,6 +39,23 @@ CUT = StreamCut.from_mapping({0: 0, 1: 4096, (1 << 32) | 2: 17})
 POLICY = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 60_000, 86_400_000)
 OFFLOAD = OffloadContext.for_uuid(
     uuid.UUID("8c1d7bca-0b4e-4f0a-9d5e-9a1f6a3b2c10"), "s3", {"bucket": "cold", "key": "scope/stream/0.1"}
+)
+# Two segments; segment 1 split at 0.75 by a scale (epoch 1); a commit of epoch-0 transactions rolled
+# through duplicates of epoch 0 (2, sealed) and of epoch 1 (3, active).
+TOPOLOGY = StreamTopology(
+    stream="scope/stream",
+    epochs=(
+        TopologyEpoch(0, 0, (TopologySegment(0, 0.0, 0.5), TopologySegment(1, 0.5, 1.0))),
+        TopologyEpoch(1, 1, (TopologySegment(0, 0.0, 0.5), TopologySegment((1 << 32) | 2, 0.5, 0.75),
+                             TopologySegment((1 << 32) | 3, 0.75, 1.0))),
+        TopologyEpoch(2, 0, (TopologySegment((2 << 32) | 0, 0.0, 0.5), TopologySegment((2 << 32) | 1, 0.5, 1.0))),
+        TopologyEpoch(3, 1, (TopologySegment((3 << 32) | 0, 0.0, 0.5), TopologySegment((3 << 32) | 2, 0.5, 0.75),
+                             TopologySegment((3 << 32) | 3, 0.75, 1.0))),
+    ),
+    sealed_lengths=(SealedSegment(1, 4096), SealedSegment(0, 8192), SealedSegment((1 << 32) | 2, 100),
+                    SealedSegment((1 << 32) | 3, 0), SealedSegment((2 << 32) | 0, 17), SealedSegment((2 << 32) | 1, 0)),
+    state=TopologyState.ACTIVE,
+    published_at=NOW,
 )
 
 
@@ -90,4 +114,14 @@ def sample_records() -> dict[str, AvroRecord]:
         "truncation_event": TruncationEvent("scope/stream", CUT, TruncationReason.CONSUMPTION, NOW, POLICY),
         "subscriber_change": SubscriberChange("scope/stream", "readers", 2, SubscriberChangeType.REMOVE, NOW),
         "subscriber_cut": SubscriberCut("scope/stream", "readers", 2, CUT, MAX_TIMESTAMP_MILLIS),
+        "topology_segment": TopologySegment((1 << 32) | 2, 0.5, 0.75),
+        "topology_epoch": TOPOLOGY.epochs[1],
+        "sealed_segment": SealedSegment(1, 4096),
+        "stream_topology": TOPOLOGY,
+        "stream_topology_deleted": StreamTopology("scope/stream", (), (), TopologyState.DELETED, NOW),
+        "retention_reject": RetentionReject("scope/stream", "readers", RejectKind.CUT_BEHIND,
+                                            "cut is behind the subscriber's last cut", "reclaim.subscriber-cuts",
+                                            3, 1 << 40, NOW),
+        "retention_reject_unknown_stream": RetentionReject("", None, RejectKind.UNDECODABLE, "wrong marker bytes",
+                                                           "reclaim.stream-config", 0, 0, 0),
     }

@@ -13,14 +13,21 @@ from schemas import (
     LimitType,
     OffloadContext,
     PendingDeleteLedgerInfo,
+    RejectKind,
     RetentionPolicy,
+    RetentionReject,
     RetentionType,
+    SealedSegment,
     StreamConfig,
     StreamCut,
     StreamCutRecord,
+    StreamTopology,
     SubscriberChange,
     SubscriberChangeType,
     SubscriberCut,
+    TopologyEpoch,
+    TopologySegment,
+    TopologyState,
     TruncationEvent,
     TruncationReason,
 )
@@ -58,6 +65,37 @@ pending_deletes = st.builds(
     offload_context=_optional(offload_contexts),
     owner_epoch=_optional(longs),
 )
+segment_ids = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@st.composite
+def topology_epochs(draw: st.DrawFn, epoch: int) -> TopologyEpoch:
+    """An epoch whose segments tile [0, 1) at distinct drawn boundaries."""
+    inner = draw(st.sets(st.floats(min_value=0.0, max_value=1.0, exclude_min=True, exclude_max=True), max_size=4))
+    bounds = [0.0, *sorted(inner), 1.0]
+    ids = draw(st.lists(segment_ids, min_size=len(bounds) - 1, max_size=len(bounds) - 1, unique=True))
+    segments = tuple(TopologySegment(ids[i], bounds[i], bounds[i + 1]) for i in range(len(ids)))
+    return TopologyEpoch(epoch, draw(st.integers(min_value=0, max_value=epoch)), segments)
+
+
+@st.composite
+def stream_topologies(draw: st.DrawFn) -> StreamTopology:
+    """Epochs 0..n, and sealed lengths for some of their segments; a DELETED one may have none."""
+    state = draw(st.sampled_from(TopologyState))
+    count = draw(st.integers(min_value=0 if state is TopologyState.DELETED else 1, max_value=4))
+    epochs = tuple(draw(topology_epochs(epoch)) for epoch in range(count))
+    known = sorted({segment.segment_id for epoch in epochs for segment in epoch.segments})
+    sealed = draw(st.lists(st.sampled_from(known), unique=True, max_size=6)) if known else []
+    lengths = draw(st.lists(st.integers(min_value=0, max_value=2**63 - 1), min_size=len(sealed),
+                            max_size=len(sealed)))
+    return StreamTopology(draw(texts), epochs, tuple(SealedSegment(s, n) for s, n in zip(sealed, lengths, strict=True)),
+                          state, draw(millis))
+
+
+retention_rejects = st.builds(
+    RetentionReject, texts, _optional(texts), st.sampled_from(RejectKind), texts, texts,
+    st.integers(min_value=-(2**31), max_value=2**31 - 1), longs, millis,
+)
 records: st.SearchStrategy[AvroRecord] = st.one_of(
     pending_deletes,
     stream_cuts,
@@ -67,5 +105,7 @@ records: st.SearchStrategy[AvroRecord] = st.one_of(
     st.builds(TruncationEvent, texts, stream_cuts, st.sampled_from(TruncationReason), millis, policies),
     st.builds(SubscriberChange, texts, texts, longs, st.sampled_from(SubscriberChangeType), millis),
     st.builds(SubscriberCut, texts, texts, longs, stream_cuts, millis),
+    stream_topologies(),
+    retention_rejects,
 )
 """Any valid record of a top-level type."""
