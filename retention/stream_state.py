@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from schemas.streams import StreamConfig, StreamCut, StreamCutRecord, TruncationEvent
-from schemas.subscribers import SubscriberChange, SubscriberCut
+from retention import cuts
+from retention.decision import decide
+from retention.errors import (
+    CutBehindError,
+    CutProblem,
+    InvalidCutError,
+    InvalidPolicyError,
+    RetentionError,
+    StaleGenerationError,
+    UnknownSubscriberError,
+)
+from retention.lower_bound import lower_bound
+from retention.policy import check_policy, limits_of
+from retention.registry import SubscriberRegistry
+from retention.retention_set import RetentionSet
+from retention.state_codec import dump_state, load_state
+from retention.topology import Topology
+from schemas.rejects import RejectKind
+from schemas.streams import (
+    StreamConfig,
+    StreamCut,
+    StreamCutRecord,
+    TruncationEvent,
+    TruncationReason,
+)
+from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from schemas.topology import StreamTopology, TopologyState
 
-if TYPE_CHECKING:
-    from schemas.rejects import RejectKind
-    from schemas.topology import StreamTopology
+logger = logging.getLogger(__name__)
 
-    InputRecord = SubscriberChange | SubscriberCut | StreamConfig | StreamCutRecord | StreamTopology
+InputRecord = SubscriberChange | SubscriberCut | StreamConfig | StreamCutRecord | StreamTopology
+
+_KINDS: dict[type[RetentionError], RejectKind] = {
+    InvalidCutError: RejectKind.INVALID_CUT,
+    CutBehindError: RejectKind.CUT_BEHIND,
+    StaleGenerationError: RejectKind.STALE_GENERATION,
+    UnknownSubscriberError: RejectKind.UNKNOWN_SUBSCRIBER,
+    InvalidPolicyError: RejectKind.INVALID_POLICY,
+}
 
 
 @dataclass(frozen=True)
@@ -25,31 +56,114 @@ class Rejection:
     reason: str
 
 
+def topology_of(record: StreamTopology) -> Topology:
+    """The retention view of a published topology."""
+    epochs = [[(s.segment_id, s.key_start, s.key_end) for s in epoch.segments] for epoch in record.epochs]
+    return Topology.of(epochs, {s.segment_id: s.length for s in record.sealed_lengths})
+
+
 class StreamRetentionState:
     """One stream's retention state: topology, policy, subscribers and their cuts, retention set, last event.
 
-    The job applies every input record of the stream in order, then asks :meth:`decide`.
+    The job applies every input record of the stream in order with :meth:`apply`, then asks
+    :meth:`decide`. Applying is idempotent: a re-delivered record is refused or changes nothing.
     """
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
+        self.topology: Topology | None = None
+        self.topology_epochs = 0
+        self.deleted = False
+        self.config: StreamConfig | None = None
+        self.registry = SubscriberRegistry()
+        self.retention = RetentionSet()
+        self.last_emitted: StreamCut | None = None
 
     def apply(self, record: InputRecord, now_ms: int) -> Rejection | None:
         """Fold one input record into the state; a refused record changes nothing and says why."""
-        raise NotImplementedError
+        subscriber = record.subscriber if isinstance(record, SubscriberChange | SubscriberCut) else None
+        try:
+            self._apply(record)
+        except RetentionError as exc:
+            kind = next(kind for error, kind in _KINDS.items() if isinstance(exc, error))
+            return Rejection(self.stream, subscriber, kind, str(exc))
+        return None
+
+    def _apply(self, record: InputRecord) -> None:
+        if record.stream != self.stream:
+            raise ValueError(f"record of stream {record.stream!r} applied to {self.stream!r}")
+        if isinstance(record, StreamTopology):
+            self._apply_topology(record)
+        elif isinstance(record, StreamConfig):
+            check_policy(record.policy)
+            if self.config is None or record.updated_at >= self.config.updated_at:
+                self.config = record
+        elif isinstance(record, SubscriberChange):
+            if record.change is SubscriberChangeType.ADD:
+                self.registry.add(record.subscriber, record.generation)
+            else:
+                self.registry.remove(record.subscriber, record.generation)
+        elif isinstance(record, SubscriberCut):
+            self._apply_cut(record)
+        else:
+            self._apply_recorded(record)
+
+    def _apply_topology(self, record: StreamTopology) -> None:
+        # Epochs are only ever added, so a shorter history is an older, re-delivered one.
+        if record.state is TopologyState.DELETED:
+            self.deleted = True
+        if len(record.epochs) >= self.topology_epochs:
+            self.topology = topology_of(record)
+            self.topology_epochs = len(record.epochs)
+
+    def _known_topology(self) -> Topology:
+        if self.topology is None:
+            raise InvalidCutError(CutProblem.NO_TOPOLOGY)
+        return self.topology
+
+    def _apply_cut(self, record: SubscriberCut) -> None:
+        current = self.registry.subscribed(record.subscriber, record.generation)
+        topology = self._known_topology()
+        cuts.validate(topology, record.cut)
+        cuts.check_advances(topology, record.cut, current.cut, "subscriber's previous cut")
+        self.registry.set_cut(record.subscriber, record.cut)
+
+    def _apply_recorded(self, record: StreamCutRecord) -> None:
+        topology = self._known_topology()
+        cuts.validate(topology, record.cut)
+        if self.last_emitted is not None and cuts.is_at_or_after(topology, self.last_emitted, record.cut):
+            return  # at or before a truncation already decided: it would be dropped at once
+        self.retention = self.retention.add(record)
+
+    def lower_bound(self) -> StreamCut:
+        """The subscribers' lower bound; empty while no subscribed subscriber has published a cut."""
+        if self.topology is None:
+            return StreamCut()
+        return lower_bound(self.topology, self.registry.active_cuts())
 
     def decide(self, now_ms: int) -> TruncationEvent | None:
         """The truncation due now, only if its cut advances past the last one emitted (which it becomes)."""
-        raise NotImplementedError
-
-    @property
-    def last_emitted(self) -> StreamCut | None:
-        raise NotImplementedError
+        if self.topology is None or self.config is None or self.deleted:
+            return None
+        limits = limits_of(self.config.policy)
+        if limits is None:
+            return None
+        decision = decide(limits, self.retention, self.lower_bound(), now_ms, self.topology)
+        cut = decision.cut
+        if cut is None or cut == self.last_emitted:
+            return None
+        if self.last_emitted is not None and not cuts.is_at_or_after(self.topology, cut, self.last_emitted):
+            return None
+        self.last_emitted = cut
+        self.retention = self.retention.drop_through(self.topology, cut)
+        reason = TruncationReason.CONSUMPTION if decision.rule.at_bound else TruncationReason(limits.kind.value)
+        logger.debug("truncation decided stream=%s rule=%s", self.stream, decision.rule.name)
+        return TruncationEvent(self.stream, cut, reason, now_ms, self.config.policy)
 
     def to_bytes(self) -> bytes:
         """The state as bytes, for the job's state store."""
-        raise NotImplementedError
+        return dump_state(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StreamRetentionState:
-        raise NotImplementedError
+        return load_state(cls, data)

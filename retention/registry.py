@@ -1,0 +1,83 @@
+"""A stream's subscribers (PDP-47): membership by generation, and each one's latest truncation cut."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+from retention.errors import StaleGenerationError, UnknownSubscriberError
+from schemas.streams import StreamCut
+
+
+@dataclass(frozen=True)
+class Subscriber:
+    """One reader group's standing: its generation, whether it is subscribed, and its last accepted cut."""
+
+    name: str
+    generation: int
+    active: bool
+    cut: StreamCut | None = None
+
+
+class SubscriberRegistry:
+    """Subscribers of one stream. A change or cut with an older generation than the stored one is refused.
+
+    Removed subscribers stay as tombstones with their generation, so a late add of an older
+    generation cannot bring them back; their cut is forgotten and holds nothing back.
+
+    Examples
+    --------
+    >>> registry = SubscriberRegistry()
+    >>> registry.add("billing", 1)
+    >>> registry.remove("billing", 2)
+    >>> registry.active_cuts()
+    []
+    """
+
+    def __init__(self, subscribers: Mapping[str, Subscriber] | None = None) -> None:
+        self._subscribers: dict[str, Subscriber] = dict(subscribers or {})
+
+    def __iter__(self) -> Iterator[Subscriber]:
+        return iter(sorted(self._subscribers.values(), key=lambda s: s.name))
+
+    def get(self, name: str) -> Subscriber | None:
+        return self._subscribers.get(name)
+
+    def _check_newer(self, name: str, generation: int, what: str) -> Subscriber | None:
+        current = self._subscribers.get(name)
+        if current is not None and generation <= current.generation:
+            raise StaleGenerationError(f"{what} of subscriber {name!r} at generation {generation} is not newer "
+                                       f"than its generation {current.generation}")
+        return current
+
+    def add(self, name: str, generation: int) -> None:
+        """Subscribe ``name`` at ``generation``; re-adding a subscribed one keeps its cut."""
+        current = self._check_newer(name, generation, "add")
+        keep = current.cut if current is not None and current.active else None
+        self._subscribers[name] = Subscriber(name, generation, True, keep)
+
+    def remove(self, name: str, generation: int) -> None:
+        """Unsubscribe ``name``: it no longer holds truncation back."""
+        self._check_newer(name, generation, "remove")
+        self._subscribers[name] = Subscriber(name, generation, False, None)
+
+    def subscribed(self, name: str, generation: int) -> Subscriber:
+        """The subscriber a cut of ``name`` at ``generation`` belongs to, or why there is none."""
+        current = self._subscribers.get(name)
+        if current is None or not current.active:
+            raise UnknownSubscriberError(f"subscriber {name!r} is not subscribed")
+        if generation < current.generation:
+            raise StaleGenerationError(f"cut of subscriber {name!r} at generation {generation} is older than "
+                                       f"its generation {current.generation}")
+        if generation > current.generation:
+            raise UnknownSubscriberError(f"subscriber {name!r} was never added at generation {generation} "
+                                         f"(it is at {current.generation})")
+        return current
+
+    def set_cut(self, name: str, cut: StreamCut) -> None:
+        """Store an accepted cut (the caller checked its generation, validity and that it advances)."""
+        self._subscribers[name] = replace(self._subscribers[name], cut=cut)
+
+    def active_cuts(self) -> list[StreamCut]:
+        """The cuts that hold truncation back: subscribed subscribers' cuts, by name; none yet holds nothing."""
+        return [s.cut for s in self if s.active and s.cut is not None]

@@ -1,0 +1,143 @@
+"""The retention job's topics and row shapes, and the executor-side step that decodes Kafka values."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from producers.topics import TopicNames
+from schemas.base import AvroRecord
+from schemas.codec import RecordCodec, build_codec
+from schemas.errors import RecordDecodeError
+from schemas.rejects import RejectKind, RetentionReject
+from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
+from schemas.subscribers import SubscriberChange, SubscriberCut
+from schemas.topology import StreamTopology
+
+INPUT_COLUMNS = ("stream", "rank", "kafka_ts", "topic", "partition", "offset", "value", "error")
+INPUT_ROWS = ("stream STRING, rank INT, kafka_ts LONG, topic STRING, partition INT, offset LONG, "
+              "value BINARY, error STRING")
+"""One decoded Kafka message: its stream (null when undecodable, ``error`` then says why) and origin."""
+
+OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind")
+OUTPUT_ROWS = "topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING"
+"""What the stateful step emits: a record for a topic, or a ``decided`` marker that is only counted."""
+
+STATE_ROWS = "state BINARY"
+"""The state kept per stream: ``StreamRetentionState.to_bytes()``."""
+
+TRUNCATION = "truncation"
+REJECT = "reject"
+DECIDED = "decided"
+
+DataFrames = Iterable[pd.DataFrame]
+StreamRecord = StreamTopology | StreamConfig | SubscriberChange | SubscriberCut | StreamCutRecord
+STREAM_RECORDS = (StreamTopology, StreamConfig, SubscriberChange, SubscriberCut, StreamCutRecord)
+
+
+@dataclass(frozen=True)
+class RetentionTopics:
+    """The five topics the job reads, in the order a stream's records are applied, and the two it writes.
+
+    Records of one stream with the same Kafka timestamp are applied topology first, then config,
+    subscribers, subscriber cuts and recorded cuts, so a cut never arrives before what defines it.
+    """
+
+    stream_topology: str
+    stream_config: str
+    subscribers: str
+    subscriber_cuts: str
+    stream_cuts: str
+    truncation: str
+    rejects: str
+
+    @classmethod
+    def from_names(cls, names: TopicNames) -> RetentionTopics:
+        return cls(names.stream_topology, names.stream_config, names.subscribers, names.subscriber_cuts,
+                   names.stream_cuts, names.truncation, names.retention_rejects)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input topics, in rank order."""
+        return (self.stream_topology, self.stream_config, self.subscribers, self.subscriber_cuts, self.stream_cuts)
+
+    def input_types(self) -> dict[str, type[AvroRecord]]:
+        """The record type each input topic carries."""
+        return dict(zip(self.inputs, STREAM_RECORDS, strict=True))
+
+    def rank(self, topic: str) -> int:
+        """The position of ``topic`` in the apply order."""
+        return self.inputs.index(topic)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_codec(registry_url: str | None) -> RecordCodec:
+    """One codec per executor process and registry: building one parses every schema."""
+    return build_codec(registry_url)
+
+
+def input_decoder(topics: RetentionTopics, registry_url: str | None) -> Callable[[DataFrames], Iterator[pd.DataFrame]]:
+    """The ``mapInPandas`` step: Kafka rows in, one ``INPUT_ROWS`` row each out, never an exception.
+
+    Only the stream name is kept from the decoded record: the stateful step decodes the value
+    again, because Avro bytes are the cheapest form to shuffle and a decode costs microseconds.
+    """
+    types = topics.input_types()
+    ranks = {topic: topics.rank(topic) for topic in topics.inputs}
+
+    def decode(batches: DataFrames) -> Iterator[pd.DataFrame]:
+        codec = cached_codec(registry_url)
+        for batch in batches:
+            rows: list[dict[str, Any]] = []
+            for topic, partition, offset, kafka_ts, value in zip(
+                batch["topic"], batch["partition"], batch["offset"], batch["kafka_ts"], batch["value"], strict=True
+            ):
+                row = {"stream": None, "rank": ranks[topic], "kafka_ts": kafka_ts, "topic": topic,
+                       "partition": partition, "offset": offset, "value": None, "error": None}
+                try:
+                    row["stream"] = decode_input(codec, types[topic], topic, value).stream
+                    row["value"] = bytes(value)
+                except RecordDecodeError as exc:
+                    row["error"] = str(exc)
+                rows.append(row)
+            yield pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
+
+    return decode
+
+
+def decode_input(codec: RecordCodec, expected: type[AvroRecord], topic: str, value: bytes) -> StreamRecord:
+    """Decode one input value as the record type of its topic; raises ``RecordDecodeError``."""
+    record = codec.decode(value, topic, expected)
+    assert isinstance(record, STREAM_RECORDS), f"{topic} carries {type(record).__name__}"
+    return record
+
+
+def reject_row(codec: RecordCodec, topics: RetentionTopics, reject: RetentionReject) -> dict[str, Any]:
+    """An output row carrying ``reject`` to the rejects topic, keyed by its stream (no key when unknown)."""
+    return {"topic": topics.rejects, "key": reject.stream.encode() or None,
+            "value": codec.encode(reject, topics.rejects), "outcome": REJECT, "reject_kind": reject.kind.name}
+
+
+def truncation_row(codec: RecordCodec, topics: RetentionTopics, event: TruncationEvent) -> dict[str, Any]:
+    """An output row carrying ``event`` to the truncation topic, keyed by its stream."""
+    return {"topic": topics.truncation, "key": event.stream.encode(),
+            "value": codec.encode(event, topics.truncation), "outcome": TRUNCATION, "reject_kind": None}
+
+
+def decided_row() -> dict[str, Any]:
+    """The marker row of one stream decided in this batch; counted, never written."""
+    return {"topic": None, "key": None, "value": None, "outcome": DECIDED, "reject_kind": None}
+
+
+def output_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))
+
+
+def undecodable(row: Any, now_ms: int) -> RetentionReject:
+    """The reject of one row the decoding step could not read: no stream, no subscriber."""
+    return RetentionReject("", None, RejectKind.UNDECODABLE, str(row.error), str(row.topic), int(row.partition),
+                           int(row.offset), now_ms)

@@ -1,0 +1,161 @@
+"""The retention job: a Structured Streaming query from reclaim's retention inputs to truncation events and rejects.
+
+The five input topics (topology, config, subscribers, subscriber cuts, recorded cuts) are read from
+the earliest offsets with ``failOnDataLoss`` false: four of them are compacted and the recorded-cut
+topic has a retention time, so offsets a checkpoint names can vanish while the job is stopped. That
+loss is safe: a compacted topic still holds every key's latest value, a lost recorded cut only means
+one truncation point fewer, and every stream's state keeps what it applied. Failing the query instead
+would stop retention for every stream until an operator deleted the checkpoint and its state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from retention.spark_io import DECIDED, INPUT_ROWS, OUTPUT_ROWS, STATE_ROWS, RetentionTopics, input_decoder
+from retention.spark_metrics import OBSERVATION, BatchSummary, RetentionProgressListener, observed_columns
+from retention.spark_state import stream_retention_step
+from schemas.errors import ReclaimError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+QUERY_NAME = "reclaim-retention"
+LISTENER_WAIT_S = 30.0
+
+
+class RetentionJobError(ReclaimError):
+    """The retention query failed or did not finish; the message carries Spark's first line."""
+
+
+@dataclass(frozen=True)
+class RetentionJobConfig:
+    """What the retention query needs: where Kafka is, the topics, the checkpoint and the pacing.
+
+    ``checkpoint`` is a path or URI Spark can write (a local directory, or HDFS/S3 on a cluster).
+    ``once`` runs an ``availableNow`` trigger: everything there now, then the query stops.
+    """
+
+    bootstrap: str
+    topics: RetentionTopics
+    checkpoint: str
+    trigger_interval_s: float = 5.0
+    reevaluate_ms: int = 30_000
+    once: bool = False
+    registry_url: str | None = None
+    query_name: str = QUERY_NAME
+    kafka_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.trigger_interval_s <= 0 or self.reevaluate_ms <= 0:
+            raise ValueError("trigger_interval_s and reevaluate_ms must be positive")
+
+
+def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFrame:
+    """Every message of the input topics as an ``INPUT_ROWS`` row, decoded on the executors."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", config.bootstrap)
+        .option("subscribe", ",".join(config.topics.inputs))
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false")
+    )
+    for name, value in config.kafka_options.items():
+        reader = reader.option(f"kafka.{name}", value)
+    return (
+        reader.load()
+        .selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS kafka_ts", "value")
+        .mapInPandas(input_decoder(config.topics, config.registry_url), INPUT_ROWS)
+    )
+
+
+def retention_outputs(inputs: DataFrame, config: RetentionJobConfig) -> DataFrame:
+    """The records to write (``topic``, ``key``, ``value``), with the batch's counts observed on the way."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    step = stream_retention_step(config.topics, config.registry_url, config.reevaluate_ms)
+    return (
+        inputs.groupBy("stream")
+        .applyInPandasWithState(step, OUTPUT_ROWS, STATE_ROWS, "update", GroupStateTimeout.ProcessingTimeTimeout)
+        .observe(OBSERVATION, *observed_columns())
+        .where(F.col("outcome") != DECIDED)
+        .select("topic", "key", "value")
+    )
+
+
+@dataclass(frozen=True)
+class RetentionJob:
+    """A started retention query and the listener that logs and counts its batches."""
+
+    spark: SparkSession
+    query: StreamingQuery
+    listener: RetentionProgressListener
+
+    def await_termination(self, timeout_s: int | None = None) -> bool:
+        """Wait for the query to stop (an ``availableNow`` run ends by itself); raise if it failed."""
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            if timeout_s is None:
+                self.query.awaitTermination()
+                return True
+            return bool(self.query.awaitTermination(timeout_s))
+        except StreamingQueryException as exc:
+            raise RetentionJobError(f"retention query failed: {str(exc).splitlines()[0]}") from exc
+
+    def stop(self) -> list[BatchSummary]:
+        """Stop the query, wait until the listener has counted its last batch, detach it; this run's batches."""
+        self.query.stop()
+        last = self.query.lastProgress
+        if last is not None and not self.listener.wait_for_batch(int(last["batchId"]), LISTENER_WAIT_S):
+            log.warning("the progress of batch %s was not counted in %.0fs", last["batchId"], LISTENER_WAIT_S)
+        self.spark.streams.removeListener(self.listener)
+        return list(self.listener.recent)
+
+
+def start_retention_job(spark: SparkSession, config: RetentionJobConfig) -> RetentionJob:
+    """Start the query: Kafka in, one state per stream, truncation events and rejects out to Kafka."""
+    listener = RetentionProgressListener(config.query_name)
+    spark.streams.addListener(listener)
+    writer = (
+        retention_outputs(retention_inputs(spark, config), config).writeStream.format("kafka")
+        .queryName(config.query_name)
+        .outputMode("update")
+        .option("kafka.bootstrap.servers", config.bootstrap)
+        # The applier treats duplicates as no-ops, but an unconfirmed event would be lost: wait for all replicas.
+        .option("kafka.acks", "all")
+        .option("checkpointLocation", config.checkpoint)
+    )
+    for name, value in config.kafka_options.items():
+        writer = writer.option(f"kafka.{name}", value)
+    if config.once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.trigger_interval_s} seconds")
+    try:
+        query = writer.start()
+    except Exception:
+        spark.streams.removeListener(listener)
+        raise
+    log.info("retention query started: inputs %s, checkpoint %s, %s", ",".join(config.topics.inputs),
+             config.checkpoint, "available-now" if config.once else f"every {config.trigger_interval_s}s")
+    return RetentionJob(spark, query, listener)
+
+
+def run_available(spark: SparkSession, config: RetentionJobConfig, timeout_s: int) -> list[BatchSummary]:
+    """Process everything on the input topics now (an ``availableNow`` run) and return its batches."""
+    job = start_retention_job(spark, replace(config, once=True))
+    try:
+        if not job.await_termination(timeout_s):
+            raise RetentionJobError(f"the available-now run did not finish in {timeout_s}s")
+    finally:
+        summaries = job.stop()
+    return summaries
+

@@ -1,0 +1,136 @@
+"""The retention job's progress: one log line and Prometheus counters per micro-batch, from a query listener."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Histogram
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from schemas.rejects import RejectKind
+
+if TYPE_CHECKING:
+    from pyspark.sql.column import Column
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+        StreamingQueryProgress,
+    )
+
+log = logging.getLogger(__name__)
+
+OBSERVATION = "retention"
+"""The name of the ``DataFrame.observe`` metrics on the stateful step's output."""
+
+INPUT_ROWS = Counter("reclaim_retention_input_rows", "Kafka messages the retention job read")
+STREAMS_DECIDED = Counter("reclaim_retention_streams_decided", "Streams whose truncation was decided, per batch")
+EVENTS_EMITTED = Counter("reclaim_retention_truncations_emitted", "TruncationEvents written to the truncation topic")
+REJECTS = Counter("reclaim_retention_rejects", "Inputs written to the rejects topic, by kind", ["kind"])
+BATCH_DURATION = Histogram("reclaim_retention_batch_duration_seconds", "Duration of one retention micro-batch",
+                           buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+
+
+def observed_columns() -> list[Column]:
+    """The aggregates observed on every batch's output: streams decided, events, rejects by kind."""
+    from pyspark.sql import functions as F
+
+    def count(condition: Column, name: str) -> Column:
+        return F.count(F.when(condition, True)).alias(name)
+
+    outcome, kind = F.col("outcome"), F.col("reject_kind")
+    return [
+        count(outcome == "decided", "streams_decided"),
+        count(outcome == "truncation", "events"),
+        *(count(kind == k.name, f"rejects_{k.name}") for k in RejectKind),
+    ]
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What one micro-batch did: rows in, streams decided, events out, rejects by kind, and how long it took."""
+
+    batch_id: int
+    input_rows: int
+    streams_decided: int
+    events: int
+    rejects: Mapping[str, int] = field(default_factory=dict)
+    duration_ms: int = 0
+
+    @property
+    def reject_count(self) -> int:
+        return sum(self.rejects.values())
+
+    @classmethod
+    def of(cls, progress: StreamingQueryProgress) -> BatchSummary:
+        """Read a query progress; a batch without output (no rows, no timeouts) observes nothing: zeros."""
+        row = progress.observedMetrics.get(OBSERVATION)
+        observed: dict[str, Any] = row.asDict() if row is not None else {}
+        rejects = {k.name: int(observed.get(f"rejects_{k.name}") or 0) for k in RejectKind}
+        return cls(batch_id=int(progress.batchId), input_rows=int(progress.numInputRows),
+                   streams_decided=int(observed.get("streams_decided") or 0),
+                   events=int(observed.get("events") or 0),
+                   rejects={kind: n for kind, n in rejects.items() if n},
+                   duration_ms=int(progress.durationMs.get("triggerExecution", 0)))
+
+    def log_line(self) -> str:
+        kinds = ",".join(f"{kind}={n}" for kind, n in sorted(self.rejects.items())) or "-"
+        return (f"retention batch {self.batch_id}: input_rows={self.input_rows} streams_decided={self.streams_decided} "
+                f"events={self.events} rejects={self.reject_count} ({kinds}) duration_ms={self.duration_ms}")
+
+
+class RetentionProgressListener(StreamingQueryListener):
+    """Logs one line per batch of the query named ``query_name`` and counts it in Prometheus.
+
+    Spark delivers listener events asynchronously; :meth:`wait_for_batch` lets a caller that is
+    about to stop know the last batch has been counted.
+    """
+
+    def __init__(self, query_name: str) -> None:
+        self.query_name = query_name
+        self.recent: deque[BatchSummary] = deque(maxlen=100)
+        self._last_batch = -1
+        self._seen = threading.Condition()
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        if event.name == self.query_name:
+            log.info("retention query %s started (run %s)", event.id, event.runId)
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        if event.progress.name != self.query_name:
+            return
+        summary = BatchSummary.of(event.progress)
+        log.info(summary.log_line())
+        record(summary)
+        with self._seen:
+            self.recent.append(summary)
+            self._last_batch = max(self._last_batch, summary.batch_id)
+            self._seen.notify_all()
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        if event.exception:
+            log.error("retention query %s failed: %s", event.id, event.exception.splitlines()[0])
+
+    def wait_for_batch(self, batch_id: int, timeout_s: float) -> bool:
+        """Wait until the progress of ``batch_id`` (or a later batch) has been counted."""
+        with self._seen:
+            return self._seen.wait_for(lambda: self._last_batch >= batch_id, timeout_s)
+
+
+def record(summary: BatchSummary) -> None:
+    """Add one batch to the Prometheus counters."""
+    INPUT_ROWS.inc(summary.input_rows)
+    STREAMS_DECIDED.inc(summary.streams_decided)
+    EVENTS_EMITTED.inc(summary.events)
+    for kind, count in summary.rejects.items():
+        REJECTS.labels(kind=kind).inc(count)
+    BATCH_DURATION.observe(summary.duration_ms / 1000)

@@ -1,0 +1,64 @@
+"""The retention state of one stream as compact JSON bytes, for the Spark job's state store."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from retention.registry import Subscriber, SubscriberRegistry
+from retention.retention_set import RetentionSet
+from retention.topology import Topology
+from schemas.streams import StreamConfig, StreamCut, StreamCutRecord
+
+if TYPE_CHECKING:
+    from retention.stream_state import StreamRetentionState
+
+#: Bumped when the layout changes; a state of another version is refused rather than misread.
+VERSION = 1
+
+
+def _cut(cut: StreamCut) -> list[list[int]]:
+    return [[p.segment_id, p.offset] for p in cut.positions]
+
+
+def _uncut(data: list[list[int]]) -> StreamCut:
+    return StreamCut.from_mapping({int(segment): int(offset) for segment, offset in data})
+
+
+def dump_state(state: StreamRetentionState) -> bytes:
+    topology = state.topology
+    data: dict[str, Any] = {
+        "v": VERSION,
+        "stream": state.stream,
+        "topology": None if topology is None else {
+            "epochs": [[[s.segment_id, s.start, s.end] for s in epoch] for epoch in topology.epochs],
+            "sealed": [[k, v] for k, v in sorted(topology.sealed_lengths.items())]},
+        "epochs": state.topology_epochs,
+        "deleted": state.deleted,
+        "config": None if state.config is None else state.config.to_avro(),
+        "subscribers": [[s.name, s.generation, s.active, None if s.cut is None else _cut(s.cut)]
+                        for s in state.registry],
+        "retention": [[_cut(r.cut), r.recording_time, r.recording_size] for r in state.retention.records],
+        "last": None if state.last_emitted is None else _cut(state.last_emitted),
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def load_state(cls: type[StreamRetentionState], raw: bytes) -> StreamRetentionState:
+    data = json.loads(raw)
+    if data.get("v") != VERSION:
+        raise ValueError(f"retention state version {data.get('v')!r} is not {VERSION}")
+    state = cls(data["stream"])
+    if data["topology"] is not None:
+        sealed = {int(segment): int(length) for segment, length in data["topology"]["sealed"]}
+        state.topology = Topology.of(data["topology"]["epochs"], sealed)
+    state.topology_epochs = int(data["epochs"])
+    state.deleted = bool(data["deleted"])
+    state.config = None if data["config"] is None else StreamConfig.from_avro(data["config"])
+    state.registry = SubscriberRegistry({
+        name: Subscriber(name, int(generation), bool(active), None if cut is None else _uncut(cut))
+        for name, generation, active, cut in data["subscribers"]})
+    state.retention = RetentionSet(tuple(StreamCutRecord(state.stream, _uncut(cut), int(time), int(size))
+                                         for cut, time, size in data["retention"]))
+    state.last_emitted = None if data["last"] is None else _uncut(data["last"])
+    return state
