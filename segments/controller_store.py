@@ -1,4 +1,4 @@
-"""SQLite store of controller metadata: streams, history, transactions and pending operations."""
+"""SQLite store of controller metadata: streams, history, sealed lengths, transactions and pending operations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -37,6 +37,8 @@ CREATE TABLE IF NOT EXISTS controller_txns (
 CREATE TABLE IF NOT EXISTS controller_operations (
     stream TEXT PRIMARY KEY, version INTEGER NOT NULL, op_id TEXT NOT NULL, plan TEXT NOT NULL,
     started_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS controller_sealed (
+    stream TEXT NOT NULL, segment_id INTEGER NOT NULL, length INTEGER NOT NULL, PRIMARY KEY (stream, segment_id));
 """
 
 _STREAM_COLUMNS = ("name", "version", "scope", "stream", "policy", "state", "active_epoch", "txn_counter",
@@ -88,6 +90,11 @@ class _Queries:
         sql = f"SELECT {', '.join(_TXN_COLUMNS)} FROM controller_txns WHERE stream = ? ORDER BY txn_id"
         txns = [_txn_from_row(row) for row in self._conn.execute(sql, (stream,))]
         return [t for t in txns if states is None or t.state in states]
+
+    def get_sealed_lengths(self, stream: str) -> dict[int, int]:
+        """The final length of every segment of ``stream`` sealed so far, by segment id."""
+        rows = self._conn.execute("SELECT segment_id, length FROM controller_sealed WHERE stream = ?", (stream,))
+        return {int(segment): int(length) for segment, length in rows}
 
     def get_operation(self, stream: str) -> Operation | None:
         sql = "SELECT op_id, plan, started_at, version FROM controller_operations WHERE stream = ?"
@@ -156,9 +163,20 @@ class StreamTransaction(_Queries):
                                     (stream, op_id))
         return cursor.rowcount == 1
 
+    def put_sealed_lengths(self, stream: str, lengths: Mapping[int, int]) -> None:
+        """Record the final lengths of sealed segments; a segment recorded already keeps its length.
+
+        A sealed segment takes no more bytes, so a retried operation reads the same lengths again;
+        the first record stands. Truncation never removes these rows, only :meth:`forget_history`.
+        """
+        self._conn.executemany(
+            "INSERT INTO controller_sealed VALUES (?, ?, ?) ON CONFLICT (stream, segment_id) DO NOTHING",
+            [(stream, segment, length) for segment, length in sorted(lengths.items())])
+
     def forget_history(self, stream: str) -> None:
-        """Drop a deleted stream's epochs and transactions (its segments are gone already)."""
+        """Drop a deleted stream's epochs, sealed lengths and transactions (its segments are gone already)."""
         self._conn.execute("DELETE FROM controller_epochs WHERE stream = ?", (stream,))
+        self._conn.execute("DELETE FROM controller_sealed WHERE stream = ?", (stream,))
         self._conn.execute("DELETE FROM controller_txns WHERE stream = ?", (stream,))
 
 
@@ -217,6 +235,9 @@ class StreamMetadataStore:
 
     def list_txns(self, stream: str, states: Sequence[TxnState] | None = None) -> list[TxnRecord]:
         return self._read(lambda q: q.list_txns(stream, states))
+
+    def get_sealed_lengths(self, stream: str) -> dict[int, int]:
+        return self._read(lambda q: q.get_sealed_lengths(stream))
 
     def get_operation(self, stream: str) -> Operation | None:
         return self._read(lambda q: q.get_operation(stream))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import StreamMetadataStore, StreamTransaction
 from segments.errors import SegmentExistsError, SegmentNotFoundError
@@ -15,6 +16,7 @@ from segments.ids import SegmentId, TxnId, segment_name
 from segments.stream_errors import StreamBusyError, StreamNotFoundError, TxnNotFoundError, TxnStateError
 from segments.stream_model import EpochRecord, StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState
 from segments.stream_plans import CommitPlan, Operation, Plan, ScalePlan, SealPlan
+from segments.topology import TopologySink, build_topology
 
 logger = logging.getLogger(__name__)
 
@@ -43,16 +45,21 @@ class StreamOperations:
     is done, delete of a deleted segment is harmless); the last step, one controller transaction,
     drops the pending operation and applies the plan's metadata. Executing a plan again, even
     concurrently, converges on the same state.
+
+    Topology: with a ``topology_sink``, an operation that changes the stream's epochs, sealed
+    lengths or state publishes the topology it leads to as its last step before the finish, so an
+    interrupted or failed publish is redone by the retry or recovery (a duplicate is harmless).
     """
 
     def __init__(self, segments: ChunkedSegmentStorage, store: StreamMetadataStore, *,
                  crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
-                 takeover_after_s: float = 300.0) -> None:
+                 takeover_after_s: float = 300.0, topology_sink: TopologySink | None = None) -> None:
         self.segments = segments
         self.store = store
         self.crash_hook = crash_hook
         self.clock = clock
         self.takeover_after_s = takeover_after_s
+        self.topology_sink = topology_sink
 
     def run(self, stream: str, planner: Planner, matches: Callable[[Plan], bool]) -> Operation | None:
         """Plan and execute an operation, or resume a pending one ``matches`` accepts; None if nothing to do."""
@@ -123,6 +130,36 @@ class StreamOperations:
             raise StreamNotFoundError(f"no stream {stream!r}")
         return StreamHistory(epochs)
 
+    def topology(self, stream: str, planned: Sequence[EpochRecord] = (), sealed: Mapping[int, int] | None = None,
+                 state: StreamState | None = None) -> StreamTopology:
+        """The stream's topology as stored, or as it will be once an operation adds ``planned`` epochs,
+        ``sealed`` lengths and moves to ``state``."""
+        with self.store.transaction() as txn:  # one consistent read of the three tables
+            record = txn.get_stream(stream)
+            epochs = {e.epoch: e for e in txn.get_epochs(stream)}
+            lengths = txn.get_sealed_lengths(stream)
+        if record is None:
+            raise StreamNotFoundError(f"no stream {stream!r}")
+        epochs.update((e.epoch, e) for e in planned)
+        # Stored lengths win, as in put_sealed_lengths: the first record of a seal stands.
+        lengths = {**(sealed or {}), **lengths}
+        history = StreamHistory(epochs.values()) if epochs else None
+        return build_topology(stream, history, lengths, state or record.state, int(self.clock() * 1000))
+
+    def sealed_lengths(self, stream: str, segments: Iterable[SegmentId]) -> dict[int, int]:
+        """The final lengths of sealed ``segments``, read back from the segment store after sealing."""
+        return {s.value: self.segments.get_info(segment_name(stream, s)).length for s in segments}
+
+    def _publish(self, op: Operation, kind: str, planned: Sequence[EpochRecord] = (),
+                 sealed: Mapping[int, int] | None = None, state: StreamState | None = None) -> None:
+        if self.topology_sink is None:
+            return
+        self.step(op, f"{kind}:publish")
+        topology = self.topology(op.stream, planned, sealed, state)
+        self.topology_sink.publish(topology)
+        logger.info("stream topology published stream=%s op=%s epochs=%d sealed=%d state=%s", op.stream,
+                    op.op_id, len(topology.epochs), len(topology.sealed_lengths), topology.state.name)
+
     def _scale(self, op: Operation, plan: ScalePlan) -> None:
         before = self.history(op.stream).at(plan.epoch.epoch - 1)
         for segment in plan.epoch.segments:
@@ -132,22 +169,35 @@ class StreamOperations:
         for sealed in plan.seal:
             self.step(op, "scale:seal")
             self.segments.seal(segment_name(op.stream, sealed))
-        self._finish(op, lambda txn: _activate(txn, op.stream, plan.epoch))
+        lengths = self.sealed_lengths(op.stream, plan.seal)
+        self._publish(op, "scale", [plan.epoch], lengths)
+
+        def update(txn: StreamTransaction) -> None:
+            _activate(txn, op.stream, plan.epoch)
+            txn.put_sealed_lengths(op.stream, lengths)
+
+        self._finish(op, update)
 
     def _commit(self, op: Operation, plan: CommitPlan) -> None:
         txns = [self._txn(op.stream, txn_id) for txn_id in plan.txns]
+        lengths: dict[int, int] = {}
         if plan.rolled is None:
+            # Merged into the active segments: no epoch, seal or state changes, nothing to publish.
             active = self.history(op.stream).at(plan.active)
             self._merge_all(op, txns, active)
         else:
             duplicate_txn_epoch, duplicate_active = plan.rolled
+            old_active = self.history(op.stream).at(plan.active)
             self._create_epoch(op, duplicate_txn_epoch)
             self._merge_all(op, txns, duplicate_txn_epoch)
             self._seal_epoch(op, duplicate_txn_epoch)
             self._create_epoch(op, duplicate_active)
-            self._seal_epoch(op, self.history(op.stream).at(plan.active))
+            self._seal_epoch(op, old_active)
+            lengths = self.sealed_lengths(op.stream, [*duplicate_txn_epoch.segment_ids, *old_active.segment_ids])
+            self._publish(op, "commit", plan.rolled, lengths)
 
         def update(txn: StreamTransaction) -> None:
+            txn.put_sealed_lengths(op.stream, lengths)
             if plan.rolled is not None:
                 txn.put_epoch(op.stream, plan.rolled[0])
                 _activate(txn, op.stream, plan.rolled[1])
@@ -180,10 +230,14 @@ class StreamOperations:
         for record in self.store.list_txns(op.stream, [TxnState.OPEN, TxnState.ABORTING]):
             self.step(op, "seal:abort")
             self.discard_txn(op.stream, record.txn_id)
-        self._seal_epoch(op, self.history(op.stream).active)
+        active = self.history(op.stream).active
+        self._seal_epoch(op, active)
+        lengths = self.sealed_lengths(op.stream, active.segment_ids)
+        self._publish(op, "seal", sealed=lengths, state=StreamState.SEALED)
 
         def update(txn: StreamTransaction) -> None:
             stream = _stream(txn, op.stream)
+            txn.put_sealed_lengths(op.stream, lengths)
             txn.put_stream(replace(stream, state=StreamState.SEALED))
 
         self._finish(op, update)
@@ -196,6 +250,7 @@ class StreamOperations:
         for segment in self.history(op.stream).all_segments():
             self.step(op, "delete:segment")
             self.delete_segment(segment_name(op.stream, segment.id))
+        self._publish(op, "delete", state=StreamState.DELETED)
 
         def update(txn: StreamTransaction) -> None:
             stream = _stream(txn, op.stream)

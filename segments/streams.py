@@ -7,13 +7,15 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from schemas.streams import RetentionPolicy, RetentionType
+from schemas.streams import RetentionPolicy, RetentionType, StreamCut
+from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import StreamMetadataStore, StreamTransaction
 from segments.ids import SegmentId, TxnId, qualified_stream, segment_name
 from segments.operations import CrashHook, StreamOperations
 from segments.stream_errors import (
     StreamBusyError,
+    StreamError,
     StreamExistsError,
     StreamNotFoundError,
     StreamNotSealedError,
@@ -33,6 +35,7 @@ from segments.stream_model import (
     scaled_epoch,
 )
 from segments.stream_plans import DeletePlan, Operation, Plan, ScalePlan, SealPlan
+from segments.topology import TopologySink
 from segments.transactions import TransactionCoordinator
 
 logger = logging.getLogger(__name__)
@@ -50,6 +53,9 @@ class StreamController:
     while another is in progress gets :class:`~segments.stream_errors.StreamBusyError`.
     Stream arguments are qualified names ``scope/stream``.
 
+    With a ``topology_sink``, the stream's topology (epochs, sealed lengths, state) is published on
+    create and by every scale, rolling commit, seal and delete, before the operation finishes.
+
     Examples
     --------
     >>> controller = StreamController(segments, StreamMetadataStore(store.path))  # doctest: +SKIP
@@ -60,18 +66,18 @@ class StreamController:
 
     def __init__(self, segments: ChunkedSegmentStorage, store: StreamMetadataStore, *,
                  crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
-                 takeover_after_s: float = 300.0) -> None:
+                 takeover_after_s: float = 300.0, topology_sink: TopologySink | None = None) -> None:
         self.segments = segments
         self.store = store
         self.ops = StreamOperations(segments, store, crash_hook=crash_hook, clock=clock,
-                                    takeover_after_s=takeover_after_s)
+                                    takeover_after_s=takeover_after_s, topology_sink=topology_sink)
         self.txns = TransactionCoordinator(self.ops)
 
     @classmethod
     def beside(cls, segments: ChunkedSegmentStorage, path: str | os.PathLike[str], *,
-               crash_hook: CrashHook | None = None) -> StreamController:
+               crash_hook: CrashHook | None = None, topology_sink: TopologySink | None = None) -> StreamController:
         """A controller whose tables live in the SQLite file at ``path`` (normally the segment store's)."""
-        return cls(segments, StreamMetadataStore(path), crash_hook=crash_hook)
+        return cls(segments, StreamMetadataStore(path), crash_hook=crash_hook, topology_sink=topology_sink)
 
     def close(self) -> None:
         """Close the controller store (the segment storage and its metadata store are the caller's)."""
@@ -82,7 +88,8 @@ class StreamController:
         """A stream whose epoch 0 splits the key space evenly over ``initial_segments`` segments.
 
         Creating it again with the same segment count is harmless (a retry); a deleted stream's
-        name may be reused.
+        name may be reused. The topology is published each time, unless an operation is pending
+        (it publishes a newer one when it finishes).
         """
         name = qualified_stream(scope, stream)
         epoch = initial_epoch(initial_segments, self.ops.clock())
@@ -99,6 +106,8 @@ class StreamController:
         # Rows first: a crash before every segment exists is finished by the retry.
         for segment in epoch.segments:
             self.ops.create_segment(name, segment.id)
+        if self.ops.topology_sink is not None and self.store.get_operation(name) is None:
+            self.ops.topology_sink.publish(self.ops.topology(name))
         logger.info("stream created stream=%s segments=%d", name, initial_segments)
         return record
 
@@ -159,6 +168,49 @@ class StreamController:
 
         self.ops.run(stream, planner, lambda plan: isinstance(plan, DeletePlan))
         logger.info("stream deleted stream=%s", stream)
+
+    def topology(self, stream: str) -> StreamTopology:
+        """The stream's topology as the store holds it (DELETED, without epochs, for a deleted stream)."""
+        return self.ops.topology(stream)
+
+    def publish_topology(self, stream: str) -> StreamTopology:
+        """Publish the stream's topology again and return it: for an operator, or after a lost topic.
+
+        Raises
+        ------
+        StreamBusyError
+            While an operation is pending: its topology is not stored yet; ``recover`` it (which
+            publishes it) or retry later.
+        StreamError
+            If the controller has no topology sink.
+        """
+        sink = self.ops.topology_sink
+        if sink is None:
+            raise StreamError("this controller has no topology sink to publish to")
+        pending = self.store.get_operation(stream)
+        if pending is not None:
+            raise StreamBusyError(stream, pending.plan.describe())
+        topology = self.ops.topology(stream)
+        sink.publish(topology)
+        logger.info("stream topology republished stream=%s epochs=%d state=%s", stream, len(topology.epochs),
+                    topology.state.name)
+        return topology
+
+    def tail_cut(self, stream: str) -> tuple[StreamCut, int]:
+        """The cut at the tail of every active segment, and the bytes written to the stream since it began.
+
+        PDP-19's "generate a stream cut and obtain the total size of the stream", what the retention
+        recorder stores: the size is the sum of the final lengths of the sealed segments (truncation
+        does not lower them) and of the active segments' lengths, each segment counted once, so it
+        is the size of the stream up to the returned cut.
+        """
+        with self.store.transaction() as txn:  # history and sealed lengths from one snapshot
+            _existing(txn, stream)
+            active = StreamHistory(txn.get_epochs(stream)).active
+            sealed = txn.get_sealed_lengths(stream)
+        tails = {s.id.value: self.segments.get_info(segment_name(stream, s.id)).length for s in active.segments}
+        size = sum(tails.values()) + sum(length for segment, length in sealed.items() if segment not in tails)
+        return StreamCut.from_mapping(tails), size
 
     def recover(self, stream: str) -> Operation | None:
         """Finish the stream's pending operation, if any; what a restarted controller runs first."""

@@ -1,4 +1,4 @@
-"""Fixtures for stream tests: a segment store with a recording garbage sink and a stream controller beside it."""
+"""Fixtures for stream tests: a segment store with recording garbage and topology sinks, and a controller beside it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import StreamMetadataStore
 from segments.garbage import RecordingGarbageSink
 from segments.streams import StreamController
+from segments.topology import RecordingTopologySink
 from storage.filesystem import FileSystemChunkStorage
 from storage.sqlite_store import SQLiteMetadataStore
 from tests.deletion.conftest import pipeline  # noqa: F401 - the real-broker deletion pipeline
@@ -56,5 +57,11 @@ def streams_store(db_path: Path, store: SQLiteMetadataStore) -> Iterator[StreamM
 
 
 @pytest.fixture
-def controller(segments: ChunkedSegmentStorage, streams_store: StreamMetadataStore) -> StreamController:
-    return StreamController(segments, streams_store)
+def topology_sink() -> RecordingTopologySink:
+    return RecordingTopologySink()
+
+
+@pytest.fixture
+def controller(segments: ChunkedSegmentStorage, streams_store: StreamMetadataStore,
+               topology_sink: RecordingTopologySink) -> StreamController:
+    return StreamController(segments, streams_store, topology_sink=topology_sink)

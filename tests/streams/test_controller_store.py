@@ -81,3 +81,22 @@ def _plans() -> list[Plan]:
 @pytest.mark.parametrize("plan", _plans(), ids=lambda p: type(p).__name__)
 def test_plans_round_trip_through_json(plan: Plan) -> None:
     assert plan_from_json(plan_to_json(plan)) == plan
+
+
+def test_sealed_lengths_keep_the_first_record_and_go_only_with_the_history(
+        streams_store: StreamMetadataStore) -> None:
+    with streams_store.transaction() as txn:
+        txn.put_epoch(STREAM, initial_epoch(2))
+        txn.put_sealed_lengths(STREAM, {0: 10, 1: 3})
+        txn.put_sealed_lengths("scope/other", {0: 99})
+    with streams_store.transaction() as txn:
+        txn.put_sealed_lengths(STREAM, {1: 4, 1 << 32: 0})  # a retried seal cannot change a final length
+    assert streams_store.get_sealed_lengths(STREAM) == {0: 10, 1: 3, 1 << 32: 0}
+    with pytest.raises(RuntimeError), streams_store.transaction() as txn:
+        txn.put_sealed_lengths(STREAM, {2: 1})
+        raise RuntimeError("the finish transaction fails")
+    assert 2 not in streams_store.get_sealed_lengths(STREAM)
+    with streams_store.transaction() as txn:
+        txn.forget_history(STREAM)
+    assert streams_store.get_sealed_lengths(STREAM) == {}
+    assert streams_store.get_sealed_lengths("scope/other") == {0: 99}

@@ -1,7 +1,13 @@
-"""A process killed between any two steps of a scale, commit or delete; the retry ends where an uncrashed run does."""
+"""A process killed between any two steps of a stream operation; the retry ends where an uncrashed run does.
+
+"Where it ends" includes the last topology the controller published, so a crash at the publish step
+or at the finish (after publishing) must be followed by a publish of the same topology.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import multiprocessing
 import os
 import time
@@ -13,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from schemas import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import StreamMetadataStore
 from segments.garbage import RecordingGarbageSink
@@ -30,17 +37,42 @@ from .conftest import ROLLING, STREAM
 CRASHED = 77
 
 
+class FileTopologySink:
+    """Appends each published topology as one JSON line, so what a killed child published outlives it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def publish(self, topology: StreamTopology) -> None:
+        line = (json.dumps(topology.to_avro(), sort_keys=True) + "\n").encode()
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, line)  # one write: a crash leaves the line whole or absent
+        finally:
+            os.close(descriptor)
+
+    def published(self) -> list[StreamTopology]:
+        if not self.path.exists():
+            return []
+        return [StreamTopology.from_avro(json.loads(line)) for line in self.path.read_text().splitlines()]
+
+
+def published(root: Path) -> list[StreamTopology]:
+    return FileTopologySink(root / "topology.jsonl").published()
+
+
 @contextmanager
 def opened(root: Path, hook: CrashHook | None = None,
            clock: Callable[[], float] = time.time) -> Iterator[StreamController]:
-    """A controller over the store, tier-2 directory and controller tables under ``root``."""
+    """A controller over the store, tier-2 directory, controller tables and published topologies under ``root``."""
     root.mkdir(parents=True, exist_ok=True)
     store = SQLiteMetadataStore(root / "metadata.db")
     segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(root / "tier2", name="fs-tier2"),
                                      RecordingGarbageSink(), max_rolling_length=ROLLING)
     streams = StreamMetadataStore(store.path)
+    sink = FileTopologySink(root / "topology.jsonl")
     try:
-        yield StreamController(segments, streams, crash_hook=hook, clock=clock)
+        yield StreamController(segments, streams, crash_hook=hook, clock=clock, topology_sink=sink)
     finally:
         streams.close()
         store.close()
@@ -60,16 +92,25 @@ def txn(controller: StreamController, counter: int) -> Any:
     return controller.get_txn(STREAM, TxnId(0, counter))
 
 
+def setup_in_place(controller: StreamController) -> None:
+    base_stream(controller, txns=2)
+    controller.request_commit(txn(controller, 2))
+
+
 def setup_rolling(controller: StreamController) -> None:
     base_stream(controller, txns=2)
     controller.scale(STREAM, [SegmentId(0, 0)], [(0.0, 0.25), (0.25, 0.5)])
     controller.request_commit(txn(controller, 2))
 
 
-def setup_sealed(controller: StreamController) -> None:
+def setup_committed(controller: StreamController) -> None:
     setup_rolling(controller)
     controller.commit_txn(txn(controller, 1))
     controller.create_txn(STREAM)
+
+
+def setup_sealed(controller: StreamController) -> None:
+    setup_committed(controller)
     controller.seal_stream(STREAM)
 
 
@@ -83,9 +124,9 @@ SCENARIOS = {
     "scale": Scenario(lambda c: base_stream(c, txns=1),
                       lambda c: c.scale(STREAM, [SegmentId(0, 0), SegmentId(0, 1)],
                                         [(0.0, 0.3), (0.3, 0.6), (0.6, 1.0)])),
-    "in-place commit": Scenario(lambda c: (base_stream(c, txns=2), c.request_commit(txn(c, 2))),
-                                lambda c: c.commit_txn(txn(c, 1))),
+    "in-place commit": Scenario(setup_in_place, lambda c: c.commit_txn(txn(c, 1))),
     "rolling commit": Scenario(setup_rolling, lambda c: c.commit_txn(txn(c, 1))),
+    "seal stream": Scenario(setup_committed, lambda c: c.seal_stream(STREAM)),
     "delete stream": Scenario(setup_sealed, lambda c: c.delete_stream(STREAM)),
     "abort": Scenario(lambda c: base_stream(c, txns=2), lambda c: c.abort_txn(txn(c, 2))),
 }
@@ -104,7 +145,11 @@ def snapshot(controller: StreamController) -> dict[str, Any]:
         chunks = sorted((c.start_offset, c.length, c.active) for c in store.list_chunks(name, active_only=False))
         data = controller.read_all(name) if controller.segments.exists(name) else None
         segments[name] = (int(record.status), record.start_offset, record.length, chunks, data)
+    topologies = [t for t in FileTopologySink(Path(streams.path).parent / "topology.jsonl").published()
+                  if t.stream == STREAM]
     return {
+        "published": topologies[-1].to_avro() | {"published_at": None},
+        "sealed": streams.get_sealed_lengths(STREAM),
         "stream": (stream.state, stream.active_epoch, stream.txn_counter, stream.commit_counter),
         "epochs": [(e.epoch, e.reference, [(s.id.value, s.key_range) for s in e.segments])
                    for e in streams.get_epochs(STREAM)],
@@ -169,7 +214,7 @@ def test_rolling_commit_steps_follow_the_seed(tmp_path: Path) -> None:
     steps, _ = reference_run(tmp_path, SCENARIOS["rolling commit"])
     # duplicate the txn epoch, merge both transactions, seal it, duplicate the active epoch, seal the old active.
     assert steps == ["commit:create"] * 2 + ["commit:merge"] * 4 + ["commit:seal"] * 2 + ["commit:create"] * 3 + [
-        "commit:seal"] * 3 + ["finish"]
+        "commit:seal"] * 3 + ["commit:publish", "finish"]
 
 
 def test_a_stale_operation_blocks_others_until_taken_over(tmp_path: Path) -> None:
@@ -185,3 +230,37 @@ def test_a_stale_operation_blocks_others_until_taken_over(tmp_path: Path) -> Non
         history = controller.history(STREAM)
         assert [(e.epoch, e.reference) for e in history.epochs] == [(0, 0), (1, 1), (2, 0), (3, 1)]
         assert controller.read_all(f"{STREAM}/0.#epoch.2") == b"txn0:" * 3
+
+
+PUBLISH_STEPS = {"scale": "scale:publish", "rolling commit": "commit:publish", "seal stream": "seal:publish",
+                 "delete stream": "delete:publish"}
+
+
+@pytest.mark.parametrize("resume", ["retry", "recover"])
+@pytest.mark.parametrize("killed_at", ["publish", "finish"])
+@pytest.mark.parametrize("name", PUBLISH_STEPS)
+def test_killed_at_publish_or_finish_the_topology_is_published_by_the_retry_or_recovery(
+        tmp_path: Path, name: str, killed_at: str, resume: str) -> None:
+    scenario = SCENARIOS[name]
+    steps, expected = reference_run(tmp_path / "reference", scenario)
+    crash_at = steps.index(PUBLISH_STEPS[name] if killed_at == "publish" else "finish") + 1
+    root = tmp_path / "crashed"
+    with opened(root) as controller:
+        scenario.setup(controller)
+    before = published(root)
+    assert crash_in_child(root, name, crash_at) == CRASHED
+    # The hook runs before its step: killed at publish, nothing was sent; killed at finish, it was.
+    crashed = published(root)
+    assert len(crashed) == len(before) + (killed_at == "finish")
+    with opened(root) as controller:
+        if resume == "retry":
+            scenario.run(controller)
+        else:
+            assert controller.recover(STREAM) is not None
+        after = published(root)
+        assert len(after) == len(crashed) + 1
+        scenario.run(controller)  # a retry of the completed operation publishes nothing more
+        assert len(published(root)) == len(after)
+        assert snapshot(controller) == expected
+    if killed_at == "finish":
+        assert dataclasses.replace(after[-1], published_at=0) == dataclasses.replace(crashed[-1], published_at=0)
