@@ -33,7 +33,7 @@ def dump_state(state: StreamRetentionState) -> bytes:
         "topology": None if topology is None else {
             "epochs": [[[s.segment_id, s.start, s.end] for s in epoch] for epoch in topology.epochs],
             "sealed": [[k, v] for k, v in sorted(topology.sealed_lengths.items())]},
-        "epochs": state.topology_epochs,
+        "published": state.topology_published_at,
         "deleted": state.deleted,
         "config": None if state.config is None else state.config.to_avro(),
         "subscribers": [[s.name, s.generation, s.active, None if s.cut is None else _cut(s.cut)]
@@ -52,7 +52,7 @@ def load_state(cls: type[StreamRetentionState], raw: bytes) -> StreamRetentionSt
     if data["topology"] is not None:
         sealed = {int(segment): int(length) for segment, length in data["topology"]["sealed"]}
         state.topology = Topology.of(data["topology"]["epochs"], sealed)
-    state.topology_epochs = int(data["epochs"])
+    state.topology_published_at = int(data["published"])
     state.deleted = bool(data["deleted"])
     state.config = None if data["config"] is None else StreamConfig.from_avro(data["config"])
     state.registry = SubscriberRegistry({

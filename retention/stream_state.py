@@ -71,8 +71,11 @@ class StreamRetentionState:
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
+        self._reset()
+
+    def _reset(self) -> None:
         self.topology: Topology | None = None
-        self.topology_epochs = 0
+        self.topology_published_at = 0
         self.deleted = False
         self.config: StreamConfig | None = None
         self.registry = SubscriberRegistry()
@@ -109,12 +112,15 @@ class StreamRetentionState:
             self._apply_recorded(record)
 
     def _apply_topology(self, record: StreamTopology) -> None:
-        # Epochs are only ever added, so a shorter history is an older, re-delivered one.
-        if record.state is TopologyState.DELETED:
-            self.deleted = True
-        if len(record.epochs) >= self.topology_epochs:
+        # Published in the controller's order; an older one is a re-delivery of what is known already.
+        if record.published_at < self.topology_published_at:
+            return
+        if self.deleted and record.state is not TopologyState.DELETED:
+            self._reset()  # the stream was created again under the same name: nothing of the old one holds
+        self.topology_published_at = record.published_at
+        self.deleted = record.state is TopologyState.DELETED
+        if record.epochs:
             self.topology = topology_of(record)
-            self.topology_epochs = len(record.epochs)
 
     def _known_topology(self) -> Topology:
         if self.topology is None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from retention.cuts import CutComparison, compare, validate
 from retention.lower_bound import lower_bound
 from schemas.streams import StreamCut
-from tests.retention.topologies import S0, S1, S2, S3, S4, S5, S6, S7, Reader, cut, five_epochs, random_topology
+from tests.retention.topologies import Reader, cut, five_epochs, random_topology
 
 T = five_epochs()
 

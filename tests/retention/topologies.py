@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from retention.topology import SegmentRange, Topology
 from schemas.streams import StreamCut
+from schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment, TopologyState
 from segments.ids import SegmentId
 from segments.stream_model import StreamHistory, initial_epoch, plan_scale
 
@@ -106,3 +107,12 @@ class Reader:
         offsets = {s.segment_id: o for s, o in self.reading.items()}
         offsets.update({s.segment_id: -1 for s in self.waiting})
         return StreamCut.from_mapping(offsets)
+
+
+def topology_record(stream: str, topology: Topology, published_at: int = 1, deleted: bool = False) -> StreamTopology:
+    """The record a controller would publish for ``topology``."""
+    epochs = tuple(TopologyEpoch(i, i, tuple(TopologySegment(s.segment_id, s.start, s.end) for s in epoch))
+                   for i, epoch in enumerate(topology.epochs))
+    sealed = tuple(SealedSegment(k, v) for k, v in sorted(topology.sealed_lengths.items()))
+    state = TopologyState.DELETED if deleted else TopologyState.ACTIVE
+    return StreamTopology(stream, epochs, sealed, state, published_at)

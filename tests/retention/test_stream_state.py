@@ -1,0 +1,165 @@
+"""One stream's retention state: inputs folded in, refusals with reasons, decisions only when the cut advances."""
+
+from __future__ import annotations
+
+from retention.stream_state import StreamRetentionState
+from retention.topology import Topology
+from schemas.base import LONG_MAX
+from schemas.rejects import RejectKind
+from schemas.streams import (
+    LimitType,
+    RetentionPolicy,
+    RetentionType,
+    StreamConfig,
+    StreamCut,
+    StreamCutRecord,
+    TruncationReason,
+)
+from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from tests.retention.topologies import S4, cut, five_epochs, topology_record
+
+STREAM = "scope/orders"
+CONSUMPTION = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, LONG_MAX)
+
+
+def two_segments(a: int, b: int) -> StreamCut:
+    return StreamCut.from_mapping({0: a, 1: b})
+
+
+def state_with(policy: RetentionPolicy = CONSUMPTION) -> StreamRetentionState:
+    state = StreamRetentionState(STREAM)
+    assert state.apply(topology_record(STREAM, Topology.of([[(0, 0.0, 0.5), (1, 0.5, 1.0)]])), 0) is None
+    assert state.apply(StreamConfig(STREAM, policy, 1), 0) is None
+    return state
+
+
+def add(state: StreamRetentionState, name: str, generation: int = 1) -> None:
+    assert state.apply(SubscriberChange(STREAM, name, generation, SubscriberChangeType.ADD, 1), 0) is None
+
+
+def publish(state: StreamRetentionState, name: str, at: StreamCut, generation: int = 1):  # type: ignore[no-untyped-def]
+    return state.apply(SubscriberCut(STREAM, name, generation, at, 1), 0)
+
+
+def record(state: StreamRetentionState, at: StreamCut, when_ms: int) -> None:
+    size = sum(at.as_dict().values())
+    assert state.apply(StreamCutRecord(STREAM, at, when_ms, size), when_ms) is None
+
+
+def test_two_subscribers_truncate_at_their_common_cut_once() -> None:
+    state = state_with()
+    add(state, "billing")
+    add(state, "audit")
+    assert publish(state, "billing", two_segments(40, 60)) is None
+    assert publish(state, "audit", two_segments(70, 30)) is None
+    record(state, two_segments(100, 100), 1000)
+    event = state.decide(2000)
+    assert event is not None and event.cut == two_segments(40, 30) and event.reason is TruncationReason.CONSUMPTION
+    assert state.decide(3000) is None  # nothing new: no second event
+
+
+def test_cut_waits_for_the_slow_subscriber_then_moves_when_it_is_removed() -> None:
+    state = state_with()
+    add(state, "fast")
+    add(state, "slow")
+    publish(state, "fast", two_segments(10, 10))
+    publish(state, "slow", two_segments(5, 5))
+    record(state, two_segments(100, 100), 1000)
+    assert state.decide(1000).cut == two_segments(5, 5)  # type: ignore[union-attr]
+    publish(state, "fast", two_segments(90, 90))
+    assert state.decide(1001) is None  # waits for "slow"
+    assert state.apply(SubscriberChange(STREAM, "slow", 2, SubscriberChangeType.REMOVE, 2), 0) is None
+    assert state.decide(1002).cut == two_segments(90, 90)  # type: ignore[union-attr]
+
+
+def test_a_max_size_limit_truncates_past_a_stalled_subscriber() -> None:
+    state = state_with(RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 0, 100))
+    add(state, "stalled")
+    publish(state, "stalled", two_segments(0, 0))
+    for i in range(1, 6):
+        record(state, two_segments(50 * i, 50 * i), 1000 * i)
+    event = state.decide(6000)
+    # 500 bytes recorded; keeping at most 100 means the entry at 400 (200, 200).
+    assert event is not None and event.cut == two_segments(200, 200) and event.reason is TruncationReason.SIZE
+
+
+def test_a_min_time_limit_holds_data_back_until_it_is_old_enough() -> None:
+    state = state_with(RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 60_000, LONG_MAX))
+    add(state, "reader")
+    publish(state, "reader", two_segments(80, 80))
+    record(state, two_segments(50, 50), 1_000)
+    assert state.decide(30_000) is None  # the only entry is 29 s old: truncating would keep less than 60 s
+    event = state.decide(61_001)
+    assert event is not None and event.cut == two_segments(50, 50) and event.reason is TruncationReason.TIME
+
+
+def test_plain_time_retention_without_subscribers() -> None:
+    state = state_with(RetentionPolicy(RetentionType.TIME, None, 10_000))
+    record(state, two_segments(10, 10), 0)
+    record(state, two_segments(20, 20), 5_000)
+    record(state, two_segments(30, 30), 10_000)
+    event = state.decide(15_000)
+    assert event is not None and event.cut == two_segments(20, 20)
+    assert [r.cut for r in state.retention.records] == [two_segments(30, 30)]  # entries at or before it dropped
+
+
+def test_refusals_name_their_kind_and_change_nothing() -> None:
+    state = state_with()
+    rejection = publish(state, "ghost", two_segments(1, 1))
+    assert rejection is not None and rejection.kind is RejectKind.UNKNOWN_SUBSCRIBER and rejection.subscriber == "ghost"
+    add(state, "billing", 2)
+    assert publish(state, "billing", two_segments(1, 1), generation=1).kind is RejectKind.STALE_GENERATION
+    assert publish(state, "billing", two_segments(1, 1), 3).kind is RejectKind.UNKNOWN_SUBSCRIBER
+    assert publish(state, "billing", StreamCut.from_mapping({0: 1}), 2).kind is RejectKind.INVALID_CUT
+    assert publish(state, "billing", two_segments(9, 9), 2) is None
+    behind = publish(state, "billing", two_segments(8, 9), 2)
+    assert behind is not None and behind.kind is RejectKind.CUT_BEHIND and "before" in behind.reason
+    stale = state.apply(SubscriberChange(STREAM, "billing", 1, SubscriberChangeType.REMOVE, 1), 0)
+    assert stale is not None and stale.kind is RejectKind.STALE_GENERATION
+    bad_policy = state.apply(StreamConfig(STREAM, RetentionPolicy(RetentionType.SIZE), 5), 0)
+    assert bad_policy is not None and bad_policy.kind is RejectKind.INVALID_POLICY
+    assert state.registry.active_cuts() == [two_segments(9, 9)]
+    assert state.config is not None and state.config.policy == CONSUMPTION
+
+
+def test_cuts_before_the_topology_are_refused() -> None:
+    state = StreamRetentionState(STREAM)
+    add(state, "billing")
+    rejection = publish(state, "billing", two_segments(1, 1))
+    assert rejection is not None and rejection.kind is RejectKind.INVALID_CUT and "topology" in rejection.reason
+
+
+def test_never_emits_a_cut_behind_the_last_one_even_after_a_restore() -> None:
+    state = state_with()
+    add(state, "a")
+    publish(state, "a", two_segments(50, 50))
+    record(state, two_segments(60, 60), 1)
+    assert state.decide(2) is not None
+    restored = StreamRetentionState.from_bytes(state.to_bytes())
+    add(restored, "b")
+    publish(restored, "b", two_segments(10, 10))  # a late subscriber behind what was truncated
+    record(restored, two_segments(70, 70), 3)
+    assert restored.decide(4) is None
+    assert restored.last_emitted == two_segments(50, 50)
+
+
+def test_state_round_trips_through_bytes_across_epochs() -> None:
+    state = StreamRetentionState(STREAM)
+    state.apply(topology_record(STREAM, five_epochs()), 0)
+    state.apply(StreamConfig(STREAM, CONSUMPTION, 1), 0)
+    add(state, "reader")
+    assert publish(state, "reader", cut(S5=1, S7=-1, S3=4)) is None
+    state.apply(StreamCutRecord(STREAM, cut(S4=3, S3=2), 5, 500), 5)
+    restored = StreamRetentionState.from_bytes(state.to_bytes())
+    assert restored.to_bytes() == state.to_bytes()
+    assert restored.lower_bound() == state.lower_bound() == cut(S5=1, S7=-1, S3=4)
+    assert restored.topology is not None and restored.topology.sealed_lengths[S4] == 80
+
+
+def test_a_deleted_stream_decides_nothing_and_a_recreated_one_starts_afresh() -> None:
+    state = state_with()
+    add(state, "a")
+    state.apply(topology_record(STREAM, five_epochs(), published_at=5, deleted=True), 0)
+    assert state.deleted and state.decide(10) is None
+    state.apply(topology_record(STREAM, Topology.of([[(0, 0.0, 1.0)]]), published_at=6), 0)
+    assert not state.deleted and state.registry.get("a") is None and state.config is None
