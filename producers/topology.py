@@ -1,0 +1,65 @@
+"""The controller's topology sink on Kafka: each stream's ``StreamTopology`` on a compacted topic, keyed by stream."""
+
+from __future__ import annotations
+
+import logging
+
+from producers.producer import DeliveryTracker, RecordProducer
+from schemas.codec import RecordCodec
+from schemas.errors import ReclaimError
+from schemas.topology import StreamTopology
+
+log = logging.getLogger(__name__)
+
+
+class TopologyPublishError(ReclaimError):
+    """The broker did not confirm a topology within the timeout (or refused it).
+
+    Retryable: the controller's operation stays pending and its retry or recovery publishes again.
+    """
+
+    retryable = True
+
+    def __init__(self, stream: str, topic: str, detail: str) -> None:
+        super().__init__(f"topology of {stream!r} not confirmed on {topic}: {detail}")
+        self.stream = stream
+        self.topic = topic
+
+
+class KafkaTopologyPublisher:
+    """Publishes topologies keyed by stream and returns only once the broker confirmed each one.
+
+    Keyed by stream, so compaction keeps a stream's latest topology and its records stay in order
+    on one partition. Give it an ``idempotent-producer`` so a retried send is not duplicated (a
+    duplicate would be harmless, only wasteful).
+    """
+
+    def __init__(self, producer: RecordProducer, codec: RecordCodec, topic: str, timeout_s: float = 30.0) -> None:
+        self._producer = producer
+        self._codec = codec
+        self._topic = topic
+        self._timeout_s = timeout_s
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def publish(self, topology: StreamTopology) -> None:
+        """Send ``topology`` and wait for its delivery report.
+
+        Raises
+        ------
+        TopologyPublishError
+            When the broker refused it or did not confirm it within ``timeout_s``.
+        RecordEncodeError
+            When the codec cannot encode it (e.g. a schema registry refused the schema).
+        """
+        tracker = DeliveryTracker()
+        self._producer.send(self._topic, self._codec.encode(topology, self._topic), key=topology.stream.encode(),
+                            on_delivery=tracker.callback(0))
+        if self._producer.wait(tracker, self._timeout_s):
+            failure = tracker.failed.get(0)
+            detail = str(failure) if failure is not None else f"no delivery report within {self._timeout_s}s"
+            raise TopologyPublishError(topology.stream, self._topic, detail)
+        log.info("topology published topic=%s stream=%s epochs=%d sealed=%d state=%s", self._topic, topology.stream,
+                 len(topology.epochs), len(topology.sealed_lengths), topology.state.name)
