@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS controller_operations (
     started_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS controller_sealed (
     stream TEXT NOT NULL, segment_id INTEGER NOT NULL, length INTEGER NOT NULL, PRIMARY KEY (stream, segment_id));
+CREATE TABLE IF NOT EXISTS controller_heads (stream TEXT PRIMARY KEY, cut TEXT NOT NULL);
 """
 
 _STREAM_COLUMNS = ("name", "version", "scope", "stream", "policy", "state", "active_epoch", "txn_counter",
@@ -90,6 +91,11 @@ class _Queries:
         sql = f"SELECT {', '.join(_TXN_COLUMNS)} FROM controller_txns WHERE stream = ? ORDER BY txn_id"
         txns = [_txn_from_row(row) for row in self._conn.execute(sql, (stream,))]
         return [t for t in txns if states is None or t.state in states]
+
+    def get_head(self, stream: str) -> dict[int, int] | None:
+        """The cut the stream was last truncated at (segment id to offset), or None if never truncated."""
+        row = self._conn.execute("SELECT cut FROM controller_heads WHERE stream = ?", (stream,)).fetchone()
+        return None if row is None else {int(k): int(v) for k, v in json.loads(row[0])}
 
     def get_sealed_lengths(self, stream: str) -> dict[int, int]:
         """The final length of every segment of ``stream`` sealed so far, by segment id."""
@@ -173,10 +179,16 @@ class StreamTransaction(_Queries):
             "INSERT INTO controller_sealed VALUES (?, ?, ?) ON CONFLICT (stream, segment_id) DO NOTHING",
             [(stream, segment, length) for segment, length in sorted(lengths.items())])
 
+    def put_head(self, stream: str, cut: Mapping[int, int]) -> None:
+        """Record the cut the stream is now truncated at."""
+        self._conn.execute("INSERT OR REPLACE INTO controller_heads VALUES (?, ?)",
+                           (stream, json.dumps(sorted(cut.items()))))
+
     def forget_history(self, stream: str) -> None:
         """Drop a deleted stream's epochs, sealed lengths and transactions (its segments are gone already)."""
         self._conn.execute("DELETE FROM controller_epochs WHERE stream = ?", (stream,))
         self._conn.execute("DELETE FROM controller_sealed WHERE stream = ?", (stream,))
+        self._conn.execute("DELETE FROM controller_heads WHERE stream = ?", (stream,))
         self._conn.execute("DELETE FROM controller_txns WHERE stream = ?", (stream,))
 
 
@@ -241,6 +253,9 @@ class StreamMetadataStore:
 
     def get_operation(self, stream: str) -> Operation | None:
         return self._read(lambda q: q.get_operation(stream))
+
+    def get_head(self, stream: str) -> dict[int, int] | None:
+        return self._read(lambda q: q.get_head(stream))
 
     def close(self) -> None:
         with self._lock:

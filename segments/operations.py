@@ -15,7 +15,7 @@ from segments.errors import SegmentExistsError, SegmentNotFoundError
 from segments.ids import SegmentId, TxnId, segment_name
 from segments.stream_errors import StreamBusyError, StreamNotFoundError, TxnNotFoundError, TxnStateError
 from segments.stream_model import EpochRecord, StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState
-from segments.stream_plans import CommitPlan, Operation, Plan, ScalePlan, SealPlan
+from segments.stream_plans import CommitPlan, Operation, Plan, ScalePlan, SealPlan, TruncatePlan
 from segments.topology import TopologySink, build_topology
 
 logger = logging.getLogger(__name__)
@@ -103,6 +103,8 @@ class StreamOperations:
                 self._commit(op, plan)
             elif isinstance(plan, SealPlan):
                 self._seal(op)
+            elif isinstance(plan, TruncatePlan):
+                self._truncate(op, plan)
             else:
                 self._delete(op)
         except _Superseded:
@@ -258,6 +260,26 @@ class StreamOperations:
             txn.put_stream(replace(stream, state=StreamState.DELETED))
 
         self._finish(op, update)
+
+    def _truncate(self, op: Operation, plan: TruncatePlan) -> None:
+        # Deletes first, then the segments in the cut: every step is idempotent, and the head moves
+        # only in the finishing transaction, so a crash anywhere is finished by the retry or recovery.
+        for value in plan.delete:
+            self.step(op, "truncate:delete")
+            self.delete_segment(segment_name(op.stream, SegmentId.from_value(value)))
+        for value, offset in plan.truncate:
+            self.step(op, "truncate:segment")
+            self.truncate_segment(segment_name(op.stream, SegmentId.from_value(value)), offset)
+        self._finish(op, lambda txn: txn.put_head(op.stream, dict(plan.cut)))
+
+    def truncate_segment(self, name: str, offset: int) -> None:
+        """Truncate a segment at ``offset`` as its current owner; at or below its start already is fine."""
+        try:
+            record = self.segments.get_info(name)
+            if offset > record.start_offset:
+                self.segments.truncate(name, offset)
+        except SegmentNotFoundError:
+            logger.info("segment %s is gone already", name)
 
     def _txn(self, stream: str, txn_id: TxnId) -> TxnRecord:
         record = self.store.get_txn(stream, txn_id)

@@ -1,4 +1,4 @@
-"""The pending-operation records of a stream (scale, commit, seal, delete) and their JSON form."""
+"""The pending-operation records of a stream (scale, commit, seal, delete, truncate) and their JSON form."""
 
 from __future__ import annotations
 
@@ -58,7 +58,23 @@ class DeletePlan:
         return "delete"
 
 
-Plan = ScalePlan | CommitPlan | SealPlan | DeletePlan
+@dataclass(frozen=True)
+class TruncatePlan:
+    """Truncate at ``cut`` (segment id to offset): delete the segments wholly before it, truncate those in it.
+
+    ``delete`` and ``truncate`` are fixed when the operation is planned, so a retry redoes the same
+    steps; the cut becomes the stream's head when the operation finishes.
+    """
+
+    cut: tuple[tuple[int, int], ...]
+    delete: tuple[int, ...]
+    truncate: tuple[tuple[int, int], ...]
+
+    def describe(self) -> str:
+        return f"truncate at {len(self.cut)} segment(s), deleting {len(self.delete)}"
+
+
+Plan = ScalePlan | CommitPlan | SealPlan | DeletePlan | TruncatePlan
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,9 @@ def plan_to_json(plan: Plan) -> str:
                 "rolled": None if plan.rolled is None else [epoch_to_dict(e) for e in plan.rolled]}
     elif isinstance(plan, SealPlan):
         data = {"kind": "seal"}
+    elif isinstance(plan, TruncatePlan):
+        data = {"kind": "truncate", "cut": [list(p) for p in plan.cut], "delete": list(plan.delete),
+                "truncate": [list(p) for p in plan.truncate]}
     else:
         data = {"kind": "delete"}
     return json.dumps(data, sort_keys=True)
@@ -115,4 +134,7 @@ def plan_from_json(text: str) -> Plan:
         return SealPlan()
     if kind == "delete":
         return DeletePlan()
+    if kind == "truncate":
+        return TruncatePlan(tuple((int(k), int(v)) for k, v in data["cut"]), tuple(int(v) for v in data["delete"]),
+                            tuple((int(k), int(v)) for k, v in data["truncate"]))
     raise ValueError(f"unknown operation kind {kind!r}")

@@ -34,9 +34,10 @@ from segments.stream_model import (
     plan_scale,
     scaled_epoch,
 )
-from segments.stream_plans import DeletePlan, Operation, Plan, ScalePlan, SealPlan
+from segments.stream_plans import DeletePlan, Operation, Plan, ScalePlan, SealPlan, TruncatePlan
 from segments.topology import TopologySink
 from segments.transactions import TransactionCoordinator
+from segments.truncation import plan_truncation, topology_of_history
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +196,48 @@ class StreamController:
         logger.info("stream topology republished stream=%s epochs=%d state=%s", stream, len(topology.epochs),
                     topology.state.name)
         return topology
+
+    def truncate(self, stream: str, cut: StreamCut) -> bool:
+        """Truncate ``stream`` at ``cut`` (PDP-19's ``truncateStream``); False when its head is at or past it.
+
+        Segments wholly before the cut are deleted and the segments of the cut truncated at their
+        offsets; their chunks go to the garbage sink (phase 1 of deletion). Linearised with scale,
+        commits, seal and delete, and crash-idempotent like them; truncating again at the same or an
+        earlier cut changes nothing, so a re-delivered truncation event is harmless.
+
+        Raises
+        ------
+        StreamNotFoundError
+            No such stream.
+        InvalidCutError
+            ``cut`` is not a position of this stream (see :func:`retention.cuts.validate`).
+        StreamBusyError
+            Another operation of the stream is in progress (retryable).
+        """
+        self.get_stream(stream)
+        lengths = {}
+        for segment in cut.as_dict():
+            name = segment_name(stream, SegmentId.from_value(segment))
+            if self.segments.exists(name):
+                lengths[segment] = self.segments.get_info(name).length
+
+        def planner(txn: StreamTransaction) -> Plan | None:
+            _existing(txn, stream)
+            topology = topology_of_history(StreamHistory(txn.get_epochs(stream)), txn.get_sealed_lengths(stream))
+            head = txn.get_head(stream)
+            return plan_truncation(topology, None if head is None else StreamCut.from_mapping(head), cut, lengths)
+
+        op = self.ops.run(stream, planner, lambda plan: isinstance(plan, TruncatePlan) and plan.cut == tuple(
+            sorted(cut.as_dict().items())))
+        if op is None:
+            logger.info("stream truncation is a no-op stream=%s: the head is at or past the cut", stream)
+        return op is not None
+
+    def head(self, stream: str) -> StreamCut:
+        """The cut the stream was last truncated at; the empty cut (its very start) if never truncated."""
+        self.get_stream(stream)
+        head = self.store.get_head(stream)
+        return StreamCut() if head is None else StreamCut.from_mapping(head)
 
     def tail_cut(self, stream: str) -> tuple[StreamCut, int]:
         """The cut at the tail of every active segment, and the bytes written to the stream since it began.

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from schemas import StreamTopology
+from schemas import StreamCut, StreamTopology
 from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import StreamMetadataStore
 from segments.garbage import RecordingGarbageSink
@@ -114,6 +114,17 @@ def setup_sealed(controller: StreamController) -> None:
     controller.seal_stream(STREAM)
 
 
+def setup_truncatable(controller: StreamController) -> None:
+    base_stream(controller, txns=0)
+    controller.scale(STREAM, [SegmentId(0, 0)], [(0.0, 0.25), (0.25, 0.5)])
+    for number in (2, 3):
+        controller.append(f"{STREAM}/{number}.#epoch.1", b"after-scale-%d" % number)
+
+
+#: Segment 0 wholly before the cut (deleted), 1 of epoch 0 and both successors of 0 truncated.
+TRUNCATION_CUT = StreamCut.from_mapping({SegmentId(0, 1).value: 9, SegmentId(1, 2).value: 3, SegmentId(1, 3).value: 5})
+
+
 @dataclass(frozen=True)
 class Scenario:
     setup: Callable[[StreamController], None]
@@ -129,6 +140,7 @@ SCENARIOS = {
     "seal stream": Scenario(setup_committed, lambda c: c.seal_stream(STREAM)),
     "delete stream": Scenario(setup_sealed, lambda c: c.delete_stream(STREAM)),
     "abort": Scenario(lambda c: base_stream(c, txns=2), lambda c: c.abort_txn(txn(c, 2))),
+    "truncate": Scenario(setup_truncatable, lambda c: c.truncate(STREAM, TRUNCATION_CUT)),
 }
 
 
@@ -155,6 +167,7 @@ def snapshot(controller: StreamController) -> dict[str, Any]:
                    for e in streams.get_epochs(STREAM)],
         "txns": [(t.txn_id, t.state, t.commit_order) for t in streams.list_txns(STREAM)],
         "pending": streams.get_operation(STREAM),
+        "head": streams.get_head(STREAM),
         "segments": segments,
     }
 

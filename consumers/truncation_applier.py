@@ -1,0 +1,145 @@
+"""``reclaim truncation-applier``: truncation events off the bus, applied to streams through their controller.
+
+The Kafka sink of the retention job is at-least-once, so an event may arrive twice or after a later
+one: truncation is idempotent and a cut at or behind the stream's head is a no-op. An offset is
+stored only once its event's truncation is durable (or the event is judged never applicable).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from confluent_kafka import Consumer, Message, TopicPartition
+from prometheus_client import Counter
+
+from producers.config import kafka_config
+from schemas.codec import RecordCodec
+from schemas.errors import ReclaimError, RecordDecodeError
+from schemas.streams import StreamCut, TruncationEvent
+from segments.stream_errors import StreamNotFoundError
+
+log = logging.getLogger(__name__)
+
+APPLIED = Counter("reclaim_truncations", "Truncation events by outcome", ["outcome"])
+
+
+class Truncator(Protocol):
+    """What the applier needs of a stream controller."""
+
+    def truncate(self, stream: str, cut: StreamCut) -> bool:
+        """Truncate ``stream`` at ``cut``; False when the stream's head is at or past it already."""
+        ...
+
+
+class Applied(enum.Enum):
+    """What became of one truncation event."""
+
+    TRUNCATED = "truncated"
+    NO_OP = "no-op"  # a duplicate, or a cut at or behind the stream's head
+    UNKNOWN_STREAM = "unknown-stream"
+    INVALID = "invalid"  # undecodable, or a cut that does not fit the stream: never applicable
+    RETRY = "retry"  # the controller was busy or unavailable: read again later
+
+    @property
+    def final(self) -> bool:
+        return self is not Applied.RETRY
+
+
+def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, topic: str, where: str) -> Applied:
+    """Decode one record and apply it; every outcome but RETRY is final for its offset."""
+    try:
+        event = codec.decode(value or b"", topic, TruncationEvent)
+    except RecordDecodeError as exc:
+        log.error("truncation event undecodable at %s: %s", where, exc)
+        return Applied.INVALID
+    try:
+        done = truncator.truncate(event.stream, event.cut)
+    except StreamNotFoundError:
+        log.warning("truncation event for unknown stream %s at %s: skipped", event.stream, where)
+        return Applied.UNKNOWN_STREAM
+    except ReclaimError as exc:
+        if exc.retryable:
+            log.warning("truncation of %s at %s must wait: %s", event.stream, where, exc)
+            return Applied.RETRY
+        log.error("truncation of %s at %s refused: %s", event.stream, where, exc)
+        return Applied.INVALID
+    outcome = Applied.TRUNCATED if done else Applied.NO_OP
+    log.info("truncation %s stream=%s reason=%s segments=%d at %s", outcome.value, event.stream,
+             event.reason.name, len(event.cut), where)
+    return outcome
+
+
+@dataclass(frozen=True)
+class ApplierConfig:
+    bootstrap: str
+    topic: str
+    group_id: str = "reclaim-truncation"
+    poll_timeout_s: float = 1.0
+    retry_backoff_s: float = 1.0
+
+
+class TruncationApplier:
+    """A consumer-group member that applies truncation events in partition order."""
+
+    def __init__(self, config: ApplierConfig, truncator: Truncator, codec: RecordCodec,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self.truncator = truncator
+        self.codec = codec
+        self.sleep = sleep
+        self.consumer = Consumer(kafka_config(config.bootstrap, "consumer", {"group.id": config.group_id}))
+        self.consumer.subscribe([config.topic])
+
+    def run_once(self) -> list[Applied]:
+        """Poll one batch and apply it; a record to retry rewinds its partition and ends the batch there."""
+        outcomes: list[Applied] = []
+        blocked: set[int] = set()
+        for message in self.consumer.consume(100, self.config.poll_timeout_s):
+            if message.error() is not None:
+                log.warning("consumer error: %s", message.error())
+                continue
+            topic, partition, offset = _coordinates(message)
+            if partition in blocked:
+                continue
+            outcome = apply_event(self.truncator, self.codec, message.value(), topic, f"{topic}[{partition}]@{offset}")
+            APPLIED.labels(outcome.value).inc()
+            outcomes.append(outcome)
+            if outcome.final:
+                self.consumer.store_offsets(message)
+            else:
+                blocked.add(partition)
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+        if blocked:
+            self.sleep(self.config.retry_backoff_s)
+        return outcomes
+
+    def run(self, stop: threading.Event, on_idle: Callable[[], None] | None = None) -> None:
+        """Apply events until ``stop`` is set; ``on_idle`` runs after every poll (the recorder's tick)."""
+        try:
+            while not stop.is_set():
+                self.run_once()
+                if on_idle is not None:
+                    on_idle()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Commit the stored offsets and leave the group."""
+        try:
+            self.consumer.commit(asynchronous=False)
+        except Exception as exc:  # noqa: BLE001 - nothing stored yet is not a failure
+            log.debug("final commit: %s", exc)
+        self.consumer.close()
+
+
+def _coordinates(message: Message) -> tuple[str, int, int]:
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if topic is None or partition is None or offset is None:
+        raise ValueError("a consumed record without topic, partition or offset")
+    return topic, partition, offset
