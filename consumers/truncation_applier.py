@@ -119,7 +119,7 @@ class TruncationApplier:
             self.sleep(self.config.retry_backoff_s)
         return outcomes
 
-    def run(self, stop: threading.Event, on_idle: Callable[[], None] | None = None) -> None:
+    def run(self, stop: threading.Event, on_idle: Callable[[], object] | None = None) -> None:
         """Apply events until ``stop`` is set; ``on_idle`` runs after every poll (the recorder's tick)."""
         try:
             while not stop.is_set():

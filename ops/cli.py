@@ -196,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(audit)
     audit.set_defaults(run=cmd_audit)
 
+    from ops.streams_cli import register as register_streams
+
+    register_streams(sub, _common)
+
     demo = sub.add_parser("demo", help="the end-to-end demo on the embedded default stack")
     demo.add_argument("--keep-stack", action="store_true", help="leave the local stack running afterwards")
     _common(demo)
@@ -206,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from(args: argparse.Namespace) -> Settings:
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
-             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "metrics_port")
+             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "metrics_port",
+             "truncation_group_id", "record_every_s", "principal")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = tuple(int(part) for part in args.retry_delays.split(","))

@@ -50,6 +50,12 @@ class Settings:
     mark_timeout_s: float = 300.0
     commit_interval_ms: int = 1000
     metrics_port: int | None = None
+    # Retention, controller side.
+    truncation_group_id: str = "reclaim-truncation"
+    record_every_s: float = 60.0
+    stream_binding: str = "fs-tier2"
+    principal: str | None = None
+    admin_principals: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -85,6 +91,13 @@ class Settings:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.poll_timeout_s <= 0 or self.mark_timeout_s <= 0:
             raise ValueError("poll_timeout_s and mark_timeout_s must be positive")
+        if self.record_every_s < 0:
+            raise ValueError(f"record_every_s must not be negative, got {self.record_every_s}")
+
+    @property
+    def admins(self) -> frozenset[str]:
+        """The principals allowed to truncate streams by hand (``RECLAIM_ADMIN_PRINCIPALS``, comma-separated)."""
+        return frozenset(part.strip() for part in self.admin_principals.split(",") if part.strip())
 
 
 def _parse(name: str, type_name: str, raw: str) -> Any:

@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut
 from schemas.topology import StreamTopology
@@ -196,6 +197,14 @@ class StreamController:
         logger.info("stream topology republished stream=%s epochs=%d state=%s", stream, len(topology.epochs),
                     topology.state.name)
         return topology
+
+    def set_policy(self, stream: str, policy: RetentionPolicy) -> StreamRecord:
+        """Store ``stream``'s retention policy (what the retention recorder records cuts for)."""
+        with self.store.transaction() as txn:
+            record = _existing(txn, stream)
+            stored = txn.put_stream(replace(record, policy=policy))
+        logger.info("stream policy set stream=%s type=%s", stream, policy.retention_type.name)
+        return stored
 
     def truncate(self, stream: str, cut: StreamCut) -> bool:
         """Truncate ``stream`` at ``cut`` (PDP-19's ``truncateStream``); False when its head is at or past it.

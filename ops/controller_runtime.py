@@ -1,0 +1,37 @@
+"""A stream controller wired for a reclaim process: metadata store, tier-2, phase 1 and the topology topic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ops import runtime, stack
+from ops.settings import Settings
+from producers.producer import RecordProducer
+from producers.publisher import ConfirmedPublisher
+from producers.topology import KafkaTopologyPublisher
+from segments.chunked import ChunkedSegmentStorage
+from segments.streams import StreamController
+
+
+@contextmanager
+def stream_controller(settings: Settings) -> Iterator[tuple[StreamController, ConfirmedPublisher]]:
+    """The controller over the configured stores (its garbage goes to phase 1) and a publisher on its producer."""
+    bootstrap = stack.require_bootstrap(settings)
+    store = runtime.metadata_store(settings)
+    bindings = runtime.storage_bindings(settings)
+    producer = RecordProducer(bootstrap, "idempotent-producer")
+    codec = runtime.codec(settings)
+    try:
+        service = runtime.deletion_service(settings, store, producer)
+        segments = ChunkedSegmentStorage(store, bindings.get(settings.stream_binding), service, bindings=bindings)
+        topology = KafkaTopologyPublisher(producer, codec, runtime.topic_names(settings).stream_topology)
+        controller = StreamController.beside(segments, settings.metadata_file, topology_sink=topology)
+        try:
+            yield controller, ConfirmedPublisher(producer, codec)
+        finally:
+            controller.close()
+    finally:
+        producer.close()
+        bindings.close()
+        store.close()

@@ -1,0 +1,54 @@
+"""The retention recorder (PDP-19, controller side): every retention period, each stream's tail cut and size."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from producers.publisher import ConfirmedPublisher
+from retention.retention_set import recording_due
+from schemas.base import millis_now
+from schemas.streams import RetentionType, StreamCutRecord
+from segments.stream_errors import StreamError
+from segments.stream_model import StreamState
+from segments.streams import StreamController
+
+log = logging.getLogger(__name__)
+
+
+class RetentionRecorder:
+    """Records a :class:`StreamCutRecord` per stream with a retention policy whenever one is due.
+
+    A stream's newest entry is remembered in memory: a restarted recorder records at once (one
+    extra entry, harmless: the job keeps only entries newer than the last).
+    """
+
+    def __init__(self, controller: StreamController, publisher: ConfirmedPublisher, topic: str, period_ms: int,
+                 clock: Callable[[], int] = millis_now) -> None:
+        self.controller = controller
+        self.publisher = publisher
+        self.topic = topic
+        self.period_ms = period_ms
+        self.clock = clock
+        self.latest: dict[str, StreamCutRecord] = {}
+
+    def tick(self, force: bool = False) -> list[StreamCutRecord]:
+        """Record every stream that is due (all of them with ``force``); returns what was recorded."""
+        recorded: list[StreamCutRecord] = []
+        now = self.clock()
+        for stream in self.controller.store.list_streams():
+            if stream.state is StreamState.DELETED or stream.policy.retention_type is RetentionType.NONE:
+                continue
+            if not force and not recording_due(self.latest.get(stream.qualified), now, self.period_ms):
+                continue
+            try:
+                cut, size = self.controller.tail_cut(stream.qualified)
+            except StreamError as exc:
+                log.warning("no cut recorded for %s: %s", stream.qualified, exc)
+                continue
+            record = StreamCutRecord(stream.qualified, cut, now, size)
+            self.publisher.publish(self.topic, record, stream.qualified)
+            self.latest[stream.qualified] = record
+            recorded.append(record)
+            log.info("stream cut recorded stream=%s size=%d segments=%d", stream.qualified, size, len(cut))
+        return recorded

@@ -1,0 +1,161 @@
+"""``reclaim streams …``, ``reclaim truncation-applier``: streams, retention policies and truncation by hand."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+from prometheus_client import start_http_server
+
+from consumers.truncation_applier import ApplierConfig, TruncationApplier
+from ops import runtime, stack
+from ops.controller_runtime import stream_controller
+from ops.retention_recorder import RetentionRecorder
+from ops.settings import Settings
+from producers.subscribers import SubscriberClient
+from retention.policy import check_policy
+from schemas.base import LONG_MAX
+from schemas.errors import ReclaimError
+from schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut
+
+log = logging.getLogger(__name__)
+
+
+class NotAdminError(ReclaimError):
+    """A principal that is not an admin asked to truncate a stream by hand (PDP-47: admins only)."""
+
+
+def parse_cut(text: str) -> StreamCut:
+    """A cut from JSON ``{"<segment id>": offset, ...}``, as ``reclaim streams cut`` prints it."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return StreamCut.from_mapping({int(segment): int(offset) for segment, offset in data.items()})
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"--cut must be a JSON object of segment id to offset, e.g. '{{\"0\": 128}}': {exc}") \
+            from exc
+
+
+def format_cut(cut: StreamCut) -> str:
+    return json.dumps({str(segment): offset for segment, offset in cut.as_dict().items()})
+
+
+def policy_from(args: argparse.Namespace) -> RetentionPolicy:
+    kind = RetentionType[args.type.upper()]
+    limit = LimitType[args.limit_type.upper()] if args.limit_type else None
+    policy = RetentionPolicy(kind, limit, args.min if args.min is not None else 0,
+                             args.max if args.max is not None else LONG_MAX)
+    check_policy(policy)
+    return policy
+
+
+def require_admin(settings: Settings) -> str:
+    principal = settings.principal or getpass.getuser()
+    if principal not in settings.admins:
+        raise NotAdminError(f"principal {principal!r} may not truncate streams by hand; admins are named in "
+                            "RECLAIM_ADMIN_PRINCIPALS")
+    return principal
+
+
+def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action != "record" and "/" not in args.stream:
+        raise ValueError(f"streams {args.action} needs a stream as 'scope/name'")
+    if args.action == "truncate":
+        principal = require_admin(settings)  # before anything is opened: a refusal changes nothing
+        cut = parse_cut(args.cut)
+    with stream_controller(settings) as (controller, publisher):
+        if args.action == "create":
+            scope, _, name = args.stream.partition("/")
+            controller.create_stream(scope, name, args.segments)
+            print(f"stream {args.stream} created with {args.segments} segment(s)")
+        elif args.action == "set-policy":
+            policy = policy_from(args)
+            controller.set_policy(args.stream, policy)
+            SubscriberClient(publisher, runtime.topic_names(settings)).set_policy(args.stream, policy)
+            print(f"stream {args.stream}: policy {policy.to_avro()}")
+        elif args.action == "cut":
+            tail, size = controller.tail_cut(args.stream)
+            print(json.dumps({"stream": args.stream, "cut": json.loads(format_cut(tail)), "size": size,
+                              "head": json.loads(format_cut(controller.head(args.stream)))}))
+        elif args.action == "record":
+            recorder = RetentionRecorder(controller, publisher, runtime.topic_names(settings).stream_cuts, 0)
+            for record in recorder.tick(force=True):
+                print(f"recorded {record.stream} size={record.recording_size} cut={format_cut(record.cut)}")
+        else:
+            done = controller.truncate(args.stream, cut)
+            log.info("manual truncation by %s stream=%s applied=%s", principal, args.stream, done)
+            print(f"stream {args.stream}: {'truncated' if done else 'already at or past that cut: nothing to do'}")
+    return 0
+
+
+def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port, addr=args.metrics_addr)
+    topics = runtime.topic_names(settings)
+    with stream_controller(settings) as (controller, publisher):
+        config = ApplierConfig(stack.require_bootstrap(settings), topics.truncation, settings.truncation_group_id,
+                               poll_timeout_s=settings.poll_timeout_s)
+        applier = TruncationApplier(config, controller, runtime.codec(settings))
+        tick: Callable[[], object] | None = None
+        if settings.record_every_s > 0:
+            period_ms = int(settings.record_every_s * 1000)
+            tick = RetentionRecorder(controller, publisher, topics.stream_cuts, period_ms).tick
+        log.info("truncation applier on %s (group %s); recording cuts every %ss", topics.truncation,
+                 settings.truncation_group_id, settings.record_every_s or "never")
+        applier.run(stop, on_idle=tick)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+    streams = sub.add_parser(
+        "streams", help="create streams, set retention policies, read tail cuts, record cuts, truncate by hand",
+        description="create: a stream over N segments. set-policy: store and publish a retention policy "
+                    "(--type none|time|size|consumption; --min/--max in ms for time limits, bytes for size limits). "
+                    "cut: the stream's tail cut, size and head as JSON. record: record every stream's cut now "
+                    "(the retention recorder's work, once). truncate: truncate at --cut, idempotent, only for a "
+                    "principal named in RECLAIM_ADMIN_PRINCIPALS (--principal, default the OS user).")
+    streams.add_argument("action", choices=["create", "set-policy", "cut", "record", "truncate"])
+    streams.add_argument("stream", nargs="?", default="", help="the stream, 'scope/name'")
+    streams.add_argument("--segments", type=int, default=1, help="create: initial segments (default 1)")
+    streams.add_argument("--type", default="none", choices=["none", "time", "size", "consumption"],
+                         help="set-policy: retention type")
+    streams.add_argument("--limit-type", choices=["time", "size"], help="set-policy: unit of --min/--max")
+    streams.add_argument("--min", type=int, help="set-policy: keep at least this much (ms or bytes)")
+    streams.add_argument("--max", type=int, help="set-policy: keep at most this much (ms or bytes)")
+    streams.add_argument("--cut", help="truncate: JSON object of segment id to offset, as 'cut' prints it")
+    streams.add_argument("--principal", help="who asks (RECLAIM_PRINCIPAL; default the OS user)")
+    streams.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
+    streams.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
+    common(streams)
+    streams.set_defaults(run=cmd_streams)
+
+    applier = sub.add_parser(
+        "truncation-applier", help="apply truncation events to streams, and record retention cuts",
+        description="Consume the truncation topic as a consumer group and truncate each stream at its event's "
+                    "cut (duplicates and cuts behind the head are no-ops; offsets stored once the truncation is "
+                    "durable). Every --record-every-s it also records each stream's tail cut and size onto the "
+                    "stream-cuts topic: both are the controller's side of retention and need its store.")
+    applier.add_argument("--record-every-s", type=float,
+                         help="retention period of the recorder (RECLAIM_RECORD_EVERY_S, default 60; 0: never)")
+    applier.add_argument("--truncation-group-id", help="consumer group (default reclaim-truncation)")
+    applier.add_argument("--poll-timeout-s", type=float, help="poll timeout (default 1.0)")
+    applier.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
+    applier.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
+    applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
+    common(applier)
+    applier.set_defaults(run=cmd_applier)

@@ -1,0 +1,115 @@
+"""Truncation on the real broker: the applier's at-least-once events, and manual truncation by an admin."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from consumers.truncation_applier import Applied, ApplierConfig, TruncationApplier
+from producers.topics import TopicNames
+from schemas import build_codec
+from schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
+from segments.chunked import ChunkedSegmentStorage
+from segments.garbage import RecordingGarbageSink
+from segments.streams import StreamController
+from storage.filesystem import FileSystemChunkStorage
+from storage.sqlite_store import SQLiteMetadataStore
+from tests.cli import run_reclaim
+from tests.integration.kafka_io import Outgoing, produce_confirmed
+
+pytestmark = pytest.mark.integration
+
+STREAM = "scope/orders"
+POLICY = RetentionPolicy(RetentionType.CONSUMPTION)
+
+
+def cut(a: int, b: int) -> StreamCut:
+    return StreamCut.from_mapping({0: a, 1: b})
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[StreamController]:
+    store = SQLiteMetadataStore(tmp_path / "metadata.db")
+    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2"),
+                                     RecordingGarbageSink(), max_rolling_length=8)
+    controller = StreamController.beside(segments, store.path)
+    controller.create_stream("scope", "orders", 2)
+    for number in (0, 1):
+        controller.append(f"{STREAM}/{number}.#epoch.0", b"x" * 40)
+    yield controller
+    controller.close()
+    store.close()
+
+
+def event(at: StreamCut, stream: str = STREAM) -> bytes:
+    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, 1, POLICY), "t")
+
+
+def test_applier_applies_once_and_skips_duplicates_behind_unknown_and_garbage(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], controller: StreamController,
+        unique_name: Callable[[str], str]) -> None:
+    topics = kafka_topics(partitions=1)
+    values = [event(cut(10, 10)), event(cut(10, 10)), event(cut(20, 16)), event(cut(5, 5)),
+              event(cut(1, 1), "scope/missing"), b"not avro at all", event(StreamCut.from_mapping({0: 1}))]
+    produce_confirmed(kafka_bootstrap, [Outgoing(topics.truncation, v, STREAM.encode()) for v in values])
+    config = ApplierConfig(kafka_bootstrap, topics.truncation, unique_name("g"), poll_timeout_s=1.0)
+    applier = TruncationApplier(config, controller, build_codec())
+    outcomes: list[Applied] = []
+    for _ in range(30):
+        outcomes += applier.run_once()
+        if len(outcomes) >= len(values):
+            break
+    applier.close()
+    assert outcomes == [Applied.TRUNCATED, Applied.NO_OP, Applied.TRUNCATED, Applied.NO_OP, Applied.UNKNOWN_STREAM,
+                        Applied.INVALID, Applied.INVALID]
+    assert controller.head(STREAM) == cut(20, 16)
+    assert controller.read_all(f"{STREAM}/0.#epoch.0") == b"x" * 20
+    # Everything was final, so a new member of the group has nothing left to read.
+    again = TruncationApplier(config, controller, build_codec())
+    assert sum(len(again.run_once()) for _ in range(3)) == 0
+    again.close()
+
+
+def cli_env(bootstrap: str, tmp_path: Path, prefix: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
+    env.update(RECLAIM_BOOTSTRAP=bootstrap, RECLAIM_STATE_DIR=str(tmp_path / "state"), RECLAIM_TOPIC_PREFIX=prefix,
+               RECLAIM_PARTITIONS="1", **extra)
+    return env
+
+
+def test_manual_truncation_is_for_admins_only_and_idempotent(kafka_bootstrap: str, tmp_path: Path,
+                                                             unique_name: Callable[[str], str]) -> None:
+    env = cli_env(kafka_bootstrap, tmp_path, unique_name("t") + ".", RECLAIM_ADMIN_PRINCIPALS="alice")
+    run_reclaim("topics", "create", env=env, check=True)
+    run_reclaim("streams", "create", STREAM, "--segments", "2", env=env, check=True)
+    policy = run_reclaim("streams", "set-policy", STREAM, "--type", "size", env=env)
+    assert policy.returncode == 2 and policy.stderr.strip().splitlines()[-1].startswith("reclaim: error: a SIZE")
+    run_reclaim("streams", "set-policy", STREAM, "--type", "time", "--min", "60000", env=env, check=True)
+    store = SQLiteMetadataStore(tmp_path / "state" / "metadata.db")
+    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "state" / "tier2", name="fs-tier2"),
+                                     RecordingGarbageSink())
+    writer = StreamController.beside(segments, store.path)
+    for number in (0, 1):
+        writer.append(f"{STREAM}/{number}.#epoch.0", b"y" * 30)
+    shown = json.loads(run_reclaim("streams", "cut", STREAM, env=env, check=True).stdout)
+    assert shown["cut"] == {"0": 30, str(1): 30} and shown["size"] == 60 and shown["head"] == {}
+    wanted = json.dumps({"0": 12, "1": 7})
+    refused = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, "--principal", "bob", env=env)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "reclaim: error: principal 'bob' may not truncate streams by hand; admins are named in "
+        "RECLAIM_ADMIN_PRINCIPALS"]
+    assert writer.head(STREAM) == StreamCut()
+    done = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, "--principal", "alice", env=env, check=True)
+    assert "truncated" in done.stdout
+    again = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, "--principal", "alice", env=env, check=True)
+    assert "nothing to do" in again.stdout
+    assert writer.head(STREAM) == cut(12, 7)
+    assert writer.read_all(f"{STREAM}/0.#epoch.0") == b"y" * 18
+    bad = run_reclaim("streams", "truncate", STREAM, "--cut", "[1, 2]", "--principal", "alice", env=env)
+    assert bad.returncode == 2 and "--cut must be a JSON object" in bad.stderr
+    writer.close()
+    store.close()
