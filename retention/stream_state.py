@@ -117,6 +117,8 @@ class StreamRetentionState:
             return
         if self.deleted and record.state is not TopologyState.DELETED:
             self._reset()  # the stream was created again under the same name: nothing of the old one holds
+        elif self.topology is not None and 0 < len(record.epochs) < len(self.topology.epochs):
+            return  # a history only grows: a shorter one was read before a newer one was published
         self.topology_published_at = record.published_at
         self.deleted = record.state is TopologyState.DELETED
         if record.epochs:
