@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retention.decision import Rule, bound_cuts, decide
+from retention.lower_bound import lower_bound
 from retention.policy import Limits
 from retention.retention_set import RetentionSet
 from retention.topology import Topology
@@ -125,3 +126,18 @@ def test_time_bound_overlapping_the_oldest_cut_past_max_truncates_there() -> Non
 def test_only_bound_rules_count_as_consumption() -> None:
     assert {rule for rule in Rule if rule.at_bound} == {Rule.SIZE_AT_BOUND, Rule.SIZE_PAST_MAX_AT_BOUND,
                                                         Rule.TIME_AT_BOUND}
+
+
+def test_the_readme_worked_example() -> None:
+    one = Topology.of([[(0, 0.0, 1.0)]])
+    entries = RetentionSet.of([StreamCutRecord("s", StreamCut.from_mapping({0: n}), n, n)
+                               for n in range(100, 501, 100)])
+    a, b = StreamCut.from_mapping({0: 350}), StreamCut.from_mapping({0: 120})
+    bound = lower_bound(one, [a, b])
+    assert bound == b
+    capped = decide(size(0, 100), entries, bound, 0, one)
+    assert (capped.rule, capped.cut) == (Rule.SIZE_PAST_MAX_AT_MAX, StreamCut.from_mapping({0: 400}))
+    uncapped = decide(size(0), entries, bound, 0, one)
+    assert (uncapped.rule, uncapped.cut) == (Rule.SIZE_AT_BOUND, b)
+    moved = decide(size(0), entries, lower_bound(one, [a, StreamCut.from_mapping({0: 350})]), 0, one)
+    assert moved.cut == a
