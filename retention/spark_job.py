@@ -136,7 +136,7 @@ def start_retention_job(spark: SparkSession, config: RetentionJobConfig) -> Rete
     for name, value in config.kafka_options.items():
         writer = writer.option(f"kafka.{name}", value)
     if config.once:
-        writer = writer.trigger(availableNow=True)
+        writer = writer.trigger(once=True)
     else:
         writer = writer.trigger(processingTime=f"{config.trigger_interval_s} seconds")
     try:

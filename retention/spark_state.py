@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from retention.spark_compat import StateOffsetsFix
 from retention.spark_io import (
     RetentionTopics,
     cached_codec,
@@ -43,7 +44,11 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
     if reevaluate_ms <= 0:
         raise ValueError(f"reevaluate_ms must be positive, got {reevaluate_ms}")
 
-    def step(key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    # Unpickled with the function on each worker, before the first group is read (see spark_compat).
+    fix = StateOffsetsFix()
+
+    def step(key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: GroupState,
+             _fix: StateOffsetsFix = fix) -> Iterator[pd.DataFrame]:
         codec = cached_codec(registry_url)
         now_ms = int(state.getCurrentProcessingTimeMs())
         stream = key[0]

@@ -1,0 +1,248 @@
+"""The retention job on a real broker and local Spark: truncations, rejects, restarts and timeouts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+from pyspark.sql import SparkSession
+
+from producers.topics import TopicNames
+from retention.spark_io import RetentionTopics
+from retention.spark_job import RetentionJobConfig, run_available
+from retention.spark_metrics import BatchSummary
+from schemas import (
+    LimitType,
+    RetentionPolicy,
+    RetentionType,
+    StreamConfig,
+    StreamCut,
+    StreamCutRecord,
+    SubscriberChange,
+    SubscriberChangeType,
+    SubscriberCut,
+    TruncationEvent,
+    build_codec,
+    millis_now,
+)
+from schemas.base import AvroRecord
+from schemas.rejects import RejectKind, RetentionReject
+from schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
+from tests.integration.kafka_io import Outgoing, produce_confirmed
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+RUN_TIMEOUT_S = 180
+REEVALUATE_MS = 1000
+STREAM = "scope/orders"
+MINUTE_MS = 60_000
+CONSUMPTION = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME)
+"""Truncate at the subscribers' lower bound, with no min and no max (PDP-47's defaults)."""
+
+
+def at(first: int, second: int) -> StreamCut:
+    """A cut of the two-segment stream: ``first`` bytes into segment 0, ``second`` into segment 1."""
+    return StreamCut.from_mapping({0: first, 1: second})
+
+
+def topology(stream: str = STREAM) -> StreamTopology:
+    """One epoch of two segments splitting the key space in halves."""
+    halves = (TopologySegment(0, 0.0, 0.5), TopologySegment(1, 0.5, 1.0))
+    return StreamTopology(stream, (TopologyEpoch(0, 0, halves),), (), TopologyState.ACTIVE, millis_now())
+
+
+def config(policy: RetentionPolicy, stream: str = STREAM) -> StreamConfig:
+    return StreamConfig(stream, policy, millis_now())
+
+
+def subscribe(subscriber: str, generation: int = 1, stream: str = STREAM) -> SubscriberChange:
+    return SubscriberChange(stream, subscriber, generation, SubscriberChangeType.ADD, millis_now())
+
+
+def unsubscribe(subscriber: str, generation: int, stream: str = STREAM) -> SubscriberChange:
+    return SubscriberChange(stream, subscriber, generation, SubscriberChangeType.REMOVE, millis_now())
+
+
+def consumed(subscriber: str, cut: StreamCut, generation: int = 1, stream: str = STREAM) -> SubscriberCut:
+    return SubscriberCut(stream, subscriber, generation, cut, millis_now())
+
+
+def recorded(cut: StreamCut, age_ms: int = MINUTE_MS, stream: str = STREAM) -> StreamCutRecord:
+    """A retention-set entry recorded ``age_ms`` ago; its size is the bytes before the cut."""
+    return StreamCutRecord(stream, cut, millis_now() - age_ms, sum(cut.as_dict().values()))
+
+
+@dataclass(frozen=True)
+class RetentionHarness:
+    """Fresh topics and a checkpoint; inputs go in as records, the job runs available-now, outputs come back."""
+
+    spark: SparkSession
+    bootstrap: str
+    names: TopicNames
+    checkpoint: Path
+
+    def topic_of(self, record: AvroRecord) -> str:
+        topics = {StreamTopology: self.names.stream_topology, StreamConfig: self.names.stream_config,
+                  SubscriberChange: self.names.subscribers, SubscriberCut: self.names.subscriber_cuts,
+                  StreamCutRecord: self.names.stream_cuts}
+        return topics[type(record)]
+
+    def produce(self, *records: AvroRecord) -> None:
+        codec = build_codec()
+        produce_confirmed(self.bootstrap, [
+            Outgoing(self.topic_of(r), codec.encode(r, self.topic_of(r)), r.stream.encode())  # type: ignore[attr-defined]
+            for r in records
+        ])
+
+    def produce_raw(self, topic: str, value: bytes) -> None:
+        produce_confirmed(self.bootstrap, [Outgoing(topic, value, b"garbage")])
+
+    def run(self) -> list[BatchSummary]:
+        """One available-now run of the job from this harness's checkpoint."""
+        config = RetentionJobConfig(self.bootstrap, RetentionTopics.from_names(self.names), str(self.checkpoint),
+                                    reevaluate_ms=REEVALUATE_MS, once=True)
+        return run_available(self.spark, config, RUN_TIMEOUT_S)
+
+    def read(self, topic: str) -> list[bytes]:
+        """Every value now on ``topic``, in partition and offset order."""
+        rows = (self.spark.read.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+                .option("subscribe", topic).option("startingOffsets", "earliest")
+                .option("endingOffsets", "latest").load().select("partition", "offset", "value").collect())
+        return [bytes(row["value"]) for row in sorted(rows, key=lambda row: (row["partition"], row["offset"]))]
+
+    def truncations(self, stream: str = STREAM) -> list[StreamCut]:
+        codec = build_codec()
+        events = [codec.decode(value, self.names.truncation, TruncationEvent)
+                  for value in self.read(self.names.truncation)]
+        return [event.cut for event in events if event.stream == stream]
+
+    def rejects(self) -> list[RetentionReject]:
+        codec = build_codec()
+        return [codec.decode(value, self.names.retention_rejects, RetentionReject)
+                for value in self.read(self.names.retention_rejects)]
+
+
+@pytest.fixture
+def harness(spark: SparkSession, kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames],
+            tmp_path: Path) -> RetentionHarness:
+    return RetentionHarness(spark, kafka_bootstrap, kafka_topics(), tmp_path / "checkpoint")
+
+
+def stream_with(policy: RetentionPolicy, *subscribers: str, stream: str = STREAM) -> list[AvroRecord]:
+    """The records that set a stream up: its topology, its policy and its subscribers (generation 1)."""
+    return [topology(stream), config(policy, stream), *(subscribe(name, stream=stream) for name in subscribers)]
+
+
+def test_two_subscribers_truncate_at_their_common_cut_then_wait_for_the_slow_one(harness: RetentionHarness) -> None:
+    harness.produce(*stream_with(CONSUMPTION, "billing", "audit"),
+                    consumed("billing", at(100, 200)), consumed("audit", at(200, 100)), recorded(at(300, 300)))
+    harness.run()
+    assert harness.truncations() == [at(100, 100)]
+
+    # billing reads on; audit has not moved: the cut moves only as far as audit's.
+    harness.produce(consumed("billing", at(400, 400)))
+    harness.run()
+    assert harness.truncations() == [at(100, 100), at(200, 100)]
+
+    # audit leaves (a newer generation): billing alone holds the stream back.
+    harness.produce(unsubscribe("audit", 2), recorded(at(400, 400), age_ms=1000))
+    harness.run()
+    assert harness.truncations() == [at(100, 100), at(200, 100), at(400, 400)]
+
+
+def test_a_size_max_limit_truncates_past_a_stalled_subscriber(harness: RetentionHarness) -> None:
+    # 600 bytes recorded, the subscriber stalled after 20: keeping at most 300 means the oldest
+    # recorded cut that keeps 300 or less, at(200, 200) (200 bytes kept; at(100, 100) would keep 400).
+    size_max_300 = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 0, 300)
+    harness.produce(*stream_with(size_max_300, "billing"), consumed("billing", at(10, 10)),
+                    recorded(at(100, 100), 3 * MINUTE_MS), recorded(at(200, 200), 2 * MINUTE_MS),
+                    recorded(at(300, 300)))
+    harness.run()
+    assert harness.truncations() == [at(200, 200)]
+
+
+def test_a_size_min_limit_holds_consumed_data_back(harness: RetentionHarness) -> None:
+    # Everything is consumed, but 250 bytes must stay: at(200, 200) would keep only 200, so the
+    # newest recorded cut that keeps at least 250 is at(100, 100).
+    size_min_250 = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 250)
+    harness.produce(*stream_with(size_min_250, "billing"), consumed("billing", at(300, 300)),
+                    recorded(at(100, 100), 3 * MINUTE_MS), recorded(at(200, 200), 2 * MINUTE_MS),
+                    recorded(at(300, 300)))
+    harness.run()
+    assert harness.truncations() == [at(100, 100)]
+
+
+def test_a_time_max_limit_fires_on_the_timeout_with_no_new_input(harness: RetentionHarness) -> None:
+    # The recorded cut turns older than the one-hour max PAST_MAX_IN_MS after it is produced.
+    hour_max = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, 60 * MINUTE_MS)
+    past_max_in_ms = 15_000
+    produced_at = millis_now()
+    harness.produce(*stream_with(hour_max, "billing"), consumed("billing", at(10, 10)),
+                    recorded(at(100, 100), 60 * MINUTE_MS - past_max_in_ms))
+    first = harness.run()
+    assert first[-1].duration_ms >= 0 and millis_now() - produced_at < past_max_in_ms, "the first run was too slow"
+    assert harness.truncations() == [at(10, 10)]
+
+    time.sleep((produced_at + past_max_in_ms - millis_now()) / 1000 + 1)
+    # A record of another stream makes the run's one batch; nothing arrives for STREAM.
+    harness.produce(config(CONSUMPTION, stream="scope/other"))
+    second = harness.run()
+
+    assert harness.truncations() == [at(10, 10), at(100, 100)]
+    assert [(s.input_rows, s.streams_decided) for s in second] == [(1, 2)]
+
+
+def test_garbage_on_every_input_topic_becomes_counted_rejects_and_the_rest_is_processed(
+    harness: RetentionHarness,
+) -> None:
+    inputs = RetentionTopics.from_names(harness.names).inputs
+    for topic in inputs:
+        harness.produce_raw(topic, b"\x00not avro")
+    harness.produce(*stream_with(CONSUMPTION, "billing"), consumed("billing", at(50, 50)),
+                    consumed("ghost", at(60, 60)), recorded(at(100, 100)))
+    undecodable_before = _rejects_counted("UNDECODABLE")
+
+    summaries = harness.run()
+
+    rejects = harness.rejects()
+    undecodable = [r for r in rejects if r.kind is RejectKind.UNDECODABLE]
+    assert sorted(r.source_topic for r in undecodable) == sorted(inputs)
+    assert all(r.stream == "" and r.subscriber is None and r.source_offset == 0 for r in undecodable)
+    assert [(r.stream, r.subscriber, r.kind) for r in rejects if r not in undecodable] == [
+        (STREAM, "ghost", RejectKind.UNKNOWN_SUBSCRIBER)]
+    assert harness.truncations() == [at(50, 50)]
+    assert sum(s.input_rows for s in summaries) == len(inputs) + 6
+    assert sum(s.rejects.get("UNDECODABLE", 0) for s in summaries) == len(inputs)
+    assert _rejects_counted("UNDECODABLE") - undecodable_before == len(inputs)
+
+    # The checkpoint is past the garbage: the next run reads only what is new.
+    harness.produce(consumed("billing", at(100, 100)))
+    harness.run()
+    assert len(harness.rejects()) == len(rejects)
+    assert harness.truncations() == [at(50, 50), at(100, 100)]
+
+
+def _rejects_counted(kind: str) -> float:
+    return REGISTRY.get_sample_value("reclaim_retention_rejects_total", {"kind": kind}) or 0.0
+
+
+def test_a_restarted_job_never_emits_a_cut_behind_one_it_emitted(harness: RetentionHarness) -> None:
+    harness.produce(*stream_with(CONSUMPTION, "billing", "audit"), consumed("billing", at(300, 300)),
+                    consumed("audit", at(300, 300)), recorded(at(300, 300)))
+    harness.run()
+    assert harness.truncations() == [at(300, 300)]
+
+    # A late subscriber far behind: the lower bound falls back, but the restarted job remembers
+    # what it emitted and stays quiet.
+    harness.produce(subscribe("late"), consumed("late", at(100, 100)), recorded(at(350, 350), 1000))
+    harness.run()
+    assert harness.truncations() == [at(300, 300)]
+
+    harness.produce(*(consumed(name, at(500, 500)) for name in ("billing", "audit", "late")),
+                    recorded(at(500, 500), 500))
+    harness.run()
+    assert harness.truncations() == [at(300, 300), at(500, 500)]
