@@ -200,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_streams(sub, _common)
 
+    from ops.retention_job import register as register_retention_job
+
+    register_retention_job(sub, _common)
+
     demo = sub.add_parser("demo", help="the end-to-end demo on the embedded default stack")
     demo.add_argument("--keep-stack", action="store_true", help="leave the local stack running afterwards")
     _common(demo)

@@ -39,7 +39,9 @@ class RetentionJobConfig:
     """What the retention query needs: where Kafka is, the topics, the checkpoint and the pacing.
 
     ``checkpoint`` is a path or URI Spark can write (a local directory, or HDFS/S3 on a cluster).
-    ``once`` runs an ``availableNow`` trigger: everything there now, then the query stops.
+    ``once`` runs one micro-batch over everything on the topics now, then the query stops. It is
+    Spark's once trigger, not ``availableNow``: with a processing-time timeout Spark runs another
+    (no-data) batch after every batch to look for timeouts, so an ``availableNow`` query never ends.
     """
 
     bootstrap: str
@@ -99,7 +101,7 @@ class RetentionJob:
     listener: RetentionProgressListener
 
     def await_termination(self, timeout_s: int | None = None) -> bool:
-        """Wait for the query to stop (an ``availableNow`` run ends by itself); raise if it failed."""
+        """Wait for the query to stop (a ``once`` run ends by itself); raise if it failed."""
         from pyspark.errors import StreamingQueryException
 
         try:
@@ -145,16 +147,16 @@ def start_retention_job(spark: SparkSession, config: RetentionJobConfig) -> Rete
         spark.streams.removeListener(listener)
         raise
     log.info("retention query started: inputs %s, checkpoint %s, %s", ",".join(config.topics.inputs),
-             config.checkpoint, "available-now" if config.once else f"every {config.trigger_interval_s}s")
+             config.checkpoint, "once" if config.once else f"every {config.trigger_interval_s}s")
     return RetentionJob(spark, query, listener)
 
 
 def run_available(spark: SparkSession, config: RetentionJobConfig, timeout_s: int) -> list[BatchSummary]:
-    """Process everything on the input topics now (an ``availableNow`` run) and return its batches."""
+    """Process everything on the input topics now in one micro-batch (a ``once`` run); its batches."""
     job = start_retention_job(spark, replace(config, once=True))
     try:
         if not job.await_termination(timeout_s):
-            raise RetentionJobError(f"the available-now run did not finish in {timeout_s}s")
+            raise RetentionJobError(f"the once run did not finish in {timeout_s}s")
     finally:
         summaries = job.stop()
     return summaries

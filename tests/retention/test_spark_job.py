@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from pyspark.sql import SparkSession
 
 from producers.topics import TopicNames
-from retention.spark_io import RetentionTopics
+from retention.spark_io import RetentionTopics, StreamRecord
 from retention.spark_job import RetentionJobConfig, run_available
 from retention.spark_metrics import BatchSummary
 from schemas import (
@@ -29,7 +29,6 @@ from schemas import (
     build_codec,
     millis_now,
 )
-from schemas.base import AvroRecord
 from schemas.rejects import RejectKind, RetentionReject
 from schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
 from tests.integration.kafka_io import Outgoing, produce_confirmed
@@ -76,33 +75,32 @@ def recorded(cut: StreamCut, age_ms: int = MINUTE_MS, stream: str = STREAM) -> S
     return StreamCutRecord(stream, cut, millis_now() - age_ms, sum(cut.as_dict().values()))
 
 
+def produce_records(bootstrap: str, names: TopicNames, records: Sequence[StreamRecord]) -> None:
+    """Each record on its input topic, keyed by its stream, every one confirmed by the broker."""
+    codec = build_codec()
+    topic_of = {kind: topic for topic, kind in RetentionTopics.from_names(names).input_types().items()}
+    produce_confirmed(bootstrap, [
+        Outgoing(topic_of[type(r)], codec.encode(r, topic_of[type(r)]), r.stream.encode()) for r in records
+    ])
+
+
 @dataclass(frozen=True)
 class RetentionHarness:
-    """Fresh topics and a checkpoint; inputs go in as records, the job runs available-now, outputs come back."""
+    """Fresh topics and a checkpoint; inputs go in as records, the job runs once, outputs come back."""
 
     spark: SparkSession
     bootstrap: str
     names: TopicNames
     checkpoint: Path
 
-    def topic_of(self, record: AvroRecord) -> str:
-        topics = {StreamTopology: self.names.stream_topology, StreamConfig: self.names.stream_config,
-                  SubscriberChange: self.names.subscribers, SubscriberCut: self.names.subscriber_cuts,
-                  StreamCutRecord: self.names.stream_cuts}
-        return topics[type(record)]
-
-    def produce(self, *records: AvroRecord) -> None:
-        codec = build_codec()
-        produce_confirmed(self.bootstrap, [
-            Outgoing(self.topic_of(r), codec.encode(r, self.topic_of(r)), r.stream.encode())  # type: ignore[attr-defined]
-            for r in records
-        ])
+    def produce(self, *records: StreamRecord) -> None:
+        produce_records(self.bootstrap, self.names, records)
 
     def produce_raw(self, topic: str, value: bytes) -> None:
         produce_confirmed(self.bootstrap, [Outgoing(topic, value, b"garbage")])
 
     def run(self) -> list[BatchSummary]:
-        """One available-now run of the job from this harness's checkpoint."""
+        """One run of the job (one micro-batch over what is there) from this harness's checkpoint."""
         config = RetentionJobConfig(self.bootstrap, RetentionTopics.from_names(self.names), str(self.checkpoint),
                                     reevaluate_ms=REEVALUATE_MS, once=True)
         return run_available(self.spark, config, RUN_TIMEOUT_S)
@@ -132,7 +130,7 @@ def harness(spark: SparkSession, kafka_bootstrap: str, kafka_topics: Callable[..
     return RetentionHarness(spark, kafka_bootstrap, kafka_topics(), tmp_path / "checkpoint")
 
 
-def stream_with(policy: RetentionPolicy, *subscribers: str, stream: str = STREAM) -> list[AvroRecord]:
+def stream_with(policy: RetentionPolicy, *subscribers: str, stream: str = STREAM) -> list[StreamRecord]:
     """The records that set a stream up: its topology, its policy and its subscribers (generation 1)."""
     return [topology(stream), config(policy, stream), *(subscribe(name, stream=stream) for name in subscribers)]
 

@@ -1,0 +1,140 @@
+"""``reclaim retention-job``: the Spark retention query as a process, with metrics and a clean stop on signals."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from ops import runtime, stack
+from ops.settings import Settings
+
+if TYPE_CHECKING:
+    from retention.spark_job import RetentionJob, RetentionJobConfig
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Read the retention inputs (stream topology, stream config, subscribers, subscriber cuts, recorded
+stream cuts) from the earliest offsets, keep one retention state per stream in Spark's state store,
+and write a TruncationEvent to the truncation topic whenever a stream's truncation cut advances;
+inputs that cannot be decoded or are refused go to the retention-rejects topic. The job resumes from
+its checkpoint. With --once it processes what is on the topics now in one micro-batch and exits;
+otherwise it runs until SIGTERM/SIGINT (a batch cut short is redone on restart; the truncation
+applier ignores the duplicate events that can cause).
+"""
+
+
+@dataclass(frozen=True)
+class RetentionJobSettings(Settings):
+    """Settings of ``reclaim retention-job``: the common ones plus the job's, each read from ``RECLAIM_<NAME>``."""
+
+    checkpoint: str | None = None
+    master: str = "local[*]"
+    trigger_interval_s: float = 5.0
+    reevaluate_s: float = 30.0
+
+    @property
+    def checkpoint_location(self) -> str:
+        """A path or URI Spark can write; by default under the state directory."""
+        return self.checkpoint or str(self.state_dir / "retention-checkpoint")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.trigger_interval_s <= 0 or self.reevaluate_s <= 0:
+            raise ValueError("trigger_interval_s and reevaluate_s must be positive")
+
+    @classmethod
+    def of(cls, base: Settings, args: argparse.Namespace) -> RetentionJobSettings:
+        """``base`` (flags and environment already merged) with the job's own flags and variables."""
+        common = {f.name: getattr(base, f.name) for f in fields(Settings)}
+        own = {name: getattr(args, name, None) for name in ("checkpoint", "master", "trigger_interval_s",
+                                                            "reevaluate_s", "metrics_port")}
+        settings = cls.from_env(**{**common, **{k: v for k, v in own.items() if v is not None}})
+        assert isinstance(settings, RetentionJobSettings)
+        return settings
+
+
+def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig:
+    from retention.spark_io import RetentionTopics
+    from retention.spark_job import RetentionJobConfig
+
+    return RetentionJobConfig(
+        bootstrap=stack.require_bootstrap(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
+        checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
+        reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=settings.schema_registry_url)
+
+
+def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
+    """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (exit 0)."""
+    from prometheus_client import start_http_server
+
+    from retention.spark_job import start_retention_job
+    from retention.spark_session import build_spark_session
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping the retention query", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    config = job_config(settings, once)
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port, addr=metrics_addr)
+        log.info("metrics on http://%s:%s/metrics", metrics_addr, settings.metrics_port)
+    spark = build_spark_session("reclaim-retention-job", settings.cache_dir, master=settings.master,
+                                shuffle_partitions=settings.partitions)
+    try:
+        return _supervise(start_retention_job(spark, config), stop)
+    finally:
+        spark.stop()
+
+
+def _supervise(job: RetentionJob, stop: threading.Event) -> int:
+    """Wait for the query to end or for ``stop``; log the run's totals; 1 if the query failed."""
+    try:
+        while job.query.isActive and not stop.wait(0.5):
+            pass
+        failure = job.query.exception()
+    finally:
+        batches = job.stop()
+    log.info("retention job stopped after %d batch(es): %d input rows, %d event(s), %d reject(s)", len(batches),
+             sum(b.input_rows for b in batches), sum(b.events for b in batches),
+             sum(b.reject_count for b in batches))
+    if failure is not None:
+        log.error("retention query failed: %s", str(failure).splitlines()[0])
+        return 1
+    return 0
+
+
+def cmd_retention_job(args: argparse.Namespace, settings: Settings) -> int:
+    return run_retention_job(RetentionJobSettings.of(settings, args), once=args.once, metrics_addr=args.metrics_addr)
+
+
+def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+    """Add ``reclaim retention-job`` to the command line."""
+    job = sub.add_parser("retention-job", help="run the Spark retention job: truncation events from subscribers' "
+                                               "cuts, policies and recorded cuts", description=DESCRIPTION,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    job.add_argument("--checkpoint", help="Spark checkpoint path or URI; holds the offsets read and every stream's "
+                                          "state (RECLAIM_CHECKPOINT, default <state-dir>/retention-checkpoint)")
+    job.add_argument("--master", help="Spark master URL, e.g. local[4], spark://host:7077, yarn "
+                                      "(RECLAIM_MASTER, default local[*])")
+    job.add_argument("--trigger-interval-s", type=float,
+                     help="seconds between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5)")
+    job.add_argument("--reevaluate-s", type=float,
+                     help="re-decide a stream with no new input after this many seconds, so time limits fire "
+                          "(RECLAIM_REEVALUATE_S, default 30)")
+    job.add_argument("--once", action="store_true",
+                     help="process what is on the input topics now, in one micro-batch, then exit")
+    job.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
+    job.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    common(job)
+    job.set_defaults(run=cmd_retention_job)

@@ -1,0 +1,177 @@
+"""The retention job's executor-side steps as plain functions: decoding, the per-stream step, progress, the fix."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import Row
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from producers.topics import TopicNames
+from retention import spark_compat
+from retention.spark_io import INPUT_COLUMNS, OUTPUT_COLUMNS, RetentionTopics, input_decoder
+from retention.spark_metrics import BatchSummary
+from retention.spark_state import stream_retention_step
+from schemas import LimitType, RetentionPolicy, RetentionType, TruncationEvent, build_codec, millis_now
+from schemas.base import AvroRecord
+from schemas.rejects import RejectKind, RetentionReject
+from tests.retention.test_spark_job import (
+    CONSUMPTION,
+    MINUTE_MS,
+    STREAM,
+    at,
+    consumed,
+    recorded,
+    stream_with,
+)
+
+TOPICS = RetentionTopics.from_names(TopicNames.for_prefix("unit."))
+NOW_MS = millis_now()
+REEVALUATE_MS = 30_000
+STATE_SCHEMA = StructType([StructField("state", BinaryType())])
+
+
+def kafka_rows(records: Sequence[AvroRecord | tuple[str, bytes]], kafka_ts: int = NOW_MS) -> pd.DataFrame:
+    """What the Kafka source gives the decoding step: a record per message (or raw bytes for a topic)."""
+    codec = build_codec()
+    rows = []
+    for offset, item in enumerate(records):
+        if isinstance(item, tuple):
+            topic, value = item
+        else:
+            topic = next(t for t, kind in TOPICS.input_types().items() if isinstance(item, kind))
+            value = codec.encode(item, topic)
+        rows.append({"topic": topic, "partition": 0, "offset": offset, "kafka_ts": kafka_ts, "value": value})
+    return pd.DataFrame(rows)
+
+
+def decoded(records: Sequence[AvroRecord | tuple[str, bytes]]) -> pd.DataFrame:
+    return pd.concat(list(input_decoder(TOPICS, None)([kafka_rows(records)])), ignore_index=True)
+
+
+def group_state(now_ms: int, previous: GroupState | None = None, timed_out: bool = False) -> GroupState:
+    """The state Spark hands the step: fresh, or carrying what ``previous`` stored."""
+    value = None if previous is None or not previous.exists else Row(*previous.get)
+    return GroupState(optionalValue=value, batchProcessingTimeMs=now_ms, eventTimeWatermarkMs=-1,  # type: ignore[arg-type]
+                      timeoutConf=GroupStateTimeout.ProcessingTimeTimeout, hasTimedOut=timed_out,
+                      watermarkPresent=False, defined=value is not None, updated=False, removed=False,
+                      timeoutTimestamp=-1, keyAsUnsafe=b"", valueSchema=STATE_SCHEMA)
+
+
+def step(key: str | None, frames: list[pd.DataFrame], state: GroupState) -> pd.DataFrame:
+    run = stream_retention_step(TOPICS, None, REEVALUATE_MS)
+    out: Iterator[pd.DataFrame] = run((key,), frames, state)
+    return pd.concat(list(out), ignore_index=True)
+
+
+def events(out: pd.DataFrame) -> list[TruncationEvent]:
+    codec = build_codec()
+    return [codec.decode(v, TOPICS.truncation, TruncationEvent) for v in out[out.outcome == "truncation"].value]
+
+
+def rejects(out: pd.DataFrame) -> list[RetentionReject]:
+    codec = build_codec()
+    return [codec.decode(v, TOPICS.rejects, RetentionReject) for v in out[out.outcome == "reject"].value]
+
+
+def test_the_decoder_names_each_message_s_stream_and_says_why_the_others_are_not_records() -> None:
+    wrong_type = (TOPICS.subscriber_cuts, build_codec().encode(stream_with(CONSUMPTION)[1], "x"))
+    out = decoded([*stream_with(CONSUMPTION, "billing"), (TOPICS.stream_cuts, b"junk"), wrong_type])
+
+    assert list(out.columns) == list(INPUT_COLUMNS)
+    assert list(out.stream) == [STREAM, STREAM, STREAM, None, None]
+    assert list(out["rank"]) == [0, 1, 2, 4, 3]
+    assert out.error[3].startswith("wrong marker bytes") and out.error[4].startswith("unexpected record type")
+    assert out.value[3] is None and out.value[0] is not None
+
+
+def test_a_stream_s_rows_are_applied_in_time_then_topic_rank_order_whatever_order_they_arrive_in() -> None:
+    rows = decoded([consumed("billing", at(50, 50)), recorded(at(100, 100)), *stream_with(CONSUMPTION, "billing")])
+    # Two chunks, the cut first: applied as they come, the cut would find no topology nor subscriber.
+    out = step(STREAM, [rows.iloc[:2], rows.iloc[2:]], group_state(NOW_MS))
+
+    assert [e.cut for e in events(out)] == [at(50, 50)]
+    assert rejects(out) == []
+    assert list(out.columns) == list(OUTPUT_COLUMNS) and list(out.outcome) == ["truncation", "decided"]
+
+
+def test_a_refused_record_becomes_a_reject_naming_where_it_came_from() -> None:
+    rows = decoded([*stream_with(CONSUMPTION, "billing"), consumed("ghost", at(5, 5))])
+    out = step(STREAM, [rows], group_state(NOW_MS))
+
+    (reject,) = rejects(out)
+    assert (reject.stream, reject.subscriber, reject.kind) == (STREAM, "ghost", RejectKind.UNKNOWN_SUBSCRIBER)
+    assert (reject.source_topic, reject.source_partition, reject.source_offset) == (TOPICS.subscriber_cuts, 0, 3)
+    assert reject.rejected_at == NOW_MS
+    assert out[out.outcome == "reject"].key.tolist() == [STREAM.encode()]
+
+
+def test_undecodable_rows_come_under_the_null_key_and_leave_no_state() -> None:
+    rows = decoded([(TOPICS.stream_topology, b"\xc3\x01short"), (TOPICS.subscribers, b"")])
+    state = group_state(NOW_MS)
+    out = step(None, [rows[rows.stream.isna()]], state)
+
+    found = rejects(out)
+    assert [(r.stream, r.subscriber, r.kind, r.source_topic) for r in found] == [
+        ("", None, RejectKind.UNDECODABLE, TOPICS.stream_topology),
+        ("", None, RejectKind.UNDECODABLE, TOPICS.subscribers),
+    ]
+    assert all(r.reason for r in found) and out.key.isna().all()
+    assert not state.exists
+
+
+def test_a_timeout_decides_again_on_the_kept_state_so_a_time_limit_fires_without_input() -> None:
+    hour_max = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, 60 * MINUTE_MS)
+    # The recorded cut is one second short of the one-hour max now, and past it two seconds later.
+    stalled = [*stream_with(hour_max, "billing"), consumed("billing", at(10, 10)),
+               recorded(at(100, 100), 60 * MINUTE_MS - 1000)]
+    first = group_state(NOW_MS)
+    first_out = step(STREAM, [decoded(stalled)], first)
+    assert [e.cut for e in events(first_out)] == [at(10, 10)]
+    assert first.exists and first._timeout_timestamp == NOW_MS + REEVALUATE_MS
+
+    later = group_state(NOW_MS + 2000, previous=first, timed_out=True)
+    out = step(STREAM, [], later)
+
+    assert [e.cut for e in events(out)] == [at(100, 100)]
+    assert later._timeout_timestamp == NOW_MS + 2000 + REEVALUATE_MS
+
+
+def test_a_batch_summary_reads_the_observed_counts_and_makes_one_log_line() -> None:
+    progress = StreamingQueryProgress.fromJson({
+        "id": str(uuid.uuid4()), "runId": str(uuid.uuid4()), "name": "reclaim-retention", "timestamp": "t",
+        "batchId": 7, "batchDuration": 812, "durationMs": {"triggerExecution": 812}, "stateOperators": [],
+        "sources": [], "sink": {"description": "kafka", "numOutputRows": 3}, "numInputRows": 12,
+        "observedMetrics": {"retention": {"streams_decided": 4, "events": 2, "rejects_UNDECODABLE": 1,
+                                          "rejects_CUT_BEHIND": 0}},
+    })
+    summary = BatchSummary.of(progress)
+
+    assert summary == BatchSummary(7, 12, 4, 2, {"UNDECODABLE": 1}, 812)
+    assert summary.log_line() == ("retention batch 7: input_rows=12 streams_decided=4 events=2 rejects=1 "
+                                  "(UNDECODABLE=1) duration_ms=812")
+
+
+def test_the_fix_gives_pyspark_int_chunk_offsets_from_null_padded_state_info() -> None:
+    from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer
+
+    fields = [pa.field("properties", pa.string()), pa.field("keyRowAsUnsafe", pa.binary()),
+              pa.field("object", pa.binary()), pa.field("startOffset", pa.int32()),
+              pa.field("numRows", pa.int32()), pa.field("isLastChunk", pa.bool_())]
+    # As the JVM sends it: a padding row whose struct and children are all null.
+    children = [pa.array(["{}", None]), pa.array([b"k", None]), pa.array([None, None], pa.binary()),
+                pa.array([0, None], pa.int32()), pa.array([3, None], pa.int32()), pa.array([True, None])]
+    column = pa.chunked_array([pa.StructArray.from_arrays(children, fields=fields, mask=pa.array([False, True]))])
+    serializer = ApplyInPandasWithStateSerializer("UTC", True, True, STATE_SCHEMA, 10_000, False)  # type: ignore[no-untyped-call]
+    assert type(column.to_pandas()[0]["startOffset"]) is float  # the cause: pyarrow widens nullable ints
+
+    spark_compat.install()
+    info = serializer.arrow_to_pandas(column)  # type: ignore[no-untyped-call]
+
+    assert type(info[0]["startOffset"]) is int and type(info[0]["numRows"]) is int
+    assert info[1] is None
