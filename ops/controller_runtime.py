@@ -12,10 +12,12 @@ from producers.publisher import ConfirmedPublisher
 from producers.topology import KafkaTopologyPublisher
 from segments.chunked import ChunkedSegmentStorage
 from segments.streams import StreamController
+from storage.metadata import DEFAULT_MAX_ROLLING_LENGTH
 
 
 @contextmanager
-def stream_controller(settings: Settings) -> Iterator[tuple[StreamController, ConfirmedPublisher]]:
+def stream_controller(settings: Settings, max_rolling_length: int | None = None
+                      ) -> Iterator[tuple[StreamController, ConfirmedPublisher]]:
     """The controller over the configured stores (its garbage goes to phase 1) and a publisher on its producer."""
     bootstrap = stack.require_bootstrap(settings)
     store = runtime.metadata_store(settings)
@@ -24,7 +26,8 @@ def stream_controller(settings: Settings) -> Iterator[tuple[StreamController, Co
     codec = runtime.codec(settings)
     try:
         service = runtime.deletion_service(settings, store, producer)
-        segments = ChunkedSegmentStorage(store, bindings.get(settings.stream_binding), service, bindings=bindings)
+        segments = ChunkedSegmentStorage(store, bindings.get(settings.stream_binding), service, bindings=bindings,
+                                         max_rolling_length=max_rolling_length or DEFAULT_MAX_ROLLING_LENGTH)
         topology = KafkaTopologyPublisher(producer, codec, runtime.topic_names(settings).stream_topology)
         controller = StreamController.beside(segments, settings.metadata_file, topology_sink=topology)
         try:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 
 from prometheus_client import REGISTRY
 
-from consumers.lag import estimated_inflight
 from deletion.mark import LedgerDeletionService
 from ops import runtime, stack
+from ops.demo_io import drain, say
+from ops.demo_retention import show_retention
 from ops.roundtrip import round_trip_every_record
 from ops.settings import Settings
 from ops.topics import admin_client, create_topics, topic_specs
@@ -37,10 +37,6 @@ SHOWN_COUNTERS = [
 ]
 
 
-def say(text: str) -> None:
-    print(text, flush=True)
-
-
 def counter(name: str, labels: dict[str, str] | None) -> float:
     """A counter's value; with ``labels`` None, the sum over all its label sets."""
     if labels is not None:
@@ -65,6 +61,8 @@ def run_demo(settings: Settings, keep_stack: bool = False) -> int:
             say(f"  {name:28} {size:5d} bytes  round trip ok")
         say("\n-- segments on tier-2, truncated and deleted, collected by the two-phase pipeline --")
         collect_garbage(settings, bootstrap)
+        say("\n-- retention: subscribers, the Spark retention job, the truncation applier --")
+        show_retention(settings, bootstrap)
     finally:
         if not keep_stack:
             stack.down(settings)
@@ -142,28 +140,3 @@ def show_stream(settings: Settings, store: SQLiteMetadataStore, binding: ChunkSt
         return walk.aborted_chunks
     finally:
         controller.close()
-
-
-def drain(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,
-          timeout_s: float = 60.0) -> None:
-    """Run a phase-2 worker until its group has no deletion left in flight."""
-    worker = runtime.deletion_worker(settings, store, bindings)
-    topics = runtime.topic_names(settings).deletion_inputs
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            report = worker.run_once()
-            if report.received or report.outcomes:
-                # A batch polled now finishes in a later call, overlapped with the next one's checks.
-                outcomes = {k.value: v for k, v in report.outcomes.items()}
-                say(f"  worker: {report.received} records polled; finished: {outcomes}, "
-                    f"{report.stored} offsets stored")
-                continue
-            worker.commit()
-            inflight = estimated_inflight(stack.require_bootstrap(settings), settings.group_id, topics)
-            if inflight == 0:
-                say("  estimated in-flight deletions: 0")
-                return
-        raise TimeoutError(f"deletions still in flight after {timeout_s:.0f}s")
-    finally:
-        worker.close()
