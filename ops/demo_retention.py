@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 
@@ -22,6 +23,7 @@ def show_retention(settings: Settings, bootstrap: str) -> None:
                              fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
                              retry_delays=settings.retry_delays, group_id="reclaim-demo-retention",
                              batch_size=200, poll_timeout_s=0.5)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per call into the JVM otherwise
     say("  starting Spark (local) for the retention job ...")
     spark = build_spark_session("reclaim-demo-retention", settings.cache_dir)
     store, bindings = runtime.metadata_store(demo), runtime.storage_bindings(demo)

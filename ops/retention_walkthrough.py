@@ -57,8 +57,9 @@ class Retention:
 
     def write(self, events: int) -> None:
         for segment in self.segments:
-            for i in range(events):
-                self.controller.append(segment, (b"event-%06d|" % i).ljust(EVENT, b"."))
+            first = self.controller.segments.get_info(segment).length // EVENT
+            batch = b"".join((b"event-%06d|" % i).ljust(EVENT, b".") for i in range(first, first + events))
+            self.controller.append(segment, batch)
 
     def tail(self) -> StreamCut:
         return self.controller.tail_cut(self.stream)[0]

@@ -67,10 +67,19 @@ def decide(limits: Limits, retention: RetentionSet, bound: StreamCut, now_ms: in
     latest = retention.latest
     if latest is None:
         return Decision(None, Rule.NO_RECORDED_CUT)
+    current = latest.recording_size
+
+    def kept(record: StreamCutRecord) -> int:
+        return current - record.recording_size if limits.kind is LimitType.SIZE else now_ms - record.recording_time
+
+    max_cut, min_cut = bound_cuts(limits, retention, kept)
+    if min_cut is None:
+        return Decision(None, Rule.NO_RECORDED_CUT)
+    if not len(bound):
+        return Decision(min_cut.cut, Rule.EMPTY_BOUND_AT_MIN)
     if limits.kind is LimitType.SIZE:
-        current = latest.recording_size
-        return _by_size(limits, retention, bound, topology, current)
-    return _by_time(limits, retention, bound, topology, now_ms)
+        return _by_size(limits, retention, bound, topology, current, (max_cut or min_cut, min_cut))
+    return _by_time(limits, retention, bound, topology, now_ms, (max_cut or min_cut, min_cut))
 
 
 def _before_bound(retention: RetentionSet, bound: StreamCut, topology: Topology) -> Decision:
@@ -80,13 +89,13 @@ def _before_bound(retention: RetentionSet, bound: StreamCut, topology: Topology)
     return Decision(retention.records[index].cut, Rule.SIZE_BELOW_MIN_BEFORE_BOUND)
 
 
-def _by_size(limits: Limits, retention: RetentionSet, bound: StreamCut, topology: Topology, current: int
-             ) -> Decision:
-    max_cut, min_cut = bound_cuts(limits, retention, lambda r: current - r.recording_size)
-    if min_cut is None:
-        return Decision(None, Rule.NO_RECORDED_CUT)
-    if not len(bound):
-        return Decision(min_cut.cut, Rule.EMPTY_BOUND_AT_MIN)
+Bounds = tuple[StreamCutRecord, StreamCutRecord]
+"""The max cut and the min cut, once both are known to exist."""
+
+
+def _by_size(limits: Limits, retention: RetentionSet, bound: StreamCut, topology: Topology, current: int,
+             bounds: Bounds) -> Decision:
+    max_cut, min_cut = bounds
     kept_at_bound = current - size_till(topology, bound)
     if kept_at_bound < limits.min_keep:
         if compare(topology, min_cut.cut, bound) is CutComparison.BEFORE:
@@ -94,18 +103,14 @@ def _by_size(limits: Limits, retention: RetentionSet, bound: StreamCut, topology
         return _before_bound(retention, bound, topology)
     if kept_at_bound < limits.max_keep:
         return Decision(bound, Rule.SIZE_AT_BOUND)
-    if max_cut is not None and current - max_cut.recording_size < kept_at_bound:
+    if current - max_cut.recording_size < kept_at_bound:
         return Decision(max_cut.cut, Rule.SIZE_PAST_MAX_AT_MAX)
     return Decision(bound, Rule.SIZE_PAST_MAX_AT_BOUND)
 
 
-def _by_time(limits: Limits, retention: RetentionSet, bound: StreamCut, topology: Topology, now_ms: int
-             ) -> Decision:
-    max_cut, min_cut = bound_cuts(limits, retention, lambda r: now_ms - r.recording_time)
-    if min_cut is None:
-        return Decision(None, Rule.NO_RECORDED_CUT)
-    if not len(bound):
-        return Decision(min_cut.cut, Rule.EMPTY_BOUND_AT_MIN)
+def _by_time(limits: Limits, retention: RetentionSet, bound: StreamCut, topology: Topology, now_ms: int,
+             bounds: Bounds) -> Decision:
+    max_cut, min_cut = bounds
     relation = compare(topology, min_cut.cut, bound)
     if relation is CutComparison.BEFORE:
         return Decision(min_cut.cut, Rule.TIME_MIN_BEFORE_BOUND_AT_MIN)
@@ -120,6 +125,5 @@ def _by_time(limits: Limits, retention: RetentionSet, bound: StreamCut, topology
     if against_max is CutComparison.EQUAL_OR_AFTER:
         return Decision(bound, Rule.TIME_AT_BOUND)
     if against_max is CutComparison.BEFORE:
-        assert max_cut is not None  # min_cut exists, so max_cut does too
         return Decision(max_cut.cut, Rule.TIME_PAST_MAX_AT_MAX)
     return Decision(max_bound.cut, Rule.TIME_OVERLAPS_MAX_AT_MAX_BOUND)

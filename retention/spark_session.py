@@ -62,6 +62,7 @@ def build_spark_session(app_name: str, cache_dir: Path, master: str = "local[2]"
         .config("spark.jars.ivySettings", str(ivy_settings(ivy)))
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
