@@ -16,6 +16,7 @@ from ops.settings import Settings
 
 if TYPE_CHECKING:
     from retention.spark_job import RetentionJob, RetentionJobConfig
+    from retention.spark_metrics import BatchSummary
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,9 @@ Read the retention inputs (stream topology, stream config, subscribers, subscrib
 stream cuts) from the earliest offsets, keep one retention state per stream in Spark's state store,
 and write a TruncationEvent to the truncation topic whenever a stream's truncation cut advances;
 inputs that cannot be decoded or are refused go to the retention-rejects topic. The job resumes from
-its checkpoint. With --once it processes what is on the topics now in one micro-batch and exits;
-otherwise it runs until SIGTERM/SIGINT (a batch cut short is redone on restart; the truncation
-applier ignores the duplicate events that can cause).
+its checkpoint. With --once it processes what is on the topics now (and any stream whose
+re-evaluation is due) and exits; otherwise it runs until SIGTERM/SIGINT (a batch cut short is redone
+on restart; the truncation applier ignores the duplicate events that can cause).
 """
 
 
@@ -74,7 +75,7 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (exit 0)."""
     from prometheus_client import start_http_server
 
-    from retention.spark_job import start_retention_job
+    from retention.spark_job import RetentionJobError, run_available, start_retention_job
     from retention.spark_session import build_spark_session
 
     stop = threading.Event()
@@ -92,24 +93,34 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     spark = build_spark_session("reclaim-retention-job", settings.cache_dir, master=settings.master,
                                 shuffle_partitions=settings.partitions)
     try:
+        if once:
+            return _report(run_available(spark, config, stop=stop), failure=None)
         return _supervise(start_retention_job(spark, config), stop)
+    except RetentionJobError as exc:
+        log.error("%s", exc)
+        return 1
     finally:
         spark.stop()
 
 
 def _supervise(job: RetentionJob, stop: threading.Event) -> int:
-    """Wait for the query to end or for ``stop``; log the run's totals; 1 if the query failed."""
+    """Wait for the query to end or for ``stop``; 1 if the query failed."""
     try:
         while job.query.isActive and not stop.wait(0.5):
             pass
         failure = job.query.exception()
     finally:
         batches = job.stop()
+    return _report(batches, None if failure is None else str(failure))
+
+
+def _report(batches: list[BatchSummary], failure: str | None) -> int:
+    """Log the run's totals (and its failure): the process's exit code."""
     log.info("retention job stopped after %d batch(es): %d input rows, %d event(s), %d reject(s)", len(batches),
              sum(b.input_rows for b in batches), sum(b.events for b in batches),
              sum(b.reject_count for b in batches))
     if failure is not None:
-        log.error("retention query failed: %s", str(failure).splitlines()[0])
+        log.error("retention query failed: %s", failure.splitlines()[0])
         return 1
     return 0
 
@@ -133,7 +144,7 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                      help="re-decide a stream with no new input after this many seconds, so time limits fire "
                           "(RECLAIM_REEVALUATE_S, default 30)")
     job.add_argument("--once", action="store_true",
-                     help="process what is on the input topics now, in one micro-batch, then exit")
+                     help="process what is on the input topics now, then exit (e.g. from cron)")
     job.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
     job.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
     common(job)

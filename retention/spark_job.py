@@ -11,12 +11,15 @@ would stop retention for every stream until an operator deleted the checkpoint a
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from retention.spark_io import DECIDED, INPUT_ROWS, OUTPUT_ROWS, STATE_ROWS, RetentionTopics, input_decoder
 from retention.spark_metrics import OBSERVATION, BatchSummary, RetentionProgressListener, observed_columns
+from retention.spark_offsets import Offsets, reached, source_offsets, topic_ends
 from retention.spark_state import stream_retention_step
 from schemas.errors import ReclaimError
 
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 
 QUERY_NAME = "reclaim-retention"
 LISTENER_WAIT_S = 30.0
+MAX_ONCE_RUNS = 5
 
 
 class RetentionJobError(ReclaimError):
@@ -112,6 +116,11 @@ class RetentionJob:
         except StreamingQueryException as exc:
             raise RetentionJobError(f"retention query failed: {str(exc).splitlines()[0]}") from exc
 
+    def read_offsets(self) -> Offsets | None:
+        """How far the last batch read the input topics; None when no batch ran."""
+        last = self.query.lastProgress
+        return None if last is None else source_offsets(last["sources"][0]["endOffset"])
+
     def stop(self) -> list[BatchSummary]:
         """Stop the query, wait until the listener has counted its last batch, detach it; this run's batches."""
         self.query.stop()
@@ -151,13 +160,30 @@ def start_retention_job(spark: SparkSession, config: RetentionJobConfig) -> Rete
     return RetentionJob(spark, query, listener)
 
 
-def run_available(spark: SparkSession, config: RetentionJobConfig, timeout_s: int) -> list[BatchSummary]:
-    """Process everything on the input topics now in one micro-batch (a ``once`` run); its batches."""
-    job = start_retention_job(spark, replace(config, once=True))
-    try:
-        if not job.await_termination(timeout_s):
-            raise RetentionJobError(f"the once run did not finish in {timeout_s}s")
-    finally:
-        summaries = job.stop()
-    return summaries
+def run_available(spark: SparkSession, config: RetentionJobConfig, timeout_s: int | None = None,
+                  stop: threading.Event | None = None) -> list[BatchSummary]:
+    """Process everything on the input topics now, then stop; the batches it took.
 
+    Each run is one micro-batch (the once trigger). A checkpoint left by a job stopped mid-batch
+    makes the first run redo that batch only, so runs repeat until the job has read to where the
+    topics ended when this call began. Each run may take ``timeout_s`` (None: no limit); ``stop``
+    (e.g. set by a signal handler) ends it early.
+    """
+    ends = topic_ends(config.bootstrap, config.topics.inputs)
+    summaries: list[BatchSummary] = []
+    for _ in range(MAX_ONCE_RUNS):
+        job = start_retention_job(spark, replace(config, once=True))
+        try:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while not job.await_termination(1):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise RetentionJobError(f"the once run did not finish in {timeout_s}s")
+                if stop is not None and stop.is_set():
+                    return summaries
+        finally:
+            summaries += job.stop()
+        read = job.read_offsets()
+        if read is None or reached(read, ends):
+            return summaries
+        log.info("retention job redid an unfinished batch; running again to read to the topics' ends")
+    raise RetentionJobError(f"not at the topics' ends after {MAX_ONCE_RUNS} runs")
