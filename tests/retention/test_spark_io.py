@@ -16,6 +16,7 @@ from producers.topics import TopicNames
 from retention import spark_compat
 from retention.spark_io import INPUT_COLUMNS, OUTPUT_COLUMNS, RetentionTopics, input_decoder
 from retention.spark_metrics import BatchSummary
+from retention.spark_offsets import reached, source_offsets
 from retention.spark_state import stream_retention_step
 from schemas import LimitType, RetentionPolicy, RetentionType, TruncationEvent, build_codec, millis_now
 from schemas.base import AvroRecord
@@ -175,3 +176,13 @@ def test_the_fix_gives_pyspark_int_chunk_offsets_from_null_padded_state_info() -
 
     assert type(info[0]["startOffset"]) is int and type(info[0]["numRows"]) is int
     assert info[1] is None
+
+
+def test_a_run_has_read_to_the_end_only_when_every_partition_with_records_is_reached() -> None:
+    ends = {"t.subscribers": {0: 5, 1: 0}, "t.stream-cuts": {0: 2}}
+    read = source_offsets('{"t.subscribers": {"0": 5}, "t.stream-cuts": {"0": 1}}')
+
+    assert read == {"t.subscribers": {0: 5}, "t.stream-cuts": {0: 1}}
+    assert not reached(read, ends)
+    assert reached(source_offsets({"t.subscribers": {"0": 7, "1": 0}, "t.stream-cuts": {"0": 2}}), ends)
+    assert reached(source_offsets(None), {"t.subscribers": {0: 0}})
