@@ -7,9 +7,11 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 
 
 class StackError(RuntimeError):
@@ -96,3 +98,17 @@ def stop_pid(pid: int, timeout: float = 20.0) -> None:
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def stop_on_signals(what: str, log_to: Callable[[str], None] | None = None) -> threading.Event:
+    """An event set by SIGTERM or SIGINT, so a long-running command stops cleanly at its next check."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if log_to is not None:
+            log_to(f"signal {signal.Signals(signum).name}: {what}")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from ops import runtime, stack
+from ops.procs import stop_on_signals
 from ops.settings import Settings
 
 if TYPE_CHECKING:
@@ -78,14 +77,7 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     from retention.spark_job import RetentionJobError, run_available, start_retention_job
     from retention.spark_session import build_spark_session
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping the retention query", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals("stopping the retention query", log.info)
     config = job_config(settings, once)
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, addr=metrics_addr)

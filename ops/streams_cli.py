@@ -6,16 +6,14 @@ import argparse
 import getpass
 import json
 import logging
-import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 
 from prometheus_client import start_http_server
 
 from consumers.truncation_applier import ApplierConfig, TruncationApplier
 from ops import runtime, stack
 from ops.controller_runtime import stream_controller
+from ops.procs import stop_on_signals
 from ops.retention_recorder import RetentionRecorder
 from ops.settings import Settings
 from producers.subscribers import SubscriberClient
@@ -96,13 +94,7 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals("finishing the event in hand, then stopping", log.info)
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, addr=args.metrics_addr)
     topics = runtime.topic_names(settings)

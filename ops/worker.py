@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from types import FrameType
 
 from prometheus_client import start_http_server
 
@@ -13,6 +11,7 @@ from consumers.deletion_worker import DeletionWorker, tune_interpreter
 from consumers.lag import estimated_inflight
 from deletion import metrics
 from ops import runtime, stack
+from ops.procs import stop_on_signals
 from ops.settings import Settings
 from storage.bindings import StorageBindings
 from storage.sqlite_store import SQLiteMetadataStore
@@ -34,14 +33,7 @@ def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
 
 def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: finishing the batch in flight, then stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
     tune_interpreter()
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, addr=metrics_addr)
