@@ -92,7 +92,8 @@ def test_the_decoder_names_each_message_s_stream_and_says_why_the_others_are_not
 
 
 def test_a_stream_s_rows_are_applied_in_time_then_topic_rank_order_whatever_order_they_arrive_in() -> None:
-    rows = decoded([consumed("billing", at(50, 50)), recorded(at(100, 100)), *stream_with(CONSUMPTION, "billing")])
+    rows = decoded([consumed("billing", at(50, 50)), recorded(at(100, 100), now_ms=NOW_MS),
+                    *stream_with(CONSUMPTION, "billing")])
     # Two chunks, the cut first: applied as they come, the cut would find no topology nor subscriber.
     out = step(STREAM, [rows.iloc[:2], rows.iloc[2:]], group_state(NOW_MS))
 
@@ -130,7 +131,7 @@ def test_a_timeout_decides_again_on_the_kept_state_so_a_time_limit_fires_without
     hour_max = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, 60 * MINUTE_MS)
     # The recorded cut is one second short of the one-hour max now, and past it two seconds later.
     stalled = [*stream_with(hour_max, "billing"), consumed("billing", at(10, 10)),
-               recorded(at(100, 100), 60 * MINUTE_MS - 1000)]
+               recorded(at(100, 100), 60 * MINUTE_MS - 1000, now_ms=NOW_MS)]
     first = group_state(NOW_MS)
     first_out = step(STREAM, [decoded(stalled)], first)
     assert [e.cut for e in events(first_out)] == [at(10, 10)]

@@ -70,9 +70,11 @@ def consumed(subscriber: str, cut: StreamCut, generation: int = 1, stream: str =
     return SubscriberCut(stream, subscriber, generation, cut, millis_now())
 
 
-def recorded(cut: StreamCut, age_ms: int = MINUTE_MS, stream: str = STREAM) -> StreamCutRecord:
-    """A retention-set entry recorded ``age_ms`` ago; its size is the bytes before the cut."""
-    return StreamCutRecord(stream, cut, millis_now() - age_ms, sum(cut.as_dict().values()))
+def recorded(cut: StreamCut, age_ms: int = MINUTE_MS, stream: str = STREAM, now_ms: int | None = None
+             ) -> StreamCutRecord:
+    """An entry recorded ``age_ms`` before ``now_ms`` (default: now); its size is the bytes before the cut."""
+    return StreamCutRecord(stream, cut, (millis_now() if now_ms is None else now_ms) - age_ms,
+                           sum(cut.as_dict().values()))
 
 
 def produce_records(bootstrap: str, names: TopicNames, records: Sequence[StreamRecord]) -> None:
