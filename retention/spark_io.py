@@ -134,7 +134,8 @@ def decided_row() -> dict[str, Any]:
 
 
 def output_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS))
+    # Column lists build a frame several times faster than a list of row dicts.
+    return pd.DataFrame({name: [row[name] for row in rows] for name in OUTPUT_COLUMNS}, columns=list(OUTPUT_COLUMNS))
 
 
 def undecodable(row: Any, now_ms: int) -> RetentionReject:

@@ -74,8 +74,11 @@ def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFra
     )
     for name, value in config.kafka_options.items():
         reader = reader.option(f"kafka.{name}", value)
+    # One task per Kafka partition (five topics of several partitions each) costs a Python round trip
+    # apiece for a few records; as many tasks as the cluster has cores decode the same rows.
     return (
         reader.load()
+        .coalesce(spark.sparkContext.defaultParallelism)
         .selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS kafka_ts", "value")
         .mapInPandas(input_decoder(config.topics, config.registry_url), INPUT_ROWS)
     )

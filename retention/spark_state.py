@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pandas as pd
 
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APPLY_ORDER = ["kafka_ts", "rank", "partition", "offset"]
-"""Within a stream: Kafka time, then topic rank (topology first), then partition and offset."""
+#: Within a stream, rows apply in the order of Kafka time, then topic rank (topology first), then partition and
+#: offset: the first four fields of a row.
 
 StatefulFunction = Callable[[tuple[Any, ...], Iterable[pd.DataFrame], "GroupState"], Iterator[pd.DataFrame]]
 
@@ -38,8 +38,10 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
     """The function ``applyInPandasWithState`` calls per stream (the key) and per timed-out stream.
 
     Undecodable rows arrive under the null key; they become rejects and no state is kept for them.
-    Every real stream gets a processing-time timeout of ``reevaluate_ms``, so its time limits are
-    decided again when nothing arrives; a timeout decides again and keeps the state.
+    A stream whose decision time alone can change (an entry's age crossing a TIME limit) gets a
+    processing-time timeout at that instant, at most ``reevaluate_ms`` away, so its time limits are
+    decided again when nothing arrives; a timeout decides again and keeps the state. Other streams
+    get no timer: re-deciding them without input could not change anything.
     """
     if reevaluate_ms <= 0:
         raise ValueError(f"reevaluate_ms must be positive, got {reevaluate_ms}")
@@ -64,19 +66,33 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
             log.info("stream %s: truncate at %s (%s)", stream, event.cut.as_dict(), event.reason.name)
         rows.append(decided_row())
         state.update((retention.to_bytes(),))
-        state.setTimeoutDuration(reevaluate_ms)
+        change = retention.next_change_ms(now_ms)
+        if change is not None:
+            state.setTimeoutDuration(max(1, min(reevaluate_ms, change - now_ms)))
         yield output_frame(rows)
 
     return step
 
 
-def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[Any]:
-    """The group's rows in apply order, as named tuples."""
-    batches = [frame for frame in frames if not frame.empty]
-    if not batches:
-        return
-    ordered = pd.concat(batches, ignore_index=True).sort_values(APPLY_ORDER, kind="stable")
-    yield from ordered.itertuples(index=False)
+class _Row(NamedTuple):
+    kafka_ts: int
+    rank: int
+    partition: int
+    offset: int
+    topic: str
+    value: Any
+    error: Any
+
+
+def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[_Row]:
+    """The group's rows in apply order (a group has a few rows: plain tuples sort faster than a frame)."""
+    rows: list[_Row] = []
+    for frame in frames:
+        if not frame.empty:
+            rows.extend(_Row._make(columns) for columns in zip(*(frame[name].tolist() for name in _Row._fields),
+                                                                strict=True))
+    rows.sort(key=lambda row: (row.kafka_ts, row.rank, row.partition, row.offset))
+    yield from rows
 
 
 def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, rows: Iterator[Any],

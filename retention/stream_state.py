@@ -22,8 +22,10 @@ from retention.registry import SubscriberRegistry
 from retention.retention_set import RetentionSet
 from retention.state_codec import dump_state, load_state
 from retention.topology import Topology
+from schemas.base import LONG_MAX
 from schemas.rejects import RejectKind
 from schemas.streams import (
+    LimitType,
     StreamConfig,
     StreamCut,
     StreamCutRecord,
@@ -167,6 +169,22 @@ class StreamRetentionState:
         reason = TruncationReason.CONSUMPTION if decision.rule.at_bound else TruncationReason(limits.kind.value)
         logger.debug("truncation decided stream=%s rule=%s", self.stream, decision.rule.name)
         return TruncationEvent(self.stream, cut, reason, now_ms, self.config.policy)
+
+    def next_change_ms(self, now_ms: int) -> int | None:
+        """The next instant after ``now_ms`` at which time alone may change the decision, or None.
+
+        Only TIME limits depend on time: an entry's age crossing the min or the max limit. A
+        stream whose decision cannot change without new input needs no timer.
+        """
+        if self.topology is None or self.config is None or self.deleted:
+            return None
+        limits = limits_of(self.config.policy)
+        if limits is None or limits.kind is not LimitType.TIME:
+            return None
+        instants = [record.recording_time + keep for record in self.retention.records
+                    for keep in (limits.min_keep, limits.max_keep, limits.max_keep + 1)
+                    if keep < LONG_MAX and record.recording_time + keep > now_ms]
+        return min(instants, default=None)
 
     def to_bytes(self) -> bytes:
         """The state as bytes, for the job's state store."""

@@ -163,3 +163,19 @@ def test_a_deleted_stream_decides_nothing_and_a_recreated_one_starts_afresh() ->
     assert state.deleted and state.decide(10) is None
     state.apply(topology_record(STREAM, Topology.of([[(0, 0.0, 1.0)]]), published_at=6), 0)
     assert not state.deleted and state.registry.get("a") is None and state.config is None
+
+
+def test_time_alone_changes_a_decision_only_when_an_entry_crosses_a_time_limit() -> None:
+    timed = state_with(RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 5_000, 60_000))
+    assert timed.next_change_ms(0) is None  # nothing recorded: nothing for time to change
+    record(timed, two_segments(10, 10), 1_000)
+    assert timed.next_change_ms(1_000) == 6_000  # the entry turns 5 s old (the min)
+    assert timed.next_change_ms(6_000) == 61_000  # then 60 s old (the max)
+    assert timed.next_change_ms(61_000) == 61_001  # then older than the max
+    assert timed.next_change_ms(61_001) is None
+    sized = state_with(RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 0, 100))
+    record(sized, two_segments(10, 10), 1_000)
+    assert sized.next_change_ms(0) is None  # size limits never change with time
+    unbounded = state_with(CONSUMPTION)
+    record(unbounded, two_segments(10, 10), 1_000)
+    assert unbounded.next_change_ms(0) == 1_000 and unbounded.next_change_ms(1_000) is None
