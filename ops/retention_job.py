@@ -38,6 +38,7 @@ class RetentionJobSettings(Settings):
     master: str = "local[*]"
     trigger_interval_s: float = 5.0
     reevaluate_s: float = 30.0
+    state_buckets: int = 64
 
     @property
     def checkpoint_location(self) -> str:
@@ -46,15 +47,15 @@ class RetentionJobSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        if self.trigger_interval_s <= 0 or self.reevaluate_s <= 0:
-            raise ValueError("trigger_interval_s and reevaluate_s must be positive")
+        if self.trigger_interval_s <= 0 or self.reevaluate_s <= 0 or self.state_buckets <= 0:
+            raise ValueError("trigger_interval_s, reevaluate_s and state_buckets must be positive")
 
     @classmethod
     def of(cls, base: Settings, args: argparse.Namespace) -> RetentionJobSettings:
         """``base`` (flags and environment already merged) with the job's own flags and variables."""
         common = {f.name: getattr(base, f.name) for f in fields(Settings)}
         own = {name: getattr(args, name, None) for name in ("checkpoint", "master", "trigger_interval_s",
-                                                            "reevaluate_s", "metrics_port")}
+                                                            "reevaluate_s", "state_buckets", "metrics_port")}
         settings = cls.from_env(**{**common, **{k: v for k, v in own.items() if v is not None}})
         assert isinstance(settings, RetentionJobSettings)
         return settings
@@ -67,7 +68,8 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
     return RetentionJobConfig(
         bootstrap=stack.require_bootstrap(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
         checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
-        reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=settings.schema_registry_url)
+        reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=settings.schema_registry_url,
+        state_buckets=settings.state_buckets)
 
 
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
@@ -133,8 +135,11 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     job.add_argument("--trigger-interval-s", type=float,
                      help="seconds between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5)")
     job.add_argument("--reevaluate-s", type=float,
-                     help="re-decide a stream with no new input after this many seconds, so time limits fire "
-                          "(RECLAIM_REEVALUATE_S, default 30)")
+                     help="longest wait before a stream whose time limits can fire is decided again without new "
+                          "input (it is also decided at the instant one fires) (RECLAIM_REEVALUATE_S, default 30)")
+    job.add_argument("--state-buckets", type=int,
+                     help="state buckets the streams are spread over; fixed by the first checkpoint "
+                          "(RECLAIM_STATE_BUCKETS, default 64)")
     job.add_argument("--once", action="store_true",
                      help="process what is on the input topics now, then exit (e.g. from cron)")
     job.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")

@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from producers.topics import TopicNames
+from retention.buckets import bucket_of
 from schemas.base import AvroRecord
 from schemas.codec import RecordCodec, build_codec
 from schemas.errors import RecordDecodeError
@@ -18,17 +20,20 @@ from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
 from schemas.subscribers import SubscriberChange, SubscriberCut
 from schemas.topology import StreamTopology
 
-INPUT_COLUMNS = ("stream", "rank", "kafka_ts", "topic", "partition", "offset", "value", "error")
-INPUT_ROWS = ("stream STRING, rank INT, kafka_ts LONG, topic STRING, partition INT, offset LONG, "
+INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "value", "error")
+INPUT_ROWS = ("bucket INT, stream STRING, rank INT, kafka_ts LONG, topic STRING, partition INT, offset LONG, "
               "value BINARY, error STRING")
-"""One decoded Kafka message: its stream (null when undecodable, ``error`` then says why) and origin."""
+"""One decoded Kafka message: its stream and state bucket (null when undecodable, ``error`` then says why), origin."""
 
 OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind")
 OUTPUT_ROWS = "topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING"
 """What the stateful step emits: a record for a topic, or a ``decided`` marker that is only counted."""
 
 STATE_ROWS = "state BINARY"
-"""The state kept per stream: ``StreamRetentionState.to_bytes()``."""
+"""The state kept per bucket: its streams' ``StreamRetentionState.to_bytes()`` (see ``retention.buckets``)."""
+
+DEFAULT_BUCKETS = 64
+"""State buckets: enough to spread over a cluster's shuffle partitions, few enough to share Spark's per-group cost."""
 
 TRUNCATION = "truncation"
 REJECT = "reject"
@@ -80,7 +85,8 @@ def cached_codec(registry_url: str | None) -> RecordCodec:
     return build_codec(registry_url)
 
 
-def input_decoder(topics: RetentionTopics, registry_url: str | None) -> Callable[[DataFrames], Iterator[pd.DataFrame]]:
+def input_decoder(topics: RetentionTopics, registry_url: str | None, buckets: int = DEFAULT_BUCKETS
+                  ) -> Callable[[DataFrames], Iterator[pd.DataFrame]]:
     """The ``mapInPandas`` step: Kafka rows in, one ``INPUT_ROWS`` row each out, never an exception.
 
     Only the stream name is kept from the decoded record: the stateful step decodes the value
@@ -96,11 +102,11 @@ def input_decoder(topics: RetentionTopics, registry_url: str | None) -> Callable
             for topic, partition, offset, kafka_ts, value in zip(
                 batch["topic"], batch["partition"], batch["offset"], batch["kafka_ts"], batch["value"], strict=True
             ):
-                row = {"stream": None, "rank": ranks[topic], "kafka_ts": kafka_ts, "topic": topic,
+                row = {"bucket": None, "stream": None, "rank": ranks[topic], "kafka_ts": kafka_ts, "topic": topic,
                        "partition": partition, "offset": offset, "value": None, "error": None}
                 try:
-                    row["stream"] = decode_input(codec, types[topic], topic, value).stream
-                    row["value"] = bytes(value)
+                    stream = decode_input(codec, types[topic], topic, value).stream
+                    row.update(stream=stream, bucket=bucket_of(stream, buckets), value=bytes(value))
                 except RecordDecodeError as exc:
                     row["error"] = str(exc)
                 rows.append(row)
@@ -134,8 +140,12 @@ def decided_row() -> dict[str, Any]:
 
 
 def output_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    # Column lists build a frame several times faster than a list of row dicts.
-    return pd.DataFrame({name: [row[name] for row in rows] for name in OUTPUT_COLUMNS}, columns=list(OUTPUT_COLUMNS))
+    # One object array builds a small frame about twice as fast as a list of dicts (and five times as fast as
+    # a dict of column lists): this runs once per stream per batch.
+    cells = np.empty((len(rows), len(OUTPUT_COLUMNS)), dtype=object)
+    for i, row in enumerate(rows):
+        cells[i] = [row[name] for name in OUTPUT_COLUMNS]
+    return pd.DataFrame(cells, columns=list(OUTPUT_COLUMNS), copy=False)
 
 
 def undecodable(row: Any, now_ms: int) -> RetentionReject:

@@ -17,7 +17,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from retention.spark_io import DECIDED, INPUT_ROWS, OUTPUT_ROWS, STATE_ROWS, RetentionTopics, input_decoder
+from retention.spark_io import (
+    DECIDED,
+    DEFAULT_BUCKETS,
+    INPUT_ROWS,
+    OUTPUT_ROWS,
+    STATE_ROWS,
+    RetentionTopics,
+    input_decoder,
+)
 from retention.spark_metrics import OBSERVATION, BatchSummary, RetentionProgressListener, observed_columns
 from retention.spark_offsets import Offsets, reached, source_offsets, topic_ends
 from retention.spark_state import stream_retention_step
@@ -55,12 +63,13 @@ class RetentionJobConfig:
     reevaluate_ms: int = 30_000
     once: bool = False
     registry_url: str | None = None
+    state_buckets: int = DEFAULT_BUCKETS
     query_name: str = QUERY_NAME
     kafka_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.trigger_interval_s <= 0 or self.reevaluate_ms <= 0:
-            raise ValueError("trigger_interval_s and reevaluate_ms must be positive")
+        if self.trigger_interval_s <= 0 or self.reevaluate_ms <= 0 or self.state_buckets <= 0:
+            raise ValueError("trigger_interval_s, reevaluate_ms and state_buckets must be positive")
 
 
 def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFrame:
@@ -80,7 +89,7 @@ def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFra
         reader.load()
         .coalesce(spark.sparkContext.defaultParallelism)
         .selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS kafka_ts", "value")
-        .mapInPandas(input_decoder(config.topics, config.registry_url), INPUT_ROWS)
+        .mapInPandas(input_decoder(config.topics, config.registry_url, config.state_buckets), INPUT_ROWS)
     )
 
 
@@ -91,7 +100,7 @@ def retention_outputs(inputs: DataFrame, config: RetentionJobConfig) -> DataFram
 
     step = stream_retention_step(config.topics, config.registry_url, config.reevaluate_ms)
     return (
-        inputs.groupBy("stream")
+        inputs.groupBy("bucket")
         .applyInPandasWithState(step, OUTPUT_ROWS, STATE_ROWS, "update", GroupStateTimeout.ProcessingTimeTimeout)
         .observe(OBSERVATION, *observed_columns())
         .where(F.col("outcome") != DECIDED)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pandas as pd
 
+from retention.buckets import BucketEntry, decode_bucket, encode_bucket
 from retention.spark_compat import StateOffsetsFix
 from retention.spark_io import (
     RetentionTopics,
@@ -28,20 +29,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Within a stream, rows apply in the order of Kafka time, then topic rank (topology first), then partition and
-#: offset: the first four fields of a row.
 
 StatefulFunction = Callable[[tuple[Any, ...], Iterable[pd.DataFrame], "GroupState"], Iterator[pd.DataFrame]]
 
 
 def stream_retention_step(topics: RetentionTopics, registry_url: str | None, reevaluate_ms: int) -> StatefulFunction:
-    """The function ``applyInPandasWithState`` calls per stream (the key) and per timed-out stream.
+    """The function ``applyInPandasWithState`` calls per state bucket (the key) with its streams' rows.
 
     Undecodable rows arrive under the null key; they become rejects and no state is kept for them.
-    A stream whose decision time alone can change (an entry's age crossing a TIME limit) gets a
-    processing-time timeout at that instant, at most ``reevaluate_ms`` away, so its time limits are
-    decided again when nothing arrives; a timeout decides again and keeps the state. Other streams
-    get no timer: re-deciding them without input could not change anything.
+    Each stream of the bucket with rows is applied and decided on its own, and so is each stream
+    whose decision time alone may have changed by now (an entry's age crossing a TIME limit). The
+    bucket's processing-time timeout is set at the earliest such instant of its streams, at most
+    ``reevaluate_ms`` away, so time limits are decided again when nothing arrives; a bucket whose
+    streams cannot change without input gets no timer.
     """
     if reevaluate_ms <= 0:
         raise ValueError(f"reevaluate_ms must be positive, got {reevaluate_ms}")
@@ -53,25 +53,40 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
              _fix: StateOffsetsFix = fix) -> Iterator[pd.DataFrame]:
         codec = cached_codec(registry_url)
         now_ms = int(state.getCurrentProcessingTimeMs())
-        stream = key[0]
-        if stream is None:
+        if key[0] is None:
             rows = [reject_row(codec, topics, undecodable(row, now_ms)) for row in _rows(frames)]
             yield output_frame(rows)
             return
-        retention = StreamRetentionState.from_bytes(state.get[0]) if state.exists else StreamRetentionState(stream)
-        rows = [] if state.hasTimedOut else _apply_all(codec, topics, retention, _rows(frames), now_ms)
-        event = retention.decide(now_ms)
-        if event is not None:
-            rows.append(truncation_row(codec, topics, event))
-            log.info("stream %s: truncate at %s (%s)", stream, event.cut.as_dict(), event.reason.name)
-        rows.append(decided_row())
-        state.update((retention.to_bytes(),))
-        change = retention.next_change_ms(now_ms)
-        if change is not None:
-            state.setTimeoutDuration(max(1, min(reevaluate_ms, change - now_ms)))
-        yield output_frame(rows)
+        entries = decode_bucket(state.get[0]) if state.exists else {}
+        by_stream: dict[str, list[_Row]] = {}
+        for row in [] if state.hasTimedOut else _rows(frames):
+            by_stream.setdefault(row.stream, []).append(row)
+        due = {name for name, entry in entries.items()
+               if entry.next_change_ms is not None and entry.next_change_ms <= now_ms}
+        out: list[dict[str, Any]] = []
+        for stream in sorted(by_stream.keys() | due):
+            entry = entries.get(stream)
+            retention = StreamRetentionState(stream) if entry is None else StreamRetentionState.from_bytes(entry.state)
+            out += _apply_all(codec, topics, retention, by_stream.get(stream, []), now_ms)
+            out += _decide(codec, topics, retention, now_ms)
+            entries[stream] = BucketEntry(retention.next_change_ms(now_ms), retention.to_bytes())
+        state.update((encode_bucket(entries),))
+        changes = [e.next_change_ms for e in entries.values() if e.next_change_ms is not None]
+        if changes:
+            state.setTimeoutDuration(max(1, min(reevaluate_ms, min(changes) - now_ms)))
+        yield output_frame(out)
 
     return step
+
+
+def _decide(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, now_ms: int
+            ) -> list[dict[str, Any]]:
+    """The stream's decision now: its truncation row if the cut advanced, and the marker that it was decided."""
+    event = retention.decide(now_ms)
+    if event is None:
+        return [decided_row()]
+    log.info("stream %s: truncate at %s (%s)", event.stream, event.cut.as_dict(), event.reason.name)
+    return [truncation_row(codec, topics, event), decided_row()]
 
 
 class _Row(NamedTuple):
@@ -79,13 +94,14 @@ class _Row(NamedTuple):
     rank: int
     partition: int
     offset: int
+    stream: Any
     topic: str
     value: Any
     error: Any
 
 
 def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[_Row]:
-    """The group's rows in apply order (a group has a few rows: plain tuples sort faster than a frame)."""
+    """The group's rows in apply order (Kafka time, topic rank, partition, offset): plain tuples sort fast."""
     rows: list[_Row] = []
     for frame in frames:
         if not frame.empty:
@@ -95,7 +111,7 @@ def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[_Row]:
     yield from rows
 
 
-def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, rows: Iterator[Any],
+def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, rows: Iterable[Any],
                now_ms: int) -> list[dict[str, Any]]:
     """Apply each row's record to ``retention``; the reject rows of the records it refused."""
     types = topics.input_types()

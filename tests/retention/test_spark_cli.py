@@ -23,7 +23,8 @@ from tests.cli import run_reclaim
 from tests.integration.kafka_io import consume_from_start
 from tests.retention.test_spark_job import CONSUMPTION, at, consumed, produce_records, recorded, stream_with
 
-JOB_FLAGS = ("--checkpoint", "--master", "--trigger-interval-s", "--reevaluate-s", "--once", "--metrics-port",
+JOB_FLAGS = ("--checkpoint", "--master", "--trigger-interval-s", "--reevaluate-s", "--state-buckets", "--once",
+             "--metrics-port",
              "--metrics-addr", "--bootstrap", "--topic-prefix", "--state-dir", "--cache-dir")
 
 

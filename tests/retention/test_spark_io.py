@@ -14,7 +14,8 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from producers.topics import TopicNames
 from retention import spark_compat
-from retention.spark_io import INPUT_COLUMNS, OUTPUT_COLUMNS, RetentionTopics, input_decoder
+from retention.buckets import bucket_of, decode_bucket
+from retention.spark_io import DEFAULT_BUCKETS, INPUT_COLUMNS, OUTPUT_COLUMNS, RetentionTopics, input_decoder
 from retention.spark_metrics import BatchSummary
 from retention.spark_offsets import reached, source_offsets
 from retention.spark_state import stream_retention_step
@@ -64,7 +65,10 @@ def group_state(now_ms: int, previous: GroupState | None = None, timed_out: bool
                       timeoutTimestamp=-1, keyAsUnsafe=b"", valueSchema=STATE_SCHEMA)
 
 
-def step(key: str | None, frames: list[pd.DataFrame], state: GroupState) -> pd.DataFrame:
+BUCKET = bucket_of(STREAM, DEFAULT_BUCKETS)
+
+
+def step(key: int | None, frames: list[pd.DataFrame], state: GroupState) -> pd.DataFrame:
     run = stream_retention_step(TOPICS, None, REEVALUATE_MS)
     out: Iterator[pd.DataFrame] = run((key,), frames, state)
     return pd.concat(list(out), ignore_index=True)
@@ -95,7 +99,7 @@ def test_a_stream_s_rows_are_applied_in_time_then_topic_rank_order_whatever_orde
     rows = decoded([consumed("billing", at(50, 50)), recorded(at(100, 100), now_ms=NOW_MS),
                     *stream_with(CONSUMPTION, "billing")])
     # Two chunks, the cut first: applied as they come, the cut would find no topology nor subscriber.
-    out = step(STREAM, [rows.iloc[:2], rows.iloc[2:]], group_state(NOW_MS))
+    out = step(BUCKET, [rows.iloc[:2], rows.iloc[2:]], group_state(NOW_MS))
 
     assert [e.cut for e in events(out)] == [at(50, 50)]
     assert rejects(out) == []
@@ -104,7 +108,7 @@ def test_a_stream_s_rows_are_applied_in_time_then_topic_rank_order_whatever_orde
 
 def test_a_refused_record_becomes_a_reject_naming_where_it_came_from() -> None:
     rows = decoded([*stream_with(CONSUMPTION, "billing"), consumed("ghost", at(5, 5))])
-    out = step(STREAM, [rows], group_state(NOW_MS))
+    out = step(BUCKET, [rows], group_state(NOW_MS))
 
     (reject,) = rejects(out)
     assert (reject.stream, reject.subscriber, reject.kind) == (STREAM, "ghost", RejectKind.UNKNOWN_SUBSCRIBER)
@@ -133,13 +137,13 @@ def test_a_timeout_decides_again_on_the_kept_state_so_a_time_limit_fires_without
     stalled = [*stream_with(hour_max, "billing"), consumed("billing", at(10, 10)),
                recorded(at(100, 100), 60 * MINUTE_MS - 1000, now_ms=NOW_MS)]
     first = group_state(NOW_MS)
-    first_out = step(STREAM, [decoded(stalled)], first)
+    first_out = step(BUCKET, [decoded(stalled)], first)
     assert [e.cut for e in events(first_out)] == [at(10, 10)]
     # Time alone changes the decision when the entry turns an hour old: one second from now.
     assert first.exists and first._timeout_timestamp == NOW_MS + 1000
 
     later = group_state(NOW_MS + 2000, previous=first, timed_out=True)
-    out = step(STREAM, [], later)
+    out = step(BUCKET, [], later)
 
     assert [e.cut for e in events(out)] == [at(100, 100)]
     assert later._timeout_timestamp == -1  # the entry is gone with the truncation: nothing left for time to change
@@ -188,3 +192,24 @@ def test_a_run_has_read_to_the_end_only_when_every_partition_with_records_is_rea
     assert not reached(read, ends)
     assert reached(source_offsets({"t.subscribers": {"0": 7, "1": 0}, "t.stream-cuts": {"0": 2}}), ends)
     assert reached(source_offsets(None), {"t.subscribers": {0: 0}})
+
+
+def test_streams_sharing_a_bucket_are_kept_applied_and_decided_each_on_its_own() -> None:
+    other = "scope/other"
+    hour_max = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, 60 * MINUTE_MS)
+    rows = decoded([*stream_with(CONSUMPTION, "billing"), consumed("billing", at(40, 40)),
+                    recorded(at(100, 100), now_ms=NOW_MS),
+                    *stream_with(hour_max, "audit", stream=other), consumed("audit", at(7, 7), stream=other),
+                    recorded(at(90, 90), 60 * MINUTE_MS - 1000, stream=other, now_ms=NOW_MS)])
+    state = group_state(NOW_MS)
+    out = step(BUCKET, [rows], state)  # both in one group, as if they hashed to one bucket
+    assert sorted((e.stream, e.cut.as_dict()) for e in events(out)) == [(STREAM, {0: 40, 1: 40}), (other, {0: 7, 1: 7})]
+    assert list(out.outcome).count("decided") == 2
+    kept = decode_bucket(state.get[0])
+    assert set(kept) == {STREAM, other}
+    assert kept[STREAM].next_change_ms is None and kept[other].next_change_ms == NOW_MS + 1000
+    # On the bucket's timeout only the stream whose time limit came due is decided again.
+    later = group_state(NOW_MS + 2000, previous=state, timed_out=True)
+    again = step(BUCKET, [], later)
+    assert [(e.stream, e.cut) for e in events(again)] == [(other, at(90, 90))]
+    assert list(again.outcome).count("decided") == 1
