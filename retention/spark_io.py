@@ -23,7 +23,8 @@ from schemas.topology import StreamTopology
 INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "value", "error")
 INPUT_ROWS = ("bucket INT, stream STRING, rank INT, kafka_ts LONG, topic STRING, partition INT, offset LONG, "
               "value BINARY, error STRING")
-"""One decoded Kafka message: its stream and state bucket (null when undecodable, ``error`` then says why), origin."""
+"""One decoded Kafka message: its stream and state bucket (``UNDECODABLE_BUCKET`` and a null stream when it is no
+record, ``error`` then says why), and where it came from."""
 
 OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind")
 OUTPUT_ROWS = "topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING"
@@ -31,6 +32,9 @@ OUTPUT_ROWS = "topic STRING, key BINARY, value BINARY, outcome STRING, reject_ki
 
 STATE_ROWS = "state BINARY"
 """The state kept per bucket: its streams' ``StreamRetentionState.to_bytes()`` (see ``retention.buckets``)."""
+
+UNDECODABLE_BUCKET = -1
+"""The group of rows that are no record (never null: a column of ints with nulls turns to floats in pandas)."""
 
 DEFAULT_BUCKETS = 64
 """State buckets: enough to spread over a cluster's shuffle partitions, few enough to share Spark's per-group cost."""
@@ -102,8 +106,8 @@ def input_decoder(topics: RetentionTopics, registry_url: str | None, buckets: in
             for topic, partition, offset, kafka_ts, value in zip(
                 batch["topic"], batch["partition"], batch["offset"], batch["kafka_ts"], batch["value"], strict=True
             ):
-                row = {"bucket": None, "stream": None, "rank": ranks[topic], "kafka_ts": kafka_ts, "topic": topic,
-                       "partition": partition, "offset": offset, "value": None, "error": None}
+                row = {"bucket": UNDECODABLE_BUCKET, "stream": None, "rank": ranks[topic], "kafka_ts": kafka_ts,
+                       "topic": topic, "partition": partition, "offset": offset, "value": None, "error": None}
                 try:
                     stream = decode_input(codec, types[topic], topic, value).stream
                     row.update(stream=stream, bucket=bucket_of(stream, buckets), value=bytes(value))

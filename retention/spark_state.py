@@ -11,6 +11,7 @@ import pandas as pd
 from retention.buckets import BucketEntry, decode_bucket, encode_bucket
 from retention.spark_compat import StateOffsetsFix
 from retention.spark_io import (
+    UNDECODABLE_BUCKET,
     RetentionTopics,
     cached_codec,
     decided_row,
@@ -36,7 +37,7 @@ StatefulFunction = Callable[[tuple[Any, ...], Iterable[pd.DataFrame], "GroupStat
 def stream_retention_step(topics: RetentionTopics, registry_url: str | None, reevaluate_ms: int) -> StatefulFunction:
     """The function ``applyInPandasWithState`` calls per state bucket (the key) with its streams' rows.
 
-    Undecodable rows arrive under the null key; they become rejects and no state is kept for them.
+    Undecodable rows arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept for them.
     Each stream of the bucket with rows is applied and decided on its own, and so is each stream
     whose decision time alone may have changed by now (an entry's age crossing a TIME limit). The
     bucket's processing-time timeout is set at the earliest such instant of its streams, at most
@@ -53,7 +54,7 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
              _fix: StateOffsetsFix = fix) -> Iterator[pd.DataFrame]:
         codec = cached_codec(registry_url)
         now_ms = int(state.getCurrentProcessingTimeMs())
-        if key[0] is None:
+        if key[0] is None or key[0] == UNDECODABLE_BUCKET:
             rows = [reject_row(codec, topics, undecodable(row, now_ms)) for row in _rows(frames)]
             yield output_frame(rows)
             return

@@ -15,7 +15,14 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from producers.topics import TopicNames
 from retention import spark_compat
 from retention.buckets import bucket_of, decode_bucket
-from retention.spark_io import DEFAULT_BUCKETS, INPUT_COLUMNS, OUTPUT_COLUMNS, RetentionTopics, input_decoder
+from retention.spark_io import (
+    DEFAULT_BUCKETS,
+    INPUT_COLUMNS,
+    OUTPUT_COLUMNS,
+    UNDECODABLE_BUCKET,
+    RetentionTopics,
+    input_decoder,
+)
 from retention.spark_metrics import BatchSummary
 from retention.spark_offsets import reached, source_offsets
 from retention.spark_state import stream_retention_step
@@ -120,7 +127,8 @@ def test_a_refused_record_becomes_a_reject_naming_where_it_came_from() -> None:
 def test_undecodable_rows_come_under_the_null_key_and_leave_no_state() -> None:
     rows = decoded([(TOPICS.stream_topology, b"\xc3\x01short"), (TOPICS.subscribers, b"")])
     state = group_state(NOW_MS)
-    out = step(None, [rows[rows.stream.isna()]], state)
+    assert set(rows.bucket) == {UNDECODABLE_BUCKET}  # never null: pandas would turn the int column to floats
+    out = step(UNDECODABLE_BUCKET, [rows[rows.stream.isna()]], state)
 
     found = rejects(out)
     assert [(r.stream, r.subscriber, r.kind, r.source_topic) for r in found] == [
