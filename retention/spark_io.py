@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,20 +11,15 @@ import numpy as np
 import pandas as pd
 
 from producers.topics import TopicNames
-from retention.buckets import bucket_of
 from schemas.base import AvroRecord
 from schemas.codec import RecordCodec, build_codec
-from schemas.errors import RecordDecodeError
 from schemas.rejects import RejectKind, RetentionReject
 from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
 from schemas.subscribers import SubscriberChange, SubscriberCut
 from schemas.topology import StreamTopology
 
-INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "value", "error")
-INPUT_ROWS = ("bucket INT, stream STRING, rank INT, kafka_ts LONG, topic STRING, partition INT, offset LONG, "
-              "value BINARY, error STRING")
-"""One decoded Kafka message: its stream and state bucket (``UNDECODABLE_BUCKET`` and a null stream when it is no
-record, ``error`` then says why), and where it came from."""
+INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "value")
+"""One Kafka message as the stateful step gets it: its state bucket and stream (from its key), topic rank, origin."""
 
 OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind")
 OUTPUT_ROWS = "topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING"
@@ -89,34 +84,19 @@ def cached_codec(registry_url: str | None) -> RecordCodec:
     return build_codec(registry_url)
 
 
-def input_decoder(topics: RetentionTopics, registry_url: str | None, buckets: int = DEFAULT_BUCKETS
-                  ) -> Callable[[DataFrames], Iterator[pd.DataFrame]]:
-    """The ``mapInPandas`` step: Kafka rows in, one ``INPUT_ROWS`` row each out, never an exception.
+def input_columns(topics: RetentionTopics, buckets: int) -> list[str]:
+    """SQL over the Kafka source's rows giving ``INPUT_COLUMNS``, computed in the JVM: no Python stage.
 
-    Only the stream name is kept from the decoded record: the stateful step decodes the value
-    again, because Avro bytes are the cheapest form to shuffle and a decode costs microseconds.
+    A record's stream is its key up to the first ``#`` (subscriber records are keyed
+    ``stream#subscriber``, the others by stream); its bucket is :func:`retention.buckets.bucket_of` of
+    that stream (Spark's ``crc32`` is zlib's). A record without a key goes to ``UNDECODABLE_BUCKET``.
+    The stateful step decodes each value and refuses one that is no record or names another stream.
     """
-    types = topics.input_types()
-    ranks = {topic: topics.rank(topic) for topic in topics.inputs}
-
-    def decode(batches: DataFrames) -> Iterator[pd.DataFrame]:
-        codec = cached_codec(registry_url)
-        for batch in batches:
-            rows: list[dict[str, Any]] = []
-            for topic, partition, offset, kafka_ts, value in zip(
-                batch["topic"], batch["partition"], batch["offset"], batch["kafka_ts"], batch["value"], strict=True
-            ):
-                row = {"bucket": UNDECODABLE_BUCKET, "stream": None, "rank": ranks[topic], "kafka_ts": kafka_ts,
-                       "topic": topic, "partition": partition, "offset": offset, "value": None, "error": None}
-                try:
-                    stream = decode_input(codec, types[topic], topic, value).stream
-                    row.update(stream=stream, bucket=bucket_of(stream, buckets), value=bytes(value))
-                except RecordDecodeError as exc:
-                    row["error"] = str(exc)
-                rows.append(row)
-            yield pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
-
-    return decode
+    ranks = " ".join(f"WHEN '{topic}' THEN {rank}" for rank, topic in enumerate(topics.inputs))
+    stream = "substring_index(CAST(key AS STRING), '#', 1)"
+    return [f"CAST(coalesce(pmod(crc32(CAST({stream} AS BINARY)), {buckets}), {UNDECODABLE_BUCKET}) AS INT) AS bucket",
+            f"{stream} AS stream", f"CAST(CASE topic {ranks} END AS INT) AS rank", "unix_millis(timestamp) AS kafka_ts",
+            "topic", "partition", "offset", "value"]
 
 
 def decode_input(codec: RecordCodec, expected: type[AvroRecord], topic: str, value: bytes) -> StreamRecord:
@@ -152,7 +132,7 @@ def output_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(cells, columns=list(OUTPUT_COLUMNS), copy=False)
 
 
-def undecodable(row: Any, now_ms: int) -> RetentionReject:
-    """The reject of one row the decoding step could not read: no stream, no subscriber."""
-    return RetentionReject("", None, RejectKind.UNDECODABLE, str(row.error), str(row.topic), int(row.partition),
+def undecodable(row: Any, why: str, now_ms: int, stream: str = "") -> RetentionReject:
+    """The reject of one row that is no input record of ``stream`` (empty when its stream is unknown)."""
+    return RetentionReject(stream, None, RejectKind.UNDECODABLE, why, str(row.topic), int(row.partition),
                            int(row.offset), now_ms)

@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING
 from retention.spark_io import (
     DECIDED,
     DEFAULT_BUCKETS,
-    INPUT_ROWS,
     OUTPUT_ROWS,
     STATE_ROWS,
     RetentionTopics,
-    input_decoder,
+    input_columns,
 )
 from retention.spark_metrics import OBSERVATION, BatchSummary, RetentionProgressListener, observed_columns
 from retention.spark_offsets import Offsets, reached, source_offsets, topic_ends
@@ -73,7 +72,7 @@ class RetentionJobConfig:
 
 
 def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFrame:
-    """Every message of the input topics as an ``INPUT_ROWS`` row, decoded on the executors."""
+    """Every message of the input topics as an ``INPUT_COLUMNS`` row (decoded later, in the stateful step)."""
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)
@@ -83,13 +82,12 @@ def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFra
     )
     for name, value in config.kafka_options.items():
         reader = reader.option(f"kafka.{name}", value)
-    # One task per Kafka partition (five topics of several partitions each) costs a Python round trip
-    # apiece for a few records; as many tasks as the cluster has cores decode the same rows.
+    # One task per Kafka partition (five topics of several partitions each) for a few records per batch;
+    # as many tasks as the cluster has cores read the same rows with less scheduling.
     return (
         reader.load()
         .coalesce(spark.sparkContext.defaultParallelism)
-        .selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS kafka_ts", "value")
-        .mapInPandas(input_decoder(config.topics, config.registry_url, config.state_buckets), INPUT_ROWS)
+        .selectExpr(*input_columns(config.topics, config.state_buckets))
     )
 
 

@@ -23,6 +23,7 @@ from retention.spark_io import (
 )
 from retention.stream_state import Rejection, StreamRetentionState
 from schemas.codec import RecordCodec
+from schemas.errors import RecordDecodeError
 from schemas.rejects import RetentionReject
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ StatefulFunction = Callable[[tuple[Any, ...], Iterable[pd.DataFrame], "GroupStat
 def stream_retention_step(topics: RetentionTopics, registry_url: str | None, reevaluate_ms: int) -> StatefulFunction:
     """The function ``applyInPandasWithState`` calls per state bucket (the key) with its streams' rows.
 
-    Undecodable rows arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept for them.
+    Rows without a key arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept
+    for them. A value that is no record, or a record of another stream than its key names, is
+    rejected as UNDECODABLE within its bucket.
     Each stream of the bucket with rows is applied and decided on its own, and so is each stream
     whose decision time alone may have changed by now (an entry's age crossing a TIME limit). The
     bucket's processing-time timeout is set at the earliest such instant of its streams, at most
@@ -55,7 +58,8 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
         codec = cached_codec(registry_url)
         now_ms = int(state.getCurrentProcessingTimeMs())
         if key[0] is None or key[0] == UNDECODABLE_BUCKET:
-            rows = [reject_row(codec, topics, undecodable(row, now_ms)) for row in _rows(frames)]
+            rows = [reject_row(codec, topics, undecodable(row, _no_key(codec, topics, row), now_ms))
+                    for row in _rows(frames)]
             yield output_frame(rows)
             return
         entries = decode_bucket(state.get[0]) if state.exists else {}
@@ -98,7 +102,6 @@ class _Row(NamedTuple):
     stream: Any
     topic: str
     value: Any
-    error: Any
 
 
 def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[_Row]:
@@ -119,11 +122,30 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
     out: list[dict[str, Any]] = []
     for row in rows:
         topic = str(row.topic)
-        record = decode_input(codec, types[topic], topic, bytes(row.value))
+        try:
+            record = decode_input(codec, types[topic], topic, bytes(row.value or b""))
+        except RecordDecodeError as exc:
+            out.append(reject_row(codec, topics, undecodable(row, str(exc), now_ms, retention.stream)))
+            continue
+        if record.stream != retention.stream:
+            why = f"keyed as stream {retention.stream!r} but names stream {record.stream!r}"
+            out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.stream)))
+            continue
         rejection = retention.apply(record, now_ms)
         if rejection is not None:
             out.append(reject_row(codec, topics, _reject(rejection, row, now_ms)))
     return out
+
+
+def _no_key(codec: RecordCodec, topics: RetentionTopics, row: Any) -> str:
+    """Why a row without a key is refused: it is no record, or a record not keyed by its stream."""
+    topic = str(row.topic)
+    try:
+        decode_input(codec, topics.input_types()[topic], topic, bytes(row.value or b""))
+    except RecordDecodeError as exc:
+        return str(exc)
+    return "a record without a key: reclaim's input records are keyed by their stream ('stream#subscriber' for " \
+           "subscriber records)"
 
 
 def _reject(rejection: Rejection, row: Any, now_ms: int) -> RetentionReject:

@@ -21,7 +21,6 @@ from retention.spark_io import (
     OUTPUT_COLUMNS,
     UNDECODABLE_BUCKET,
     RetentionTopics,
-    input_decoder,
 )
 from retention.spark_metrics import BatchSummary
 from retention.spark_offsets import reached, source_offsets
@@ -45,22 +44,32 @@ REEVALUATE_MS = 30_000
 STATE_SCHEMA = StructType([StructField("state", BinaryType())])
 
 
-def kafka_rows(records: Sequence[AvroRecord | tuple[str, bytes]], kafka_ts: int = NOW_MS) -> pd.DataFrame:
-    """What the Kafka source gives the decoding step: a record per message (or raw bytes for a topic)."""
+def key_of(record: AvroRecord) -> str:
+    """How reclaim's producers key an input record: by stream, subscriber records by ``stream#subscriber``."""
+    subscriber = getattr(record, "subscriber", None)
+    stream = str(getattr(record, "stream"))  # noqa: B009 - every input record has one
+    return stream if subscriber is None else f"{stream}#{subscriber}"
+
+
+Raw = tuple[str, bytes, "str | None"]
+"""A message given by hand: topic, value, key."""
+
+
+def decoded(items: Sequence[AvroRecord | Raw], kafka_ts: int = NOW_MS) -> pd.DataFrame:
+    """The rows the stateful step gets, as ``input_columns`` computes them in the JVM from each message's key."""
     codec = build_codec()
     rows = []
-    for offset, item in enumerate(records):
+    for offset, item in enumerate(items):
         if isinstance(item, tuple):
-            topic, value = item
+            topic, value, key = item
         else:
             topic = next(t for t, kind in TOPICS.input_types().items() if isinstance(item, kind))
-            value = codec.encode(item, topic)
-        rows.append({"topic": topic, "partition": 0, "offset": offset, "kafka_ts": kafka_ts, "value": value})
-    return pd.DataFrame(rows)
-
-
-def decoded(records: Sequence[AvroRecord | tuple[str, bytes]]) -> pd.DataFrame:
-    return pd.concat(list(input_decoder(TOPICS, None)([kafka_rows(records)])), ignore_index=True)
+            value, key = codec.encode(item, topic), key_of(item)
+        stream = None if key is None else key.split("#", 1)[0]
+        bucket = UNDECODABLE_BUCKET if stream is None else bucket_of(stream, DEFAULT_BUCKETS)
+        rows.append({"bucket": bucket, "stream": stream, "rank": TOPICS.rank(topic), "kafka_ts": kafka_ts,
+                     "topic": topic, "partition": 0, "offset": offset, "value": value})
+    return pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
 
 
 def group_state(now_ms: int, previous: GroupState | None = None, timed_out: bool = False) -> GroupState:
@@ -91,15 +100,21 @@ def rejects(out: pd.DataFrame) -> list[RetentionReject]:
     return [codec.decode(v, TOPICS.rejects, RetentionReject) for v in out[out.outcome == "reject"].value]
 
 
-def test_the_decoder_names_each_message_s_stream_and_says_why_the_others_are_not_records() -> None:
-    wrong_type = (TOPICS.subscriber_cuts, build_codec().encode(stream_with(CONSUMPTION)[1], "x"))
-    out = decoded([*stream_with(CONSUMPTION, "billing"), (TOPICS.stream_cuts, b"junk"), wrong_type])
+def test_values_that_are_no_record_of_their_keyed_stream_are_rejected_and_the_rest_applied() -> None:
+    wrong_type = (TOPICS.subscriber_cuts, build_codec().encode(stream_with(CONSUMPTION)[1], "x"), STREAM)
+    other = (TOPICS.stream_config, build_codec().encode(stream_with(CONSUMPTION, stream="scope/else")[1], "x"),
+             STREAM)
+    rows = decoded([*stream_with(CONSUMPTION, "billing"), (TOPICS.stream_cuts, b"junk", STREAM), wrong_type, other])
+    assert list(rows.columns) == list(INPUT_COLUMNS) and set(rows.bucket) == {BUCKET}
+    out = step(BUCKET, [rows], group_state(NOW_MS))
 
-    assert list(out.columns) == list(INPUT_COLUMNS)
-    assert list(out.stream) == [STREAM, STREAM, STREAM, None, None]
-    assert list(out["rank"]) == [0, 1, 2, 4, 3]
-    assert out.error[3].startswith("wrong marker bytes") and out.error[4].startswith("unexpected record type")
-    assert out.value[3] is None and out.value[0] is not None
+    found = {(r.source_topic, r.kind): r for r in rejects(out)}
+    assert set(found) == {(topic, RejectKind.UNDECODABLE)
+                          for topic in (TOPICS.stream_cuts, TOPICS.subscriber_cuts, TOPICS.stream_config)}
+    assert found[TOPICS.stream_cuts, RejectKind.UNDECODABLE].reason.startswith("wrong marker bytes")
+    assert found[TOPICS.subscriber_cuts, RejectKind.UNDECODABLE].reason.startswith("unexpected record type")
+    assert "names stream 'scope/else'" in found[TOPICS.stream_config, RejectKind.UNDECODABLE].reason
+    assert all(r.stream == STREAM for r in found.values())
 
 
 def test_a_stream_s_rows_are_applied_in_time_then_topic_rank_order_whatever_order_they_arrive_in() -> None:
@@ -124,17 +139,20 @@ def test_a_refused_record_becomes_a_reject_naming_where_it_came_from() -> None:
     assert out[out.outcome == "reject"].key.tolist() == [STREAM.encode()]
 
 
-def test_undecodable_rows_come_under_the_null_key_and_leave_no_state() -> None:
-    rows = decoded([(TOPICS.stream_topology, b"\xc3\x01short"), (TOPICS.subscribers, b"")])
+def test_rows_without_a_key_are_rejected_and_leave_no_state() -> None:
+    keyless_record = (TOPICS.stream_config, build_codec().encode(stream_with(CONSUMPTION)[1], "x"), None)
+    rows = decoded([(TOPICS.stream_topology, b"\xc3\x01short", None), (TOPICS.subscribers, b"", None), keyless_record])
     state = group_state(NOW_MS)
     assert set(rows.bucket) == {UNDECODABLE_BUCKET}  # never null: pandas would turn the int column to floats
-    out = step(UNDECODABLE_BUCKET, [rows[rows.stream.isna()]], state)
+    out = step(UNDECODABLE_BUCKET, [rows], state)
 
     found = rejects(out)
     assert [(r.stream, r.subscriber, r.kind, r.source_topic) for r in found] == [
         ("", None, RejectKind.UNDECODABLE, TOPICS.stream_topology),
+        ("", None, RejectKind.UNDECODABLE, TOPICS.stream_config),
         ("", None, RejectKind.UNDECODABLE, TOPICS.subscribers),
     ]
+    assert "without a key" in found[1].reason
     assert all(r.reason for r in found) and out.key.isna().all()
     assert not state.exists
 

@@ -211,7 +211,8 @@ def test_garbage_on_every_input_topic_becomes_counted_rejects_and_the_rest_is_pr
     rejects = harness.rejects()
     undecodable = [r for r in rejects if r.kind is RejectKind.UNDECODABLE]
     assert sorted(r.source_topic for r in undecodable) == sorted(inputs)
-    assert all(r.stream == "" and r.subscriber is None and r.source_offset == 0 for r in undecodable)
+    # Keyed "garbage": the rejects name the stream the key names.
+    assert all(r.stream == "garbage" and r.subscriber is None and r.source_offset == 0 for r in undecodable)
     assert [(r.stream, r.subscriber, r.kind) for r in rejects if r not in undecodable] == [
         (STREAM, "ghost", RejectKind.UNKNOWN_SUBSCRIBER)]
     assert harness.truncations() == [at(50, 50)]
