@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import shutil
 
 from prometheus_client import REGISTRY
 
 from deletion.mark import LedgerDeletionService
 from ops import runtime, stack
-from ops.demo_io import drain, say
+from ops.demo_io import demo_settings, drain, say
 from ops.demo_retention import show_retention
 from ops.roundtrip import round_trip_every_record
 from ops.settings import Settings
@@ -71,12 +70,7 @@ def run_demo(settings: Settings, keep_stack: bool = False) -> int:
 
 
 def collect_garbage(settings: Settings, bootstrap: str) -> None:
-    work = settings.state_dir / "demo"
-    shutil.rmtree(work, ignore_errors=True)
-    demo = Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
-                             fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
-                             retry_delays=settings.retry_delays, group_id="reclaim-demo",
-                             batch_size=200, poll_timeout_s=0.5)
+    demo = demo_settings(settings, bootstrap, "demo")
     store = runtime.metadata_store(demo)
     bindings = runtime.storage_bindings(demo)
     producer = RecordProducer(bootstrap, "idempotent-producer")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 from consumers.lag import estimated_inflight
@@ -9,6 +10,16 @@ from ops import runtime, stack
 from ops.settings import Settings
 from storage.bindings import StorageBindings
 from storage.sqlite_store import SQLiteMetadataStore
+
+
+def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
+    """Settings for one part of the demo: a fresh store and tier-2 under ``<state-dir>/<part>``, its own group."""
+    work = settings.state_dir / part
+    shutil.rmtree(work, ignore_errors=True)
+    return Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
+                             fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
+                             retry_delays=settings.retry_delays, group_id=f"reclaim-{part}",
+                             batch_size=200, poll_timeout_s=0.5)
 
 
 def say(text: str) -> None:

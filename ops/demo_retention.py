@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import uuid
 
 from ops import runtime
 from ops.audit import audit_binding
 from ops.controller_runtime import stream_controller
-from ops.demo_io import drain, say
+from ops.demo_io import demo_settings, drain, say
 from ops.retention_walkthrough import Retention, consumption, max_limit
 from ops.settings import Settings
 from retention.spark_session import build_spark_session
@@ -17,12 +16,8 @@ from retention.spark_session import build_spark_session
 
 def show_retention(settings: Settings, bootstrap: str) -> None:
     """Consumption-based retention on a fresh stream, then a size maximum overriding a stalled subscriber."""
+    demo = demo_settings(settings, bootstrap, "demo-retention")
     work = settings.state_dir / "demo-retention"
-    shutil.rmtree(work, ignore_errors=True)
-    demo = Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
-                             fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
-                             retry_delays=settings.retry_delays, group_id="reclaim-demo-retention",
-                             batch_size=200, poll_timeout_s=0.5)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per call into the JVM otherwise
     say("  starting Spark (local) for the retention job ...")
     spark = build_spark_session("reclaim-demo-retention", settings.cache_dir)

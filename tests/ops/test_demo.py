@@ -27,5 +27,11 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "s3-tier2: 6 chunks left" in out and "fs-tier2: 10 chunks left" in out
     assert "aborted transaction: 2 of 2 chunks deleted from tier-2" in out
     assert "reclaim_ledgers_deleted_total                      14" in out
+    # Retention: truncated first at the slow subscriber's cut (a quarter of 1280 bytes per segment), then
+    # at the tail both reached, then past the stalled one by the 512-byte maximum (256 left per segment).
+    assert "applier: truncated, head now {'0': 320, '1': 320}" in out
+    assert "readable now: {'0.#epoch.0': 960, '1.#epoch.0': 960} bytes (what slow has not read yet)" in out
+    assert "readable now: {'0.#epoch.0': 256, '1.#epoch.0': 256} bytes: slow's unread data" in out
+    assert "audit: 2 live chunks, 0 pending, 0 orphans, 0 missing" in out
     state = StackState.load(Settings(state_dir=tmp_path / "state").state_dir)
     assert state.kafka_pid is None and state.s3_pid is None  # the demo stopped what it started
