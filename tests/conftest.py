@@ -116,6 +116,9 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
         server_unavailable("Spark", exc)
         raise AssertionError("unreachable") from exc
     yield session
+    # The JVM outlives the session until the process exits; its cached Kafka producers would log a
+    # reconnect warning every second once the broker fixture has stopped the broker.
+    session.sparkContext.setLogLevel("ERROR")
     session.stop()
 
 
