@@ -13,12 +13,16 @@ from storage.sqlite_store import SQLiteMetadataStore
 
 
 def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
-    """Settings for one part of the demo: a fresh store and tier-2 under ``<state-dir>/<part>``, its own group."""
+    """Settings for one part of the demo: a fresh store and tier-2 under ``<state-dir>/<part>``.
+
+    Every part's phase-2 worker is in one group, so a later part (and a later demo) reads only the
+    pending deletes published after what the earlier ones committed.
+    """
     work = settings.state_dir / part
     shutil.rmtree(work, ignore_errors=True)
     return Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
                              fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
-                             retry_delays=settings.retry_delays, group_id=f"reclaim-{part}",
+                             retry_delays=settings.retry_delays, group_id="reclaim-demo",
                              batch_size=200, poll_timeout_s=0.5)
 
 
