@@ -23,6 +23,7 @@ class PublishError(ReclaimError):
     def __init__(self, what: str, topic: str, detail: str) -> None:
         super().__init__(f"{what} not confirmed on {topic}: {detail}")
         self.topic = topic
+        self.detail = detail
 
 
 class ConfirmedPublisher:

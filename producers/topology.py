@@ -4,26 +4,23 @@ from __future__ import annotations
 
 import logging
 
-from producers.producer import DeliveryTracker, RecordProducer
+from producers.producer import RecordProducer
+from producers.publisher import ConfirmedPublisher, PublishError
 from schemas.codec import RecordCodec
-from schemas.errors import ReclaimError
 from schemas.topology import StreamTopology
 
 log = logging.getLogger(__name__)
 
 
-class TopologyPublishError(ReclaimError):
+class TopologyPublishError(PublishError):
     """The broker did not confirm a topology within the timeout (or refused it).
 
     Retryable: the controller's operation stays pending and its retry or recovery publishes again.
     """
 
-    retryable = True
-
     def __init__(self, stream: str, topic: str, detail: str) -> None:
-        super().__init__(f"topology of {stream!r} not confirmed on {topic}: {detail}")
+        super().__init__(f"topology of {stream!r}", topic, detail)
         self.stream = stream
-        self.topic = topic
 
 
 class KafkaTopologyPublisher:
@@ -35,10 +32,8 @@ class KafkaTopologyPublisher:
     """
 
     def __init__(self, producer: RecordProducer, codec: RecordCodec, topic: str, timeout_s: float = 30.0) -> None:
-        self._producer = producer
-        self._codec = codec
+        self._publisher = ConfirmedPublisher(producer, codec, timeout_s)
         self._topic = topic
-        self._timeout_s = timeout_s
 
     @property
     def topic(self) -> str:
@@ -50,16 +45,13 @@ class KafkaTopologyPublisher:
         Raises
         ------
         TopologyPublishError
-            When the broker refused it or did not confirm it within ``timeout_s``.
+            When the broker refused it or did not confirm it within the timeout.
         RecordEncodeError
             When the codec cannot encode it (e.g. a schema registry refused the schema).
         """
-        tracker = DeliveryTracker()
-        self._producer.send(self._topic, self._codec.encode(topology, self._topic), key=topology.stream.encode(),
-                            on_delivery=tracker.callback(0))
-        if self._producer.wait(tracker, self._timeout_s):
-            failure = tracker.failed.get(0)
-            detail = str(failure) if failure is not None else f"no delivery report within {self._timeout_s}s"
-            raise TopologyPublishError(topology.stream, self._topic, detail)
+        try:
+            self._publisher.publish(self._topic, topology, topology.stream)
+        except PublishError as exc:
+            raise TopologyPublishError(topology.stream, self._topic, exc.detail) from exc
         log.info("topology published topic=%s stream=%s epochs=%d sealed=%d state=%s", self._topic, topology.stream,
                  len(topology.epochs), len(topology.sealed_lengths), topology.state.name)
