@@ -44,6 +44,7 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
              settings.metadata_file, settings.consumers)
     try:
+        bindings.check()
         return _run_consumers(settings, store, bindings, stop)
     finally:
         bindings.close()

@@ -104,6 +104,14 @@ class BaseChunkStorage(ABC):
         finally:
             STORAGE_OPERATION_SECONDS.labels(self._name, operation).observe(time.perf_counter() - started)
 
+    def check(self) -> None:
+        """Prove the binding can serve before trusting its answers: its bucket or root directory exists.
+
+        Raises :class:`~storage.errors.StorageMisconfiguredError` when it does not.
+        """
+        with self._observe("check", None):
+            self._do_check()
+
     def exists(self, chunk_name: str) -> bool:
         validate_chunk_name(chunk_name)
         with self._observe("exists", chunk_name):
@@ -229,6 +237,9 @@ class BaseChunkStorage(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook: most bindings hold nothing to release
         """Release clients and pools; the default binding holds none."""
+
+    def _do_check(self) -> None:  # noqa: B027 - optional hook: a binding with nothing to prove passes
+        """Raise when the binding's bucket or root is missing; the default binding has none."""
 
     @abstractmethod
     def _do_exists(self, name: str) -> bool: ...

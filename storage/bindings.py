@@ -43,6 +43,11 @@ class StorageBindings:
         """Every binding configured at ``tier``, in registration order."""
         return [binding for binding in self._by_name.values() if binding.tier is tier]
 
+    def check(self) -> None:
+        """Prove every binding can serve (its bucket or root exists); raises the first failure."""
+        for binding in self._by_name.values():
+            binding.check()
+
     def names(self) -> list[str]:
         return list(self._by_name)
 

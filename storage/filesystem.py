@@ -8,7 +8,8 @@ A chunk is created by staging its bytes, fsyncing them and hard-linking the stag
 after the link and removed right after the data file on delete, so it lives and dies with its chunk;
 a crash between those two steps leaves a chunk whose ``get_info`` reports ``tags=None``, which the
 ownership check treats as unknown. Appends hold an exclusive ``flock`` while checking the offset
-contract and fsync before returning.
+contract and fsync before returning. A root (or one of its directories) gone after start makes every
+verb raise ``StorageMisconfiguredError`` instead of reporting its chunks absent.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from storage.errors import (
     InvalidChunkNameError,
     InvalidOffsetError,
     StorageError,
+    StorageMisconfiguredError,
     StorageUnavailableError,
 )
 
@@ -64,14 +66,6 @@ def map_os_error(exc: OSError, name: str) -> StorageError:
     if exc.errno in _TRANSIENT_ERRNOS:
         return StorageUnavailableError(f"filesystem unavailable: {exc.strerror}", chunk=name)
     return StorageError(f"filesystem error: {exc}", chunk=name)
-
-
-@contextmanager
-def _os_errors(name: str) -> Iterator[None]:
-    try:
-        yield
-    except OSError as exc:
-        raise map_os_error(exc, name) from exc
 
 
 def _fsync_dir(path: Path) -> None:
@@ -130,6 +124,28 @@ class FileSystemChunkStorage(BaseChunkStorage):
         """The sidecar file holding chunk ``name``'s ownership tags."""
         return self._tags / f"{name}.json"
 
+    def _root_missing(self) -> bool:
+        return not all(directory.is_dir() for directory in (self._data, self._tags, self._tmp))
+
+    def _missing_root(self) -> StorageMisconfiguredError:
+        return StorageMisconfiguredError(
+            f"root directory {str(self._root)!r} of storage binding {self.name!r} is missing or lacks its "
+            "chunks/, tags/ or tmp/ directory", binding=self.name)
+
+    @contextmanager
+    def _os_errors(self, name: str) -> Iterator[None]:
+        """Map ``OSError``; a file missing because the root is gone is a misconfiguration, not a missing chunk."""
+        try:
+            yield
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and self._root_missing():
+                raise self._missing_root() from exc
+            raise map_os_error(exc, name) from exc
+
+    def _do_check(self) -> None:
+        if self._root_missing():
+            raise self._missing_root()
+
     def _stage(self, data: bytes) -> Path:
         staged = self._tmp / uuid.uuid4().hex
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -159,11 +175,16 @@ class FileSystemChunkStorage(BaseChunkStorage):
         os.replace(staged, final)
 
     def _do_exists(self, name: str) -> bool:
-        with _os_errors(name):
-            return self.data_path(name).is_file()
+        with self._os_errors(name):
+            if self.data_path(name).is_file():
+                return True
+        self._do_check()
+        return False
 
     def _do_create(self, name: str, data: bytes, tags: ChunkTags | None) -> None:
-        with _os_errors(name):
+        # Checked first: creating the chunk's directories must never rebuild a root that has gone away.
+        self._do_check()
+        with self._os_errors(name):
             staged = self._stage(data)
             try:
                 self._link_into_place(staged, self.data_path(name))
@@ -195,15 +216,18 @@ class FileSystemChunkStorage(BaseChunkStorage):
         self._prune(self.tags_path(name), self._tags)
 
     def _do_delete(self, name: str) -> None:
-        with _os_errors(name):
+        with self._os_errors(name):
             self._remove(name)
 
     def _delete_one(self, name: str) -> DeleteResult:
         try:
             self._remove(name)
         except FileNotFoundError:
+            if self._root_missing():
+                return DeleteResult(name, DeleteOutcome.FAILED, self._missing_root())
             with suppress(OSError):
                 self.tags_path(name).unlink(missing_ok=True)
+                self._prune(self.tags_path(name), self._tags)
             return DeleteResult(name, DeleteOutcome.ALREADY_GONE)
         except OSError as exc:
             return DeleteResult(name, DeleteOutcome.FAILED, map_os_error(exc, name))
@@ -221,14 +245,14 @@ class FileSystemChunkStorage(BaseChunkStorage):
         return ChunkTags.from_dict(raw) if isinstance(raw, dict) else None
 
     def _do_get_info(self, name: str) -> ChunkInfo:
-        with _os_errors(name):
+        with self._os_errors(name):
             st = os.stat(self.data_path(name))
         if not stat.S_ISREG(st.st_mode):
             raise ChunkNotFoundError("not a chunk file", chunk=name)
         return ChunkInfo(name, st.st_size, self._read_tags(name), read_only=not _writable(st.st_mode))
 
     def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
-        with _os_errors(name), open(self.data_path(name), "rb") as handle:
+        with self._os_errors(name), open(self.data_path(name), "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             if from_offset + length > size:
                 raise InvalidOffsetError(f"read {from_offset}+{length} past chunk length {size}", chunk=name)
@@ -240,7 +264,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
 
     @contextmanager
     def _locked(self, name: str, flags: int) -> Iterator[int]:
-        with _os_errors(name):
+        with self._os_errors(name):
             fd = os.open(self.data_path(name), flags)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -257,7 +281,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
         return st.st_size
 
     def _do_write(self, name: str, offset: int, data: bytes) -> int:
-        with self._locked(name, os.O_WRONLY | os.O_APPEND) as fd, _os_errors(name):
+        with self._locked(name, os.O_WRONLY | os.O_APPEND) as fd, self._os_errors(name):
             self._check_writable(fd, name, offset)
             _write_all(fd, data)
             os.fsync(fd)
@@ -265,8 +289,9 @@ class FileSystemChunkStorage(BaseChunkStorage):
 
     def _do_list(self, prefix: str, page_size: int, continuation: str | None) -> ChunkListPage:
         start = self._data / prefix.rpartition("/")[0] if "/" in prefix else self._data
+        self._do_check()
         names: list[str] = []
-        with _os_errors(prefix):
+        with self._os_errors(prefix):
             for directory, _dirs, files in os.walk(start):
                 rel = Path(directory).relative_to(self._data).as_posix()
                 for file in files:
@@ -279,7 +304,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
         return ChunkListPage(tuple(page), page[-1] if more else None)
 
     def _append_from(self, fd: int, source: ConcatArgument) -> int:
-        with _os_errors(source.name), open(self.data_path(source.name), "rb") as src:
+        with self._os_errors(source.name), open(self.data_path(source.name), "rb") as src:
             if os.fstat(src.fileno()).st_size < source.length:
                 raise InvalidOffsetError("concat source shorter than its length", chunk=source.name)
             remaining = source.length
@@ -294,15 +319,15 @@ class FileSystemChunkStorage(BaseChunkStorage):
     def _do_concat(self, chunks: Sequence[ConcatArgument]) -> int:
         target = chunks[0]
         with self._locked(target.name, os.O_WRONLY | os.O_APPEND) as fd:
-            with _os_errors(target.name):
+            with self._os_errors(target.name):
                 self._check_writable(fd, target.name, target.length)
             copied = sum(self._append_from(fd, source) for source in chunks[1:])
-            with _os_errors(target.name):
+            with self._os_errors(target.name):
                 os.fsync(fd)
         return copied
 
     def _do_truncate(self, name: str, offset: int) -> bool:
-        with self._locked(name, os.O_WRONLY) as fd, _os_errors(name):
+        with self._locked(name, os.O_WRONLY) as fd, self._os_errors(name):
             size = self._check_writable(fd, name, None)
             if offset > size:
                 raise InvalidOffsetError(f"truncate offset {offset} beyond chunk length {size}", chunk=name)
@@ -311,5 +336,5 @@ class FileSystemChunkStorage(BaseChunkStorage):
         return True
 
     def _do_set_read_only(self, name: str, read_only: bool) -> None:
-        with _os_errors(name):
+        with self._os_errors(name):
             os.chmod(self.data_path(name), 0o444 if read_only else 0o644)

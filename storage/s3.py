@@ -43,6 +43,7 @@ _DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch",
            "ExpiredToken", "InvalidToken", "AccountProblem", "InvalidSecurity"}
 _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
               "ServiceUnavailable", "InternalError", "503", "500", "RequestLimitExceeded"}
+_NO_SUCH_BUCKET = "NoSuchBucket"
 _MISCONFIGURED = {"NoSuchBucket", "InvalidBucketName", "PermanentRedirect", "AuthorizationHeaderMalformed"}
 
 
@@ -148,9 +149,52 @@ class S3ChunkStorage(BaseChunkStorage):
                if key.startswith(_META_PREFIX)}
         return ChunkTags.from_dict(raw) if raw else None
 
+    def _missing_bucket(self) -> StorageMisconfiguredError:
+        return StorageMisconfiguredError(
+            f"S3 bucket {self._settings.bucket!r} of storage binding {self.name!r} does not exist",
+            binding=self.name)
+
+    def _do_check(self) -> None:
+        """HeadBucket: a missing bucket is a misconfiguration; denied or unreachable keep their class."""
+        try:
+            self.client.head_bucket(Bucket=self._settings.bucket)
+        except ClientError as exc:
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if status == 404 or exc.response.get("Error", {}).get("Code") == _NO_SUCH_BUCKET:
+                raise self._missing_bucket() from exc
+            raise self._bucket_error(map_s3_error(exc, None)) from exc
+        except BotoCoreError as exc:
+            raise self._bucket_error(map_s3_error(exc, None)) from exc
+
+    def _bucket_error(self, error: StorageError) -> StorageError:
+        """``error`` with a message naming the binding and bucket, for a one-line report at start."""
+        return type(error)(f"storage binding {self.name!r}, S3 bucket {self._settings.bucket!r}: {error}",
+                           binding=self.name)
+
     def _head(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call(name, "head_object", Key=self.object_key(name))
+        """HeadObject; its bare 404 is told apart into a missing chunk or a missing bucket."""
+        try:
+            result: dict[str, Any] = self.client.head_object(Bucket=self._settings.bucket,
+                                                             Key=self.object_key(name))
+        except ClientError as exc:
+            raise self._head_error(exc, name) from exc
+        except BotoCoreError as exc:
+            raise map_s3_error(exc, name) from exc
         return result
+
+    def _head_error(self, exc: ClientError, name: str) -> StorageError:
+        # A HEAD answer has no body, so a 404 says neither NoSuchKey nor NoSuchBucket; MinIO names the code
+        # in a header, other servers do not, and then only HeadBucket can tell the two apart.
+        headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        code = str(headers.get("x-minio-error-code") or exc.response.get("Error", {}).get("Code", ""))
+        if code == _NO_SUCH_BUCKET:
+            return self._missing_bucket()
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        error = classify_s3_code(code, status, f"S3 {code}: {exc.response.get('Error', {}).get('Message', '')}",
+                                 name)
+        if isinstance(error, ChunkNotFoundError) and code != "NoSuchKey":
+            self._do_check()
+        return error
 
     def _do_exists(self, name: str) -> bool:
         try:
