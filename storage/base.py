@@ -7,7 +7,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from storage.chunks import (
     ChunkHandle,
@@ -23,6 +23,7 @@ from storage.chunks import (
 )
 from storage.errors import (
     ChunkReadOnlyError,
+    InvalidChunkNameError,
     InvalidOffsetError,
     StorageError,
     UnsupportedOperationError,
@@ -154,6 +155,17 @@ class BaseChunkStorage(ABC):
             STORAGE_DELETED_CHUNKS.labels(self._name, outcome.value).inc(count)
         return [results[name] for name in chunk_names]
 
+    def present(self, chunk_names: Sequence[str]) -> set[str] | None:
+        """Which of ``chunk_names`` have an object right now; None when this binding's own deletes already
+        tell a missing chunk from a deleted one. A name that is no valid chunk name is never present."""
+        valid: list[str] = []
+        for name in chunk_names:
+            with suppress(InvalidChunkNameError):
+                valid.append(validate_chunk_name(name))
+        unique = list(dict.fromkeys(valid))
+        with self._observe("present", f"<{len(unique)} chunks>"):
+            return self._do_present(unique)
+
     def open_read(self, chunk_name: str) -> ChunkHandle:
         validate_chunk_name(chunk_name)
         with self._observe("open_read", chunk_name):
@@ -252,6 +264,10 @@ class BaseChunkStorage(ABC):
 
     @abstractmethod
     def _do_delete_many(self, names: Sequence[str]) -> DeleteResults: ...
+
+    def _do_present(self, names: Sequence[str]) -> set[str] | None:
+        """One existence check per name; a binding that can list many at once overrides this."""
+        return {name for name in names if self._do_exists(name)}
 
     @abstractmethod
     def _do_get_info(self, name: str) -> ChunkInfo: ...

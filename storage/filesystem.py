@@ -237,6 +237,10 @@ class FileSystemChunkStorage(BaseChunkStorage):
         with ThreadPoolExecutor(max_workers=min(self._delete_workers, len(names))) as pool:
             return list(pool.map(self._delete_one, names))
 
+    def _do_present(self, names: Sequence[str]) -> None:
+        """None: ``unlink`` already tells a missing chunk (ALREADY_GONE) from a deleted one."""
+        return None
+
     def _read_tags(self, name: str) -> ChunkTags | None:
         try:
             raw = json.loads(self.tags_path(name).read_bytes())

@@ -8,6 +8,7 @@ an empty object, ``write`` replaces it conditionally on its ETag) or is made in 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
+from storage.s3_listing import present_keys
 
 _META_PREFIX = "reclaim-"
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
@@ -100,6 +102,7 @@ class S3ChunkStorage(BaseChunkStorage):
         super().__init__(name, tier)
         self._settings = settings
         self._client = client
+        self._client_lock = threading.Lock()
 
     @property
     def bucket(self) -> str | None:
@@ -108,18 +111,25 @@ class S3ChunkStorage(BaseChunkStorage):
     @property
     def client(self) -> Any:
         """The boto3 S3 client, built on first use (boto3 clients are thread-safe)."""
-        if self._client is None:
-            s = self._settings
-            self._client = boto3.client(
-                "s3", endpoint_url=s.endpoint_url, aws_access_key_id=s.access_key,
-                aws_secret_access_key=s.secret_key, region_name=s.region,
-                config=Config(
-                    s3={"addressing_style": "path" if s.path_style else "auto"},
-                    connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
-                    retries={"mode": "standard", "max_attempts": s.max_attempts},
-                ),
-            )
-        return self._client
+        client = self._client
+        if client is None:
+            with self._client_lock:  # present() runs on another thread than deletes: build one client only
+                if self._client is None:
+                    self._client = self._build_client()
+                client = self._client
+        return client
+
+    def _build_client(self) -> Any:
+        s = self._settings
+        return boto3.client(
+            "s3", endpoint_url=s.endpoint_url, aws_access_key_id=s.access_key,
+            aws_secret_access_key=s.secret_key, region_name=s.region,
+            config=Config(
+                s3={"addressing_style": "path" if s.path_style else "auto"},
+                connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+                retries={"mode": "standard", "max_attempts": s.max_attempts},
+            ),
+        )
 
     def object_key(self, name: str) -> str:
         """The S3 key of chunk ``name``: the configured key prefix followed by the name."""
@@ -238,6 +248,21 @@ class S3ChunkStorage(BaseChunkStorage):
         for start in range(0, len(names), MAX_PAGE_SIZE):
             results.extend(self._delete_batch(names[start:start + MAX_PAGE_SIZE]))
         return results
+
+    def _do_present(self, names: Sequence[str]) -> set[str]:
+        """ListObjectsV2 over the names' parent prefixes: DeleteObjects reports a missing key as deleted."""
+        by_key = {self.object_key(name): name for name in names}
+        return {by_key[key] for key in present_keys(by_key, self._list_page)}
+
+    def _list_page(self, prefix: str, start_after: str, continuation: str | None) -> tuple[list[str], str | None]:
+        kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": MAX_PAGE_SIZE}
+        if continuation:
+            kwargs["ContinuationToken"] = continuation
+        else:
+            kwargs["StartAfter"] = start_after
+        response = self._call(None, "list_objects_v2", **kwargs)
+        keys = [item["Key"] for item in response.get("Contents", [])]
+        return keys, response.get("NextContinuationToken") if response.get("IsTruncated") else None
 
     def _do_get_info(self, name: str) -> ChunkInfo:
         head = self._head(name)
