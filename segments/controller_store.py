@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
-import sqlite3
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from schemas.streams import RetentionPolicy
 from segments.ids import SegmentId, TxnId
 from segments.stream_model import EpochRecord, StreamRecord, StreamState, TxnRecord, TxnState
 from segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
-from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
-from storage.sqlite_files import open_sqlite
-
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
+from storage.errors import MetadataConflictError
+from storage.sqlite_base import Queries, SQLiteStoreBase, Transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS controller_streams (
@@ -63,11 +55,8 @@ def _txn_from_row(row: Sequence[Any]) -> TxnRecord:
                      created_at=float(v["created_at"]), version=int(v["version"]))
 
 
-class _Queries:
+class _Queries(Queries):
     """Reads shared by transactions and the store's plain readers."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
 
     def get_stream(self, name: str) -> StreamRecord | None:
         sql = f"SELECT {', '.join(_STREAM_COLUMNS)} FROM controller_streams WHERE name = ?"
@@ -110,7 +99,7 @@ class _Queries:
         return Operation(stream, str(row[0]), plan_from_json(row[1]), float(row[2]), int(row[3]))
 
 
-class StreamTransaction(_Queries):
+class StreamTransaction(_Queries, Transaction):
     """One atomic unit over controller rows; valid only inside its ``with`` block."""
 
     def _version(self, table: str, where: str, key: Sequence[Any]) -> int:
@@ -192,7 +181,7 @@ class StreamTransaction(_Queries):
         self._conn.execute("DELETE FROM controller_txns WHERE stream = ?", (stream,))
 
 
-class StreamMetadataStore:
+class StreamMetadataStore(SQLiteStoreBase[_Queries, StreamTransaction]):
     """Controller metadata in ``controller_*`` tables of one SQLite file; safe for several processes.
 
     It opens its own connection, normally on the file of the
@@ -203,35 +192,8 @@ class StreamMetadataStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
-        self.path = os.fspath(path)
-        self._lock = threading.RLock()
-        self._conn = open_sqlite(self.path, _SCHEMA, busy_timeout)
-        self._reader = _Queries(self._conn)
-
-    @contextmanager
-    def transaction(self) -> Iterator[StreamTransaction]:
-        """One serializable transaction; commit on normal exit, rollback on any exception."""
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise _mapped(exc) from exc
-            try:
-                yield StreamTransaction(self._conn)
-                self._conn.execute("COMMIT")
-            except BaseException as exc:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise _mapped(exc) from exc
-                raise
-
-    def _read(self, query: Callable[[_Queries], T]) -> T:
-        with self._lock:
-            try:
-                return query(self._reader)
-            except sqlite3.Error as exc:
-                raise _mapped(exc) from exc
+        super().__init__(path, _SCHEMA, store="controller store", reader=_Queries, transaction=StreamTransaction,
+                         busy_timeout=busy_timeout)
 
     def get_stream(self, name: str) -> StreamRecord | None:
         return self._read(lambda q: q.get_stream(name))
@@ -256,14 +218,3 @@ class StreamMetadataStore:
 
     def get_head(self, stream: str) -> dict[int, int] | None:
         return self._read(lambda q: q.get_head(stream))
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-
-def _mapped(exc: sqlite3.Error) -> MetadataError:
-    if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in (
-            sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return MetadataUnavailableError(f"controller store busy: {exc}")
-    return MetadataError(f"controller store error: {exc}")

@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
-import sqlite3
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
+from storage.errors import MetadataConflictError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
 from storage.metrics import METADATA_TRANSACTIONS
-from storage.sqlite_files import open_sqlite
-
-logger = logging.getLogger(__name__)
+from storage.sqlite_base import Outcome, Queries, SQLiteStoreBase, Transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
@@ -92,11 +86,15 @@ def _mark_from_row(row: Sequence[Any]) -> MarkRecord:
     return MarkRecord(mark_id, MarkState(state), float(created_at), int(version))
 
 
-class _Reader:
-    """Queries shared by transactions and the store's plain readers."""
+def _distinct(values: Iterable[str], key: str) -> list[str]:
+    """``values`` in their first order, each once; a lone string is refused (it would read as its letters)."""
+    if isinstance(values, str):
+        raise TypeError(f"expected an iterable of {key} values, got the single string {values!r}")
+    return list(dict.fromkeys(values))
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+
+class _Reader(Queries):
+    """Queries shared by transactions and the store's plain readers."""
 
     def _one(self, table: str, columns: Sequence[str], key: str, value: str) -> Sequence[Any] | None:
         sql = f"SELECT {', '.join(columns)} FROM {table} WHERE {key} = ?"
@@ -111,17 +109,17 @@ class _Reader:
         row = self._one("chunks", _CHUNK_COLUMNS, "name", name)
         return _chunk_from_row(row) if row else None
 
-    def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]:
-        wanted = list(dict.fromkeys(names))
-        found: dict[str, ChunkRecord] = {}
+    def _many(self, table: str, columns: Sequence[str], key: str, values: Iterable[str]) -> Iterator[Sequence[Any]]:
+        """The rows whose ``key`` is among ``values``, one query per ``_IN_BATCH`` distinct values."""
+        wanted = _distinct(values, key)
         for start in range(0, len(wanted), _IN_BATCH):
             batch = wanted[start:start + _IN_BATCH]
-            params = ", ".join("?" * len(batch))
-            sql = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM chunks WHERE name IN ({params})"
-            for row in self._conn.execute(sql, batch):
-                record = _chunk_from_row(row)
-                found[record.name] = record
-        return found
+            sql = f"SELECT {', '.join(columns)} FROM {table} WHERE {key} IN ({', '.join('?' * len(batch))})"
+            yield from self._conn.execute(sql, batch)
+
+    def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]:
+        records = (_chunk_from_row(row) for row in self._many("chunks", _CHUNK_COLUMNS, "name", names))
+        return {record.name: record for record in records}
 
     def list_chunks(self, segment: str, *, active_only: bool = True) -> list[ChunkRecord]:
         sql = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM chunks WHERE segment = ?"
@@ -132,18 +130,18 @@ class _Reader:
         row = self._one("marks", _MARK_COLUMNS, "mark_id", mark_id)
         return _mark_from_row(row) if row else None
 
+    def get_marks(self, mark_ids: Iterable[str]) -> dict[str, MarkRecord]:
+        records = (_mark_from_row(row) for row in self._many("marks", _MARK_COLUMNS, "mark_id", mark_ids))
+        return {record.mark_id: record for record in records}
+
     def segment_names(self, prefix: str = "") -> list[str]:
         rows = self._conn.execute("SELECT name FROM segments WHERE substr(name, 1, ?) = ? ORDER BY name",
                                   (len(prefix), prefix))
         return [str(row[0]) for row in rows]
 
 
-class SQLiteTransaction(_Reader):
+class SQLiteTransaction(_Reader, Transaction):
     """A transaction of :class:`SQLiteMetadataStore`; valid only inside its ``with`` block."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn)
-        self._callbacks: list[Callable[[], None]] = []
 
     def _cas(self, table: str, key_column: str, key: str, expected: int, values: dict[str, Any]) -> int:
         row = self._conn.execute(f"SELECT version FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
@@ -181,9 +179,19 @@ class SQLiteTransaction(_Reader):
         version = self._cas("chunks", "name", record.name, expected, _chunk_values(record))
         return replace(record, version=version)
 
+    def retire_chunks(self, chunks: Sequence[ChunkRecord], mark_id: str) -> None:
+        """Mark ``chunks`` inactive with ``mark_id`` in one statement, each row at its own ``version`` (CAS)."""
+        rows = [(mark_id, chunk.name, chunk.version) for chunk in chunks]
+        sql = "UPDATE chunks SET active = 0, mark_id = ?, version = version + 1 WHERE name = ? AND version = ?"
+        changed = self._conn.executemany(sql, rows).rowcount
+        if changed != len(rows):
+            raise MetadataConflictError(f"mark {mark_id}: {len(rows) - changed} of {len(rows)} chunk rows are "
+                                        "absent or at another version", key=mark_id, expected=len(rows),
+                                        actual=changed)
+
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
         """Remove the rows of ``names`` that are inactive; active rows are kept (they are live layout)."""
-        wanted = list(dict.fromkeys(names))
+        wanted = _distinct(names, "name")
         removed: list[str] = []
         for start in range(0, len(wanted), _IN_BATCH):
             batch = wanted[start:start + _IN_BATCH]
@@ -197,12 +205,8 @@ class SQLiteTransaction(_Reader):
         version = self._cas("marks", "mark_id", record.mark_id, expected, values)
         return replace(record, version=version)
 
-    def on_commit(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` after this transaction commits; never when it rolls back."""
-        self._callbacks.append(callback)
 
-
-class SQLiteMetadataStore:
+class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
     """The default metadata store: one SQLite file in WAL mode, safe for several processes.
 
     Each transaction is ``BEGIN IMMEDIATE``: it takes the database's write lock up front, so reads
@@ -211,104 +215,39 @@ class SQLiteMetadataStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
-        self.path = os.fspath(path)
-        self.transactions_committed = 0
-        self._lock = threading.RLock()
-        self._in_transaction = False
-        self._conn = open_sqlite(self.path, _SCHEMA, busy_timeout)
-        self._reader = _Reader(self._conn)
-
-    @contextmanager
-    def transaction(self) -> Iterator[SQLiteTransaction]:
-        """One atomic, serializable transaction; commit on normal exit, rollback on any exception."""
-        with self._lock:
-            if self._in_transaction:
-                raise MetadataError("nested metadata transactions are not supported")
-            self._begin()
-            self._in_transaction = True
-            txn = SQLiteTransaction(self._conn)
-            try:
-                yield txn
-                self._conn.execute("COMMIT")
-            except BaseException as exc:
-                self._rollback(exc)
-                if isinstance(exc, sqlite3.Error):
-                    raise _map_sqlite_error(exc) from exc
-                raise
-            finally:
-                self._in_transaction = False
-            self.transactions_committed += 1
-            METADATA_TRANSACTIONS.labels("committed").inc()
-        for callback in txn._callbacks:
-            _run_callback(callback)
-
-    def _begin(self) -> None:
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            METADATA_TRANSACTIONS.labels("unavailable").inc()
-            raise _map_sqlite_error(exc) from exc
-
-    def _rollback(self, exc: BaseException) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")
-        outcome = "conflict" if isinstance(exc, MetadataConflictError) else "rolled_back"
-        METADATA_TRANSACTIONS.labels(outcome).inc()
-        logger.debug("metadata transaction rolled back: %s", exc)
-
-    def _read(self, query: Callable[[_Reader], Any]) -> Any:
-        with self._lock:
-            try:
-                return query(self._reader)
-            except sqlite3.Error as exc:
-                raise _map_sqlite_error(exc) from exc
+        super().__init__(path, _SCHEMA, store="metadata store", reader=_Reader, transaction=SQLiteTransaction,
+                         busy_timeout=busy_timeout, outcomes=_count_outcome)
 
     def get_segment(self, name: str) -> SegmentRecord | None:
-        record: SegmentRecord | None = self._read(lambda r: r.get_segment(name))
-        return record
+        return self._read(lambda r: r.get_segment(name))
 
     def get_chunk(self, name: str) -> ChunkRecord | None:
-        record: ChunkRecord | None = self._read(lambda r: r.get_chunk(name))
-        return record
+        return self._read(lambda r: r.get_chunk(name))
 
     def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]:
         """Every stored chunk row among ``names`` (active or not), in one query per 10000 names."""
-        wanted = list(names)
-        records: dict[str, ChunkRecord] = self._read(lambda r: r.get_chunks(wanted))
-        return records
+        wanted = _distinct(names, "name")
+        return self._read(lambda r: r.get_chunks(wanted))
 
     def list_chunks(self, segment: str, *, active_only: bool = True) -> list[ChunkRecord]:
-        records: list[ChunkRecord] = self._read(lambda r: r.list_chunks(segment, active_only=active_only))
-        return records
+        return self._read(lambda r: r.list_chunks(segment, active_only=active_only))
 
     def get_mark(self, mark_id: str) -> MarkRecord | None:
-        record: MarkRecord | None = self._read(lambda r: r.get_mark(mark_id))
-        return record
+        return self._read(lambda r: r.get_mark(mark_id))
+
+    def get_marks(self, mark_ids: Iterable[str]) -> dict[str, MarkRecord]:
+        """Every stored mark among ``mark_ids``, by id, in one query per 10000 ids; absent ids are left out."""
+        wanted = _distinct(mark_ids, "mark_id")
+        return self._read(lambda r: r.get_marks(wanted))
 
     def segment_names(self, prefix: str = "") -> list[str]:
-        names: list[str] = self._read(lambda r: r.segment_names(prefix))
-        return names
+        return self._read(lambda r: r.segment_names(prefix))
 
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
         """Remove inactive chunk rows (after their storage delete) in one transaction; returns the removed."""
         with self.transaction() as txn:
             return txn.remove_chunks(names)
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
-
-def _map_sqlite_error(exc: sqlite3.Error) -> MetadataError:
-    if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in (
-            sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return MetadataUnavailableError(f"metadata store busy: {exc}")
-    return MetadataError(f"metadata store error: {exc}")
-
-
-def _run_callback(callback: Callable[[], None]) -> None:
-    # The transaction is already durable; a failing observer must not make it look failed.
-    try:
-        callback()
-    except Exception:
-        logger.exception("metadata on-commit callback failed")
+def _count_outcome(outcome: Outcome) -> None:
+    METADATA_TRANSACTIONS.labels(outcome).inc()

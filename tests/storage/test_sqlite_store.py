@@ -10,6 +10,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.errors import MetadataConflictError, MetadataUnavailableError
@@ -179,3 +180,47 @@ def test_two_processes_racing_on_one_segment(tmp_path: Path) -> None:
         assert this_round == ["conflict", "won"], f"round {round_no}: {this_round}"
     final = store.get_segment("s/0")
     assert final is not None and final.length == rounds and final.version == rounds + 1
+
+
+def test_get_marks_reads_many_in_one_query_per_ten_thousand(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        stored = {mark_id: txn.put_mark(MarkRecord(mark_id, MarkState.COMMITTED, 1.0 + i))
+                  for i, mark_id in enumerate(("m0", "m1", "m2"))}
+    wanted = [*(f"absent-{i}" for i in range(10_000)), "m0", "m2", "m0"]
+    statements: list[str] = []
+    store._db.connection.set_trace_callback(statements.append)
+    found = store.get_marks(iter(wanted))
+    store._db.connection.set_trace_callback(None)
+    assert found == {"m0": stored["m0"], "m2": stored["m2"]}, "absent ids are simply missing"
+    assert sum(s.startswith("SELECT") and " FROM marks " in s for s in statements) == 2
+    assert store.get_marks([]) == {}
+
+
+def test_get_marks_in_a_transaction_sees_its_own_writes(store: SQLiteMetadataStore) -> None:
+    with store.transaction() as txn:
+        txn.put_mark(MarkRecord("m1", MarkState.PENDING, 1.0))
+        assert txn.get_marks(["m1", "m9"]) == {"m1": MarkRecord("m1", MarkState.PENDING, 1.0, 1)}
+    assert set(store.get_marks(["m1"])) == {"m1"}
+
+
+def test_a_single_string_is_refused_where_ids_are_expected(store: SQLiteMetadataStore) -> None:
+    with pytest.raises(TypeError, match="expected an iterable of mark_id values, got the single string 'm1'"):
+        store.get_marks("m1")
+    with pytest.raises(TypeError, match="expected an iterable of name values"), store.transaction() as txn:
+        txn.get_chunks("c0")
+
+
+def test_transaction_outcomes_are_counted_in_the_metric(store: SQLiteMetadataStore) -> None:
+    def count(outcome: str) -> float:
+        return REGISTRY.get_sample_value("reclaim_metadata_transactions_total", {"outcome": outcome}) or 0.0
+
+    committed, conflict, rolled_back = count("committed"), count("conflict"), count("rolled_back")
+    with store.transaction() as txn:
+        txn.put_segment(SegmentRecord("s/0"))
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.put_segment(SegmentRecord("s/0"))
+    with pytest.raises(KeyError), store.transaction():
+        raise KeyError("caller's own error")
+    assert count("committed") == committed + 1
+    assert count("conflict") == conflict + 1
+    assert count("rolled_back") == rolled_back + 1

@@ -1,0 +1,186 @@
+"""The one base of reclaim's SQLite stores: opening the file, transactions, typed reads, error mapping."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, Literal, TypeVar
+
+from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
+
+logger = logging.getLogger(__name__)
+
+#: How a transaction ended, as counted by a store's outcome hook.
+Outcome = Literal["committed", "unavailable", "conflict", "rolled_back"]
+
+
+class Queries:
+    """Base of a store's reader type: the connection its queries run on."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+
+class Transaction(Queries):
+    """Base of a store's transaction type; valid only inside its ``with`` block.
+
+    A store's transaction type extends its reader type and this class, so it reads what it writes.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self._callbacks: list[Callable[[], None]] = []
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` after this transaction commits; never when it rolls back."""
+        self._callbacks.append(callback)
+
+
+R = TypeVar("R", bound=Queries)
+T = TypeVar("T", bound=Transaction)
+V = TypeVar("V")
+
+
+def _ignore(outcome: Outcome) -> None:
+    del outcome
+
+
+class SQLiteStoreBase(Generic[R, T]):
+    """One connection to one SQLite file, guarded by a lock, with serializable transactions.
+
+    ``transaction()`` yields a ``T`` (commit on normal exit, rollback on any exception, nesting
+    refused); ``_read(query)`` runs ``query`` on the store's ``R`` and returns its type unchanged.
+    Every engine error leaves as a :class:`MetadataError` naming ``store``. ``outcomes`` is told how
+    each transaction ended (the metadata store feeds its Prometheus counter from it).
+
+    The engine-specific part is :class:`SQLiteDatabase`; a store on another engine would supply the
+    same four verbs (begin, commit, rollback, map an error) and keep this shape.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], schema: str, *, store: str, reader: type[R],
+                 transaction: type[T], busy_timeout: float = 10.0,
+                 outcomes: Callable[[Outcome], None] = _ignore) -> None:
+        self.path = os.fspath(path)
+        self.transactions_committed = 0
+        self._db = SQLiteDatabase(self.path, schema, store=store, busy_timeout=busy_timeout)
+        self._transaction_type = transaction
+        self._outcomes = outcomes
+        self._lock = threading.RLock()
+        self._in_transaction = False
+        self._reader = reader(self._db.connection)
+
+    @contextmanager
+    def transaction(self) -> Iterator[T]:
+        """One atomic, serializable transaction; commit on normal exit, rollback on any exception."""
+        with self._lock:
+            if self._in_transaction:
+                raise MetadataError(f"nested {self._db.store} transactions are not supported")
+            self._begin()
+            self._in_transaction = True
+            txn = self._transaction_type(self._db.connection)
+            try:
+                yield txn
+                self._db.commit()
+            except BaseException as exc:
+                self._rollback(exc)
+                if isinstance(exc, sqlite3.Error):
+                    raise self._db.mapped(exc) from exc
+                raise
+            finally:
+                self._in_transaction = False
+            self.transactions_committed += 1
+            self._outcomes("committed")
+        for callback in txn._callbacks:
+            self._run_callback(callback)
+
+    def _begin(self) -> None:
+        try:
+            self._db.begin()
+        except sqlite3.Error as exc:
+            self._outcomes("unavailable")
+            raise self._db.mapped(exc) from exc
+
+    def _rollback(self, exc: BaseException) -> None:
+        self._db.rollback()
+        self._outcomes("conflict" if isinstance(exc, MetadataConflictError) else "rolled_back")
+        logger.debug("%s transaction rolled back: %s", self._db.store, exc)
+
+    def _run_callback(self, callback: Callable[[], None]) -> None:
+        # The transaction is already durable; a failing observer must not make it look failed.
+        try:
+            callback()
+        except Exception:
+            logger.exception("%s on-commit callback failed", self._db.store)
+
+    def _read(self, query: Callable[[R], V]) -> V:
+        """``query`` run on the store's reader under the lock, outside any transaction."""
+        with self._lock:
+            try:
+                return query(self._reader)
+            except sqlite3.Error as exc:
+                raise self._db.mapped(exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class SQLiteDatabase:
+    """The SQLite-specific part of a store: opening the file, the transaction verbs, what an error means.
+
+    The connection is in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``, which takes
+    the write lock up front, so reads inside a transaction agree with its writes) and shared across
+    threads under the store's lock. WAL lets readers in other processes go on while one writes.
+    """
+
+    def __init__(self, path: str, schema: str, *, store: str, busy_timeout: float) -> None:
+        if busy_timeout < 0:
+            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+        self.store = store
+        try:
+            self.connection = _open(path, schema, busy_timeout)
+        except sqlite3.Error as exc:
+            raise self.mapped(exc) from exc
+
+    def begin(self) -> None:
+        self.connection.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.connection.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.connection.in_transaction:
+            self.connection.execute("ROLLBACK")
+
+    def mapped(self, exc: sqlite3.Error) -> MetadataError:
+        """Busy or locked past the busy timeout is retryable unavailability; anything else a plain error."""
+        if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in (
+                sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return MetadataUnavailableError(f"{self.store} busy: {exc}")
+        return MetadataError(f"{self.store} error: {exc}")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _open(path: str, schema: str, busy_timeout: float) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        # A committed deletion mark or layout change must survive a power loss, not only a crash.
+        conn.execute("PRAGMA synchronous = FULL")
+        # The schema (statements separated by ";") is applied atomically.
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in filter(str.strip, schema.split(";")):
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
