@@ -6,6 +6,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from producers.kafka_errors import KafkaErrorLog, RdkafkaLogger
+
 Role = Literal["admin", "producer", "idempotent-producer", "consumer"]
 
 #: librdkafka's own log lines go through this logger, not to stderr.
@@ -26,9 +28,30 @@ def kafka_config(bootstrap: str, role: Role, overrides: Mapping[str, Any] | None
     """The config dict for a client of ``role``.
 
     Merge order, later wins: common settings (bootstrap, logger) < the role's defaults < ``overrides``.
+    ``error_cb`` is always a fresh :class:`KafkaErrorLog` for this one client (see :func:`error_log`);
+    an ``error_cb`` in ``overrides`` is called by it for every event. ``logger`` is wrapped in a
+    :class:`RdkafkaLogger` that tells the same log about librdkafka's fatal errors.
     """
     config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG}
     config.update(_ROLE_DEFAULTS[role])
     if overrides:
         config.update(overrides)
+    errors = KafkaErrorLog(_client_name(role, config), forward=config.get("error_cb"))
+    config["error_cb"] = errors
+    config["logger"] = RdkafkaLogger(config["logger"], errors)
     return config
+
+
+def error_log(config: Mapping[str, Any]) -> KafkaErrorLog:
+    """The :class:`KafkaErrorLog` that :func:`kafka_config` installed in ``config``."""
+    errors = config.get("error_cb")
+    if not isinstance(errors, KafkaErrorLog):
+        raise ValueError("config has no reclaim error log: build it with producers.config.kafka_config")
+    return errors
+
+
+def _client_name(role: Role, config: Mapping[str, Any]) -> str:
+    for key in ("client.id", "group.id"):
+        if config.get(key):
+            return f"{role} {config[key]}"
+    return role
