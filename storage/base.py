@@ -47,8 +47,9 @@ MAX_PAGE_SIZE = 1000
 class BaseChunkStorage(ABC):
     """Implements the public ``ChunkStorage`` verbs on top of ``_do_*`` methods a binding provides.
 
-    Every verb validates its chunk name before any I/O, then times the call, counts its outcome by
-    binding and operation, and logs one line naming the chunk.
+    Every verb validates its chunk name before any I/O (the shared rules, then the binding's own limits
+    through ``_check_address``), then times the call, counts its outcome by binding and operation, and
+    logs one line naming the chunk.
     """
 
     def __init__(self, name: str, tier: Tier) -> None:
@@ -81,7 +82,12 @@ class BaseChunkStorage(ABC):
 
     def location(self, chunk_name: str) -> ChunkLocation:
         """Where ``chunk_name`` lives in this binding, as a metadata chunk record stores it."""
-        return ChunkLocation(self._name, self._tier, self.bucket, validate_chunk_name(chunk_name))
+        return ChunkLocation(self._name, self._tier, self.bucket, self._valid(chunk_name))
+
+    def _valid(self, chunk_name: str) -> str:
+        """``chunk_name`` if it is a valid name this binding can address, else InvalidChunkNameError; no I/O."""
+        self._check_address(validate_chunk_name(chunk_name))
+        return chunk_name
 
     @contextmanager
     def _observe(self, operation: str, chunk: str | None) -> Iterator[None]:
@@ -114,26 +120,26 @@ class BaseChunkStorage(ABC):
             self._do_check()
 
     def exists(self, chunk_name: str) -> bool:
-        validate_chunk_name(chunk_name)
+        self._valid(chunk_name)
         with self._observe("exists", chunk_name):
             return self._do_exists(chunk_name)
 
     def create(self, chunk_name: str, tags: ChunkTags | None = None) -> ChunkHandle:
-        validate_chunk_name(chunk_name)
+        self._valid(chunk_name)
         with self._observe("create", chunk_name):
             self._do_create(chunk_name, b"", tags)
         return ChunkHandle(chunk_name, read_only=False)
 
     def create_with_content(self, chunk_name: str, data: bytes, tags: ChunkTags | None = None) -> ChunkHandle:
         """Create a chunk holding ``data`` in one step (one PUT on S3, one atomic link on a filesystem)."""
-        validate_chunk_name(chunk_name)
+        self._valid(chunk_name)
         with self._observe("create", chunk_name):
             self._do_create(chunk_name, bytes(data), tags)
         STORAGE_BYTES.labels(self._name, "written").inc(len(data))
         return ChunkHandle(chunk_name, read_only=False)
 
     def delete(self, handle: ChunkHandle) -> None:
-        validate_chunk_name(handle.name)
+        self._valid(handle.name)
         with self._observe("delete", handle.name):
             self._do_delete(handle.name)
         STORAGE_DELETED_CHUNKS.labels(self._name, DeleteOutcome.DELETED.value).inc()
@@ -144,7 +150,7 @@ class BaseChunkStorage(ABC):
         valid: list[str] = []
         for name in chunk_names:
             try:
-                valid.append(validate_chunk_name(name))
+                valid.append(self._valid(name))
             except StorageError as exc:
                 results[name] = DeleteResult(name, DeleteOutcome.FAILED, exc)
         unique = list(dict.fromkeys(valid))
@@ -161,31 +167,31 @@ class BaseChunkStorage(ABC):
         valid: list[str] = []
         for name in chunk_names:
             with suppress(InvalidChunkNameError):
-                valid.append(validate_chunk_name(name))
+                valid.append(self._valid(name))
         unique = list(dict.fromkeys(valid))
         with self._observe("present", f"<{len(unique)} chunks>"):
             return self._do_present(unique)
 
     def open_read(self, chunk_name: str) -> ChunkHandle:
-        validate_chunk_name(chunk_name)
+        self._valid(chunk_name)
         with self._observe("open_read", chunk_name):
             self._do_get_info(chunk_name)
         return ChunkHandle(chunk_name, read_only=True)
 
     def open_write(self, chunk_name: str) -> ChunkHandle:
-        validate_chunk_name(chunk_name)
+        self._valid(chunk_name)
         with self._observe("open_write", chunk_name):
             if self._do_get_info(chunk_name).read_only:
                 raise ChunkReadOnlyError("chunk is read-only", chunk=chunk_name)
         return ChunkHandle(chunk_name, read_only=False)
 
     def get_info(self, chunk_name: str) -> ChunkInfo:
-        validate_chunk_name(chunk_name)
+        self._valid(chunk_name)
         with self._observe("get_info", chunk_name):
             return self._do_get_info(chunk_name)
 
     def read(self, handle: ChunkHandle, from_offset: int, length: int) -> bytes:
-        validate_chunk_name(handle.name)
+        self._valid(handle.name)
         if from_offset < 0 or length < 0:
             raise InvalidOffsetError(f"negative read range {from_offset}+{length}", chunk=handle.name)
         with self._observe("read", handle.name):
@@ -194,7 +200,7 @@ class BaseChunkStorage(ABC):
         return data
 
     def write(self, handle: ChunkHandle, offset: int, data: bytes) -> int:
-        validate_chunk_name(handle.name)
+        self._valid(handle.name)
         if handle.read_only:
             raise ChunkReadOnlyError("handle was opened for reading", chunk=handle.name)
         if offset < 0:
@@ -229,26 +235,29 @@ class BaseChunkStorage(ABC):
         if len(chunks) < 2:
             raise ValueError("concat needs a target and at least one source")
         for arg in chunks:
-            validate_chunk_name(arg.name)
+            self._valid(arg.name)
         with self._observe("concat", chunks[0].name):
             return self._do_concat(chunks)
 
     def truncate(self, handle: ChunkHandle, offset: int) -> bool:
         if not self.supports_truncation:
             raise UnsupportedOperationError(f"{self._name} does not support truncate", binding=self._name)
-        validate_chunk_name(handle.name)
+        self._valid(handle.name)
         if offset < 0:
             raise InvalidOffsetError(f"negative truncate offset {offset}", chunk=handle.name)
         with self._observe("truncate", handle.name):
             return self._do_truncate(handle.name, offset)
 
     def set_read_only(self, handle: ChunkHandle, read_only: bool) -> None:
-        validate_chunk_name(handle.name)
+        self._valid(handle.name)
         with self._observe("set_read_only", handle.name):
             self._do_set_read_only(handle.name, read_only)
 
     def close(self) -> None:  # noqa: B027 - optional hook: most bindings hold nothing to release
         """Release clients and pools; the default binding holds none."""
+
+    def _check_address(self, name: str) -> None:  # noqa: B027 - optional hook: most bindings add no limit
+        """Raise InvalidChunkNameError when the binding cannot address ``name`` (S3: key prefix + name too long)."""
 
     def _do_check(self) -> None:  # noqa: B027 - optional hook: a binding with nothing to prove passes
         """Raise when the binding's bucket or root is missing; the default binding has none."""

@@ -15,6 +15,8 @@ APPLICATION = "reclaim"
 
 #: S3 keys are at most 1024 bytes; the same bound keeps filesystem paths sane.
 MAX_CHUNK_NAME_BYTES = 1024
+#: One path component: NAME_MAX of common filesystems, and MinIO refuses longer ones.
+MAX_COMPONENT_BYTES = 255
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
@@ -125,18 +127,28 @@ class DeleteResult:
 def validate_chunk_name(name: str) -> str:
     """Return ``name`` if it is a safe chunk name, else raise :class:`InvalidChunkNameError`.
 
-    Names may contain ``/`` separators, but no empty, ``.`` or ``..`` components, no leading or
-    trailing ``/``, no control characters, NUL or backslash, and at most 1024 UTF-8 bytes.
+    Names may contain ``/`` separators, but no empty components, none that is ``.`` or ``..`` once
+    trimmed of whitespace, no leading or trailing ``/``, no control characters, NUL or backslash, at most
+    255 UTF-8 bytes a component and 1024 in all.
     """
     if not isinstance(name, str) or not name:
         raise InvalidChunkNameError("chunk name is empty", chunk=str(name))
-    if len(name.encode("utf-8", errors="surrogatepass")) > MAX_CHUNK_NAME_BYTES:
+    if _utf8_len(name) > MAX_CHUNK_NAME_BYTES:
         raise InvalidChunkNameError(f"chunk name longer than {MAX_CHUNK_NAME_BYTES} bytes", chunk=name[:64])
     if _CONTROL.search(name):
         raise InvalidChunkNameError("chunk name holds a control character or backslash", chunk=repr(name))
-    if any(part in ("", ".", "..") for part in name.split("/")):
-        raise InvalidChunkNameError("chunk name has an empty, '.' or '..' path component", chunk=name)
+    for part in name.split("/"):
+        if not part or part.strip() in (".", ".."):
+            raise InvalidChunkNameError("chunk name has an empty, '.' or '..' path component "
+                                        "(whitespace around it aside)", chunk=name)
+        if _utf8_len(part) > MAX_COMPONENT_BYTES:
+            raise InvalidChunkNameError(f"chunk name has a path component longer than {MAX_COMPONENT_BYTES} "
+                                        "bytes", chunk=name[:64])
     return name
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
 
 
 @runtime_checkable

@@ -24,6 +24,10 @@ class InvalidChunkNameError(StorageError):
     """A chunk name was rejected before any I/O (empty, too long, NUL, path traversal, ...)."""
 
 
+class ChunkTagsTooLargeError(StorageError):
+    """A chunk's ownership tags exceed what its binding can store with it (S3: 2 KB of user metadata)."""
+
+
 class ChunkNotFoundError(StorageError):
     """The named chunk does not exist in the binding."""
 

@@ -3,7 +3,8 @@
 S3 has no append, so ``supports_append`` is False: a chunk takes one write at offset 0 (``create`` puts
 an empty object, ``write`` replaces it conditionally on its ETag) or is made in one PUT by
 ``create_with_content``. Creation is exclusive through ``If-None-Match: *``. Ownership tags travel as
-``x-amz-meta-reclaim-*`` headers with percent-encoded values (S3 metadata must be ASCII).
+``x-amz-meta-reclaim-*`` headers with percent-encoded values (S3 metadata must be ASCII). AWS S3's limits
+(1024-byte keys, 2 KB of user metadata) are checked before any request.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from storage.base import MAX_PAGE_SIZE, BaseChunkStorage
 from storage.chunks import (
+    MAX_CHUNK_NAME_BYTES,
     ChunkInfo,
     ChunkListPage,
     ChunkTags,
@@ -32,6 +34,8 @@ from storage.errors import (
     AccessDeniedError,
     ChunkAlreadyExistsError,
     ChunkNotFoundError,
+    ChunkTagsTooLargeError,
+    InvalidChunkNameError,
     InvalidOffsetError,
     StorageError,
     StorageMisconfiguredError,
@@ -40,6 +44,9 @@ from storage.errors import (
 from storage.s3_listing import present_keys
 
 _META_PREFIX = "reclaim-"
+_HEADER_PREFIX = "x-amz-meta-"
+#: AWS S3 stores at most 2 KB of user metadata with an object.
+MAX_METADATA_BYTES = 2048
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
            "ExpiredToken", "InvalidToken", "AccountProblem", "InvalidSecurity"}
@@ -135,6 +142,12 @@ class S3ChunkStorage(BaseChunkStorage):
         """The S3 key of chunk ``name``: the configured key prefix followed by the name."""
         return self._settings.key_prefix + name
 
+    def _check_address(self, name: str) -> None:
+        size = len(self.object_key(name).encode("utf-8", errors="surrogatepass"))
+        if size > MAX_CHUNK_NAME_BYTES:
+            raise InvalidChunkNameError(f"S3 key (key prefix + chunk name) is {size} bytes, over "
+                                        f"{MAX_CHUNK_NAME_BYTES}", chunk=name[:64])
+
     def _call(self, name: str | None, method: str, *, on_precondition: StorageError | None = None,
               **kwargs: Any) -> Any:
         try:
@@ -148,10 +161,17 @@ class S3ChunkStorage(BaseChunkStorage):
             raise map_s3_error(exc, name) from exc
 
     @staticmethod
-    def _metadata(tags: ChunkTags | None) -> dict[str, str]:
+    def _metadata(tags: ChunkTags | None, name: str) -> dict[str, str]:
+        """The tags as user metadata; refused before any request when over S3's 2 KB limit."""
         if tags is None:
             return {}
-        return {_META_PREFIX + key: quote(value, safe="") for key, value in tags.to_dict().items()}
+        metadata = {_META_PREFIX + key: quote(value, safe="") for key, value in tags.to_dict().items()}
+        # Counted as full ASCII header names plus values: the strictest reading of AWS's 2 KB rule.
+        size = sum(len(_HEADER_PREFIX) + len(key) + len(value) for key, value in metadata.items())
+        if size > MAX_METADATA_BYTES:
+            raise ChunkTagsTooLargeError(f"ownership tags take {size} bytes of S3 user metadata, over "
+                                         f"{MAX_METADATA_BYTES}", chunk=name)
+        return metadata
 
     @staticmethod
     def _tags(metadata: dict[str, str]) -> ChunkTags | None:
@@ -215,7 +235,7 @@ class S3ChunkStorage(BaseChunkStorage):
 
     def _do_create(self, name: str, data: bytes, tags: ChunkTags | None) -> None:
         exists = ChunkAlreadyExistsError("chunk exists already", chunk=name)
-        self._call(name, "put_object", Key=self.object_key(name), Body=data, Metadata=self._metadata(tags),
+        self._call(name, "put_object", Key=self.object_key(name), Body=data, Metadata=self._metadata(tags, name),
                    IfNoneMatch="*", on_precondition=exists)
 
     def _do_delete(self, name: str) -> None:

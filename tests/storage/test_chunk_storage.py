@@ -131,7 +131,7 @@ def test_delete_many_reports_per_key(chunk_storage: BaseChunkStorage) -> None:
 
 
 @pytest.mark.parametrize("bad", ["", "../x", "a/../b", "/abs", "a//b", "a/", ".", "a\x00b", "a\\b", "n\nl",
-                                 "x" * 1025])
+                                 "x" * 1025, "a/ .. /b", "x" * 256])
 def test_bad_names_rejected(chunk_storage: BaseChunkStorage, bad: str) -> None:
     with pytest.raises(InvalidChunkNameError):
         chunk_storage.create(bad, TAGS)
