@@ -14,7 +14,6 @@ verb raise ``StorageMisconfiguredError`` instead of reporting its chunks absent.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -36,54 +35,13 @@ from storage.chunks import (
     Tier,
 )
 from storage.errors import (
-    AccessDeniedError,
-    ChunkAlreadyExistsError,
     ChunkNotFoundError,
     ChunkReadOnlyError,
-    InvalidChunkNameError,
     InvalidOffsetError,
-    StorageError,
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-
-#: errnos after which the same call may succeed later.
-_TRANSIENT_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ESTALE, errno.ETIMEDOUT,
-                     errno.EINTR, errno.EMFILE, errno.ENFILE}
-_COPY_BLOCK = 1 << 20
-
-
-def map_os_error(exc: OSError, name: str) -> StorageError:
-    """Translate an ``OSError`` about chunk ``name`` into the storage error hierarchy."""
-    if isinstance(exc, FileNotFoundError):
-        return ChunkNotFoundError(f"chunk not found: {exc.strerror}", chunk=name)
-    if isinstance(exc, FileExistsError):
-        return ChunkAlreadyExistsError("chunk exists already", chunk=name)
-    if isinstance(exc, PermissionError):
-        return AccessDeniedError(f"access denied: {exc.strerror}", chunk=name)
-    if isinstance(exc, NotADirectoryError | IsADirectoryError):
-        return InvalidChunkNameError("chunk name collides with a directory of other chunks", chunk=name)
-    if exc.errno in _TRANSIENT_ERRNOS:
-        return StorageUnavailableError(f"filesystem unavailable: {exc.strerror}", chunk=name)
-    return StorageError(f"filesystem error: {exc}", chunk=name)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _writable(mode: int) -> bool:
-    return bool(mode & stat.S_IWUSR)
+from storage.fs_io import COPY_BLOCK, fsync_dir, map_os_error, writable, write_all
 
 
 class FileSystemChunkStorage(BaseChunkStorage):
@@ -150,7 +108,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
         staged = self._tmp / uuid.uuid4().hex
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -164,7 +122,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
                 os.link(staged, final)
             except FileNotFoundError:
                 continue
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             return
         raise StorageUnavailableError("chunk directory kept disappearing during create", chunk=final.name)
 
@@ -253,7 +211,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
             st = os.stat(self.data_path(name))
         if not stat.S_ISREG(st.st_mode):
             raise ChunkNotFoundError("not a chunk file", chunk=name)
-        return ChunkInfo(name, st.st_size, self._read_tags(name), read_only=not _writable(st.st_mode))
+        return ChunkInfo(name, st.st_size, self._read_tags(name), read_only=not writable(st.st_mode))
 
     def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
         with self._os_errors(name), open(self.data_path(name), "rb") as handle:
@@ -276,9 +234,9 @@ class FileSystemChunkStorage(BaseChunkStorage):
         finally:
             os.close(fd)
 
-    def _check_writable(self, fd: int, name: str, offset: int | None) -> int:
+    def _checkwritable(self, fd: int, name: str, offset: int | None) -> int:
         st = os.fstat(fd)
-        if not _writable(st.st_mode):
+        if not writable(st.st_mode):
             raise ChunkReadOnlyError("chunk is read-only", chunk=name)
         if offset is not None and offset != st.st_size:
             raise InvalidOffsetError(f"write offset {offset} is not chunk length {st.st_size}", chunk=name)
@@ -286,8 +244,8 @@ class FileSystemChunkStorage(BaseChunkStorage):
 
     def _do_write(self, name: str, offset: int, data: bytes) -> int:
         with self._locked(name, os.O_WRONLY | os.O_APPEND) as fd, self._os_errors(name):
-            self._check_writable(fd, name, offset)
-            _write_all(fd, data)
+            self._checkwritable(fd, name, offset)
+            write_all(fd, data)
             os.fsync(fd)
         return len(data)
 
@@ -313,10 +271,10 @@ class FileSystemChunkStorage(BaseChunkStorage):
                 raise InvalidOffsetError("concat source shorter than its length", chunk=source.name)
             remaining = source.length
             while remaining:
-                block = src.read(min(_COPY_BLOCK, remaining))
+                block = src.read(min(COPY_BLOCK, remaining))
                 if not block:
                     raise StorageUnavailableError("concat source shrank while copying", chunk=source.name)
-                _write_all(fd, block)
+                write_all(fd, block)
                 remaining -= len(block)
         return source.length
 
@@ -324,7 +282,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
         target = chunks[0]
         with self._locked(target.name, os.O_WRONLY | os.O_APPEND) as fd:
             with self._os_errors(target.name):
-                self._check_writable(fd, target.name, target.length)
+                self._checkwritable(fd, target.name, target.length)
             copied = sum(self._append_from(fd, source) for source in chunks[1:])
             with self._os_errors(target.name):
                 os.fsync(fd)
@@ -332,7 +290,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
 
     def _do_truncate(self, name: str, offset: int) -> bool:
         with self._locked(name, os.O_WRONLY) as fd, self._os_errors(name):
-            size = self._check_writable(fd, name, None)
+            size = self._checkwritable(fd, name, None)
             if offset > size:
                 raise InvalidOffsetError(f"truncate offset {offset} beyond chunk length {size}", chunk=name)
             os.ftruncate(fd, offset)
