@@ -1,0 +1,123 @@
+"""Setup for the deletion benchmarks (never timed): buckets, chunks and their rows, topics, read-backs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
+from ops.settings import Settings
+from ops.topics import TopicSpec, admin_client, create_topics, topic_specs
+from producers.config import kafka_config
+from producers.topics import TopicNames
+from storage.base import BaseChunkStorage
+from storage.chunks import ChunkTags
+from storage.filesystem import FileSystemChunkStorage
+from storage.metadata import ChunkRecord, MetadataStore, SegmentRecord
+
+PAYLOAD = b"c" * 64
+STREAM = "bench/stream"
+PARTITIONS = 4
+
+
+def put_objects(endpoint: S3Endpoint, bucket: str, keys: Sequence[str]) -> None:
+    client = s3_client(endpoint)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: client.put_object(Bucket=bucket, Key=key, Body=PAYLOAD), keys))
+
+
+def filled_bucket(endpoint: S3Endpoint, kind: str, n: int) -> tuple[str, list[str]]:
+    """A new bucket holding ``n`` objects."""
+    bucket = f"{kind}-{uuid.uuid4().hex[:8]}"
+    ensure_bucket(endpoint, bucket)
+    keys = [f"chunks/{i:06d}" for i in range(n)]
+    put_objects(endpoint, bucket, keys)
+    return bucket, keys
+
+
+def new_chunks(binding: BaseChunkStorage, n: int, *, active: bool = True,
+               mark_id: str | None = None) -> list[ChunkRecord]:
+    """Rows of ``n`` chunks of one new segment, located in ``binding`` (neither stored nor written)."""
+    segment = f"{STREAM}/{uuid.uuid4().hex[:8]}.#epoch.0"
+    tags = ChunkTags(component="segment", stream=STREAM, segment=segment, writer_epoch=1)
+    size = len(PAYLOAD)
+    names = [f"{segment}.E-1-O-{i * size}.{uuid.uuid4().hex}" for i in range(n)]
+    return [ChunkRecord(name=name, segment=segment, start_offset=i * size, length=size, tags=tags,
+                        locations=(binding.location(name),), active=active, mark_id=mark_id)
+            for i, name in enumerate(names)]
+
+
+def store_rows(store: MetadataStore, chunks: Sequence[ChunkRecord]) -> list[ChunkRecord]:
+    """Write the rows of ``chunks`` (all of one segment) and their segment in one transaction."""
+    with store.transaction() as txn:
+        txn.put_segment(SegmentRecord(name=chunks[0].segment, stream=STREAM))
+        return [txn.put_chunk(chunk) for chunk in chunks]
+
+
+def write_chunks(store: MetadataStore, binding: BaseChunkStorage, n: int) -> list[ChunkRecord]:
+    """Live chunks created through ``binding`` (with their tags, in parallel), then their rows."""
+    chunks = new_chunks(binding, n)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: binding.create_with_content(c.name, PAYLOAD, c.tags), chunks))
+    return store_rows(store, chunks)
+
+
+def chunk_files(binding: FileSystemChunkStorage, n: int) -> list[Path]:
+    """``n`` chunks created through the filesystem binding; every file one holds: data and tag sidecar."""
+    chunks = new_chunks(binding, n)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: binding.create_with_content(c.name, PAYLOAD, c.tags), chunks))
+    paths = [path for c in chunks for path in (binding.data_path(c.name), binding.tags_path(c.name))]
+    missing = [path for path in paths if not path.is_file()]
+    assert not missing, f"the binding no longer keeps a chunk as its data file and tag sidecar: {missing[0]}"
+    return paths
+
+
+def fresh_topics(bootstrap: str, *, only_deletion: bool = False) -> tuple[str, TopicNames]:
+    """A new topic prefix and its topics, created (only the deletion topic when ``only_deletion``)."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    specs = topic_specs(Settings(topic_prefix=prefix, partitions=PARTITIONS))
+    topics = TopicNames.for_prefix(prefix)
+    create_topics(admin_client(bootstrap), [s for s in specs if s.name == topics.deletion] if only_deletion
+                  else specs)
+    return prefix, topics
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    create_topics(admin_client(bootstrap), [TopicSpec(name, partitions, {})])
+
+
+def read_back(bootstrap: str, topic: str, n: int, timeout_s: float = 60.0) -> list[tuple[bytes, bytes]]:
+    """The first ``n`` records of ``topic`` as (key, value), read without a group."""
+    consumer = Consumer(kafka_config(bootstrap, "consumer", {"group.id": f"read-{uuid.uuid4().hex[:8]}"}))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        records: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(records) < n:
+            assert time.monotonic() < deadline, f"read {len(records)} of {n} records back from {topic}"
+            for msg in consumer.consume(1000, timeout=1.0):
+                if msg.error() is None:
+                    records.append((msg.key() or b"", msg.value() or b""))
+        return records
+    finally:
+        consumer.close()
+
+
+def wait_for_members(bootstrap: str, group: str, members: int, timeout_s: float = 60.0) -> None:
+    """Until ``group`` is stable with ``members`` members, each holding partitions."""
+    admin = admin_client(bootstrap)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assigned = [m for m in description.members if m.assignment and m.assignment.topic_partitions]
+        if len(assigned) == members and str(description.state).endswith("STABLE"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"group {group} did not settle with {members} members")

@@ -1,0 +1,99 @@
+"""A MinIO server for the benchmarks, built from its Go module and started on loopback.
+
+``python -m benchmarks.minio build`` installs the pinned module into ``<cache>/bin/minio`` (once; it
+takes minutes); ``python -m benchmarks.minio start`` runs a server on a free port with a temporary data
+directory and prints the ``RECLAIM_S3_*`` variables that point reclaim at it. The Go module proxy does
+not serve MinIO's ``RELEASE.*`` tags (they are not semantic versions), so the pin is the pseudo-version
+of the module's last commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ops.procs import StackError, free_port, spawn, stop_pid, wait_until
+from ops.s3_server import S3Endpoint
+from ops.settings import Settings
+
+MODULE = "github.com/minio/minio"
+VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
+ROOT_USER = "reclaim-minio"
+ROOT_PASSWORD = "reclaim-minio-secret"
+
+
+def binary(cache_dir: Path) -> Path:
+    return cache_dir / "bin" / "minio"
+
+
+def build(cache_dir: Path) -> Path:
+    """The MinIO binary of the pinned version, installed with ``go install`` unless it is there already."""
+    target, stamp = binary(cache_dir), cache_dir / "bin" / "minio.version"
+    if target.is_file() and stamp.is_file() and stamp.read_text().strip() == VERSION:
+        return target
+    go = shutil.which("go")
+    if go is None:
+        raise StackError("cannot build MinIO: no `go` on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOBIN": str(target.parent), "CGO_ENABLED": "0"}
+    done = subprocess.run(["nice", "-n", "19", go, "install", f"{MODULE}@{VERSION}"], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise StackError(f"go install {MODULE}@{VERSION} failed:\n{done.stderr[-3000:]}")
+    stamp.write_text(VERSION + "\n")
+    return target
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/minio/health/ready", timeout=1) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def start_minio(work: Path, cache_dir: Path, timeout: float = 120.0) -> tuple[int, S3Endpoint]:
+    """Start MinIO on a free loopback port with its data under ``work``; return its pid and endpoint."""
+    port, console = free_port(), free_port()
+    env = {**os.environ, "MINIO_ROOT_USER": ROOT_USER, "MINIO_ROOT_PASSWORD": ROOT_PASSWORD,
+           "MINIO_BROWSER": "off", "MINIO_UPDATE": "off"}
+    log = work / "minio.log"
+    proc = spawn([str(build(cache_dir)), "server", str(work / "minio-data"), "--quiet",
+                  "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}"], log, env=env)
+    endpoint = S3Endpoint(f"http://127.0.0.1:{port}", access_key=ROOT_USER, secret_key=ROOT_PASSWORD)
+    try:
+        wait_until(lambda: _ready(endpoint.url), timeout, "MinIO", proc, log)
+    except StackError:
+        stop_pid(proc.pid)
+        raise
+    return proc.pid, endpoint
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build", "start"])
+    args = parser.parse_args()
+    cache_dir = Settings.from_env().cache_dir
+    if args.command == "build":
+        print(build(cache_dir))
+        return
+    with tempfile.TemporaryDirectory(prefix="reclaim-minio-") as tmp:
+        pid, endpoint = start_minio(Path(tmp), cache_dir)
+        print(f"export RECLAIM_S3_ENDPOINT={endpoint.url} RECLAIM_S3_ACCESS_KEY={endpoint.access_key} "
+              f"RECLAIM_S3_SECRET_KEY={endpoint.secret_key} RECLAIM_S3_REGION={endpoint.region}", flush=True)
+        try:
+            os.waitpid(pid, 0)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop_pid(pid)
+
+
+if __name__ == "__main__":
+    main()
