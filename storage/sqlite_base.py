@@ -57,8 +57,9 @@ class SQLiteStoreBase(Generic[R, T]):
     Every engine error leaves as a :class:`MetadataError` naming ``store``. ``outcomes`` is told how
     each transaction ended (the metadata store feeds its Prometheus counter from it).
 
-    The engine-specific part is :class:`SQLiteDatabase`; a store on another engine would supply the
-    same four verbs (begin, commit, rollback, map an error) and keep this shape.
+    Everything engine-specific is in :class:`SQLiteDatabase`; a store on another engine would supply
+    the same verbs (open, begin, commit, rollback, which errors are its own and how they map) and
+    keep this shape.
     """
 
     def __init__(self, path: str | os.PathLike[str], schema: str, *, store: str, reader: type[R],
@@ -87,7 +88,7 @@ class SQLiteStoreBase(Generic[R, T]):
                 self._db.commit()
             except BaseException as exc:
                 self._rollback(exc)
-                if isinstance(exc, sqlite3.Error):
+                if isinstance(exc, self._db.errors):
                     raise self._db.mapped(exc) from exc
                 raise
             finally:
@@ -100,7 +101,7 @@ class SQLiteStoreBase(Generic[R, T]):
     def _begin(self) -> None:
         try:
             self._db.begin()
-        except sqlite3.Error as exc:
+        except self._db.errors as exc:
             self._outcomes("unavailable")
             raise self._db.mapped(exc) from exc
 
@@ -121,7 +122,7 @@ class SQLiteStoreBase(Generic[R, T]):
         with self._lock:
             try:
                 return query(self._reader)
-            except sqlite3.Error as exc:
+            except self._db.errors as exc:
                 raise self._db.mapped(exc) from exc
 
     def close(self) -> None:
@@ -137,13 +138,16 @@ class SQLiteDatabase:
     threads under the store's lock. WAL lets readers in other processes go on while one writes.
     """
 
+    #: The exceptions the engine raises; the store maps each to a MetadataError.
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
     def __init__(self, path: str, schema: str, *, store: str, busy_timeout: float) -> None:
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
         self.store = store
         try:
             self.connection = _open(path, schema, busy_timeout)
-        except sqlite3.Error as exc:
+        except self.errors as exc:
             raise self.mapped(exc) from exc
 
     def begin(self) -> None:
@@ -156,7 +160,7 @@ class SQLiteDatabase:
         if self.connection.in_transaction:
             self.connection.execute("ROLLBACK")
 
-    def mapped(self, exc: sqlite3.Error) -> MetadataError:
+    def mapped(self, exc: Exception) -> MetadataError:
         """Busy or locked past the busy timeout is retryable unavailability; anything else a plain error."""
         if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in (
                 sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
