@@ -1,10 +1,12 @@
-"""Phase 2 as a Kafka consumer group (``reclaim worker``): poll, judge and delete, route, store offsets.
+"""Phase 2 as a Kafka consumer group (``reclaim worker``): the consumer loop.
 
-Batches overlap: while the worker polls, decodes and checks one batch, a delete thread runs the
-storage deletes of the batch before, and a cleanup thread the row cleanup of the one before that.
-The worker routes batches and stores their offsets one by one, in poll order; when a partition is
-sought back to a record whose reroute was not confirmed, the later records of it in batches already
-in flight are not acked (their deletes are harmless: the re-read records find the copies gone).
+Each ``run_once`` polls a batch, decodes it (:mod:`consumers.batches` values), checks it
+(:meth:`~deletion.executor.DeletionExecutor.prepare`) and hands it to the in-flight pipeline
+(:mod:`consumers.pipeline`); completed batches are routed (:mod:`consumers.routing`), re-routed
+(:mod:`consumers.rerouter`) and their offsets stored (:mod:`consumers.offsets`), in poll order. When a
+partition is sought back to a record whose reroute was not confirmed, the later records of it in
+batches already in flight are not acked (their deletes are harmless: the re-read records find the
+copies gone).
 """
 
 from __future__ import annotations
@@ -13,31 +15,34 @@ import logging
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from consumers.retry import Delivery, RetryTiers, reroute_headers
+from consumers.batches import BatchReport, Checked, Completed, Decoded, Judged, Partition, Polled, Undecodable
+from consumers.offsets import Position, plan_offsets
+from consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
+from consumers.rerouter import Rerouter
+from consumers.retry import Delivery, RetryTiers
+from consumers.routing import route
 from deletion import metrics
-from deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
+from deletion.executor import DeletionExecutor
+from deletion.facts import Pending
 from deletion.outcomes import Outcome, Route, Verdict
 from producers.config import kafka_config
-from producers.producer import DeliveryTracker, RecordProducer
+from producers.kafka_errors import check_committed, is_no_offset
+from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from schemas.codec import RecordCodec
 from schemas.errors import RecordDecodeError
 from schemas.ledger import PendingDeleteLedgerInfo
 
+__all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tune_interpreter"]
+
 log = logging.getLogger(__name__)
-
-Partition = tuple[str, int]
-
-MAX_IN_FLIGHT = 2
-"""Batches a worker keeps going behind the one it is checking: one deleting, one cleaning up rows."""
 
 SWITCH_INTERVAL_S = 0.0005
 """The interpreter's thread switch interval in a worker process (Python's default is 5 ms)."""
@@ -77,41 +82,6 @@ class WorkerConfig:
         return kafka_config(self.bootstrap, "consumer", overrides)
 
 
-@dataclass
-class BatchReport:
-    """What one batch did: records seen, outcomes, records re-routed, offsets stored."""
-
-    received: int = 0
-    held: int = 0
-    outcomes: dict[Outcome, int] = field(default_factory=dict)
-    retried: int = 0
-    dead_lettered: int = 0
-    stored: int = 0
-    unconfirmed: int = 0
-
-
-@dataclass
-class _Item:
-    msg: Message
-    partition: Partition
-    delivery: Delivery
-    verdict: Verdict | None = None
-    info: PendingDeleteLedgerInfo | None = None
-    final: bool = False
-
-
-@dataclass
-class _Batch:
-    """A polled batch after its checks; its storage deletes and row cleanup may be in flight."""
-
-    items: list[_Item]
-    decoded: list[_Item]
-    plan: BatchPlan | None
-    verdicts: Future[list[Verdict]] | None = None
-    dropped: set[Partition] = field(default_factory=set)
-    """Partitions sought back, after this batch was polled, to an earlier record that is not final."""
-
-
 class DeletionWorker:
     """Consumes the deletion topic and its retry tiers; offsets are stored only for final records."""
 
@@ -122,14 +92,13 @@ class DeletionWorker:
         self._codec = codec
         self._tiers = RetryTiers(config.topics.retries, config.max_attempts)
         self._retry_topics = set(config.topics.retry_topics)
-        self._producer = producer or RecordProducer(config.bootstrap, "idempotent-producer")
+        self._rerouter = Rerouter(producer or RecordProducer(config.bootstrap, "idempotent-producer"),
+                                  config.delivery_timeout_s)
+        self._pipeline = BatchPipeline(executor)
         self._consumer = Consumer(config.consumer_config())
         self._held: dict[Partition, float] = {}
         self._assigned: set[Partition] = set()
-        self._in_flight: deque[_Batch] = deque()
         self._report = BatchReport()
-        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="reclaim-delete")
-        self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="reclaim-cleanup")
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
 
@@ -138,7 +107,7 @@ class DeletionWorker:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The batches in flight end, and their offsets are stored, while the partitions are still ours.
-        self._complete_in_flight(self._report)
+        self._complete_all()
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
             self._assigned.discard((tp.topic, tp.partition))
@@ -179,219 +148,139 @@ class DeletionWorker:
         With batches in flight the poll does not wait: whatever is already fetched overlaps them.
         """
         self._resume_due()
-        timeout = 0.0 if self._in_flight else self._config.poll_timeout_s
-        messages = self._consumer.consume(self._config.batch_size, timeout)
-        report = self._report
-        items = self._ready_items(messages, report)
-        if items:
-            self._start(self._check(items))
-            while len(self._in_flight) > MAX_IN_FLIGHT:
-                self._complete_oldest(report)
-        elif self._in_flight:
-            self._complete_oldest(report)
-        self._report = BatchReport()
-        return report
+        timeout = 0.0 if len(self._pipeline) else self._config.poll_timeout_s
+        polled = self._ready(self._consumer.consume(self._config.batch_size, timeout))
+        if polled:
+            self._pipeline.start(self._check(polled))
+            while self._pipeline.over_depth:
+                self._complete_oldest()
+        elif len(self._pipeline):
+            self._complete_oldest()
+        return self._take_report()
 
     def flush(self) -> BatchReport:
         """Complete every batch in flight; the report of what completed since the last call."""
-        self._complete_in_flight(self._report)
+        self._complete_all()
+        return self._take_report()
+
+    def _take_report(self) -> BatchReport:
         report, self._report = self._report, BatchReport()
         return report
 
-    def _ready_items(self, messages: Sequence[Message], report: BatchReport) -> list[_Item]:
-        now = time.time()
-        items: list[_Item] = []
+    def _ready(self, messages: Sequence[Message]) -> list[Polled]:
+        """The polled records to handle now; a retry tier's records not due yet hold their partition."""
+        now_ms = time.time() * 1000
+        ready: list[Polled] = []
         held_now: set[Partition] = set()
-        received: dict[str, int] = {}
+        received: Counter[str] = Counter()
+        held = 0
         for msg in messages:
             error = msg.error()
             if error is not None:
                 self._on_consume_error(error)
                 continue
-            topic, partition = msg.topic() or "", msg.partition() or 0
-            key = (topic, partition)
-            report.received += 1
-            received[topic] = received.get(topic, 0) + 1
-            if key in held_now:
-                report.held += 1
+            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            received[topic] += 1
+            if (topic, partition) in held_now:
+                held += 1
                 continue
-            delivery = Delivery.of(topic, partition, msg.offset() or 0, msg.headers())
-            if topic in self._retry_topics and delivery.not_before_ms and delivery.not_before_ms > now * 1000:
-                self._hold(key, msg, delivery.not_before_ms / 1000)
-                held_now.add(key)
-                report.held += 1
+            delivery = Delivery.of(topic, partition, offset, msg.headers())
+            if topic in self._retry_topics and delivery.not_before_ms and delivery.not_before_ms > now_ms:
+                self._hold((topic, partition), offset, delivery.not_before_ms / 1000)
+                held_now.add((topic, partition))
+                held += 1
                 continue
-            items.append(_Item(msg, key, delivery))
+            ready.append(Polled(topic, partition, offset, msg.key(), msg.value(), delivery))
         for topic, count in received.items():
             metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
-        return items
+        self._report += BatchReport(received=sum(received.values()), held=held)
+        return ready
 
     def _on_consume_error(self, error: KafkaError) -> None:
         if error.fatal():
             raise KafkaException(error)
         log.warning("consume error (librdkafka retries it): %s", error)
 
-    def _hold(self, key: Partition, msg: Message, due: float) -> None:
+    def _hold(self, source: Partition, offset: int, due: float) -> None:
         """A tier is FIFO in due time: pause the partition at its first record that is not due yet."""
-        tp = TopicPartition(key[0], key[1], msg.offset() or 0)
+        tp = TopicPartition(source[0], source[1], offset)
         self._consumer.pause([tp])
         self._consumer.seek(tp)
-        self._held[key] = due
+        self._held[source] = due
 
     def _resume_due(self) -> None:
         now = time.time()
-        due = [key for key, when in self._held.items() if when <= now]
+        due = [source for source, when in self._held.items() if when <= now]
         if due:
             self._consumer.resume([TopicPartition(topic, partition) for topic, partition in due])
-            for key in due:
-                del self._held[key]
+            for source in due:
+                del self._held[source]
 
-    def _check(self, items: list[_Item]) -> _Batch:
+    def _check(self, polled: list[Polled]) -> Checked:
         """Decode (undecodable records get their verdict here) and run the checks before any delete."""
-        decoded: list[_Item] = []
-        for item in items:
+        decoded: list[Decoded] = []
+        undecodable: list[Undecodable] = []
+        for record in polled:
             try:
-                item.info = self._codec.decode(item.msg.value() or b"", item.partition[0], PendingDeleteLedgerInfo)
-                decoded.append(item)
+                info = self._codec.decode(record.value or b"", record.topic, PendingDeleteLedgerInfo)
             except RecordDecodeError as exc:
-                item.verdict = Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)
-        infos = [item.info for item in decoded if item.info is not None]
-        return _Batch(items, decoded, self._executor.prepare(infos) if infos else None)
+                undecodable.append(Undecodable(record, Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)))
+            else:
+                decoded.append(Decoded(record, info))
+        plan = None
+        if decoded:
+            plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms) for d in decoded])
+        return Checked(tuple(decoded), tuple(undecodable), plan)
 
-    def _start(self, batch: _Batch) -> None:
-        """Queue the batch's storage deletes, and its row cleanup after them (each stage in order)."""
-        plan = batch.plan
-        if plan is not None:
-            deleted = self._deleter.submit(self._executor.delete, plan)
-            batch.verdicts = self._cleaner.submit(self._cleanup, plan, deleted)
-        self._in_flight.append(batch)
+    def _complete_all(self) -> None:
+        while len(self._pipeline):
+            self._complete_oldest()
 
-    def _cleanup(self, plan: BatchPlan, deleted: Future[DeleteResults]) -> list[Verdict]:
-        return self._executor.finish(plan, deleted.result())
-
-    def _complete_in_flight(self, report: BatchReport) -> None:
-        while self._in_flight:
-            self._complete_oldest(report)
-
-    def _complete_oldest(self, report: BatchReport) -> None:
+    def _complete_oldest(self) -> None:
         """Wait for the oldest batch's deletes and row cleanup, then route it and store its offsets."""
-        batch = self._in_flight.popleft()
+        completed = self._pipeline.complete_oldest()
         try:
-            if batch.verdicts is not None:
-                for item, verdict in zip(batch.decoded, batch.verdicts.result(), strict=True):
-                    item.verdict = verdict
-            items = batch.items
-            if batch.dropped:
-                # Those partitions re-read from an earlier record: these records come again, unacked.
-                log.debug("not acking this batch's records of %s: re-read from earlier", sorted(batch.dropped))
-                items = [item for item in items if item.partition not in batch.dropped]
-            self._reroute(items, report)
-            sought = self._store_offsets(items, report)
+            report = self._settle(completed)
         except BaseException:
             # This batch's offsets are not stored, so no later batch's may be: they would pass it.
-            self._in_flight.clear()
+            self._pipeline.clear()
             raise
-        for later in self._in_flight:
-            later.dropped |= sought
+        self._report += report
 
-    def _reroute(self, items: list[_Item], report: BatchReport) -> None:
-        self._reroute_items(items, report)
-        for outcome, count in report.outcomes.items():
-            metrics.OUTCOMES.labels(outcome.value).inc(count)
-
-    def _reroute_items(self, items: list[_Item], report: BatchReport) -> None:
-        tracker = DeliveryTracker()
-        sent: dict[int, _Item] = {}
+    def _settle(self, completed: Completed) -> BatchReport:
+        """Route a completed batch, send its reroutes, store the offsets of its final records."""
         now_ms = int(time.time() * 1000)
-        for item in items:
-            verdict = item.verdict
-            assert verdict is not None
-            report.outcomes[verdict.outcome] = report.outcomes.get(verdict.outcome, 0) + 1
-            self._count(verdict)
-            route = self._route(item)
-            if route is Route.ACK:
-                item.final = True
-                continue
-            topic, headers = self._destination(item, route, now_ms, report)
-            index = len(sent)
-            sent[index] = item
-            self._producer.send(topic, item.msg.value(), key=item.msg.key(), headers=headers,
-                                on_delivery=tracker.callback(index))
-        if sent:
-            unconfirmed = self._producer.wait(tracker, self._config.delivery_timeout_s)
-            for index, item in sent.items():
-                item.final = index not in unconfirmed
-            report.unconfirmed += len(unconfirmed)
-
-    def _route(self, item: _Item) -> Route:
-        verdict = item.verdict
-        assert verdict is not None
-        if verdict.route is Route.RETRY and self._tiers.exhausted(item.delivery, verdict.outcome):
-            metrics.MAX_RETRIES_REACHED.inc()
-            return Route.DLQ
-        return verdict.route
-
-    def _destination(self, item: _Item, route: Route, now_ms: int,
-                     report: BatchReport) -> tuple[str, list[tuple[str, bytes]]]:
-        verdict = item.verdict
-        assert verdict is not None
-        if route is Route.DLQ:
-            report.dead_lettered += 1
-            metrics.DLQ_SENT.labels(verdict.outcome.value).inc()
-            log.warning("to DLQ: topic=%s partition=%s offset=%s outcome=%s reason=%s", item.delivery.topic,
-                        item.delivery.partition, item.delivery.offset, verdict.outcome.value, verdict.reason)
-            return self._config.topics.dlq, reroute_headers(item.delivery, verdict, now_ms,
-                                                            item.delivery.attempt, None)
-        delay, topic = self._tiers.tier_after(item.delivery.attempt, verdict.outcome)
-        report.retried += 1
-        metrics.RETRIES_SENT.labels(topic).inc()
-        attempt = self._tiers.next_attempt(item.delivery, verdict.outcome)
-        return topic, reroute_headers(item.delivery, verdict, now_ms, attempt, delay)
-
-    @staticmethod
-    def _count(verdict: Verdict) -> None:
-        if verdict.outcome is Outcome.IN_USE:
-            metrics.IN_USE_SKIPS.inc()
-        elif verdict.outcome is Outcome.OWNERSHIP_MISMATCH:
-            metrics.OWNERSHIP_MISMATCHES.inc()
-            log.warning("ownership mismatch, not deleted: %s", verdict.reason)
-        elif verdict.outcome is Outcome.MARK_PENDING:
-            metrics.MARK_PENDING_RETRIES.inc()
-
-    def _store_offsets(self, items: list[_Item], report: BatchReport) -> set[Partition]:
-        """Store each partition's offset past its last final record before the first one that is not;
-        re-read the partition from that one. Returns the partitions so sought."""
-        by_partition: dict[Partition, list[_Item]] = {}
-        for item in items:
-            by_partition.setdefault(item.partition, []).append(item)
-        stored = 0
-        offsets: list[TopicPartition] = []
-        sought: set[Partition] = set()
-        for (topic, partition), group in by_partition.items():
-            group.sort(key=lambda it: it.msg.offset() or 0)
-            final = 0
-            while final < len(group) and group[final].final:
-                final += 1
-            if final:
-                offsets.append(TopicPartition(topic, partition, (group[final - 1].msg.offset() or 0) + 1))
-            if final < len(group):
-                self._consumer.seek(TopicPartition(topic, partition, group[final].msg.offset() or 0))
-                sought.add((topic, partition))
-            stored += final
-        if offsets:
-            self._consumer.store_offsets(offsets=offsets)
-            metrics.ACKED.inc(stored)
-        report.stored += stored
-        return sought
+        judged = [j for j in completed.judged if j.polled.source not in completed.dropped]
+        if len(judged) < len(completed.judged):
+            # Those partitions re-read from an earlier record: these records come again, unacked.
+            log.debug("not acking this batch's records of %s: re-read from earlier", sorted(completed.dropped))
+        outcomes = Counter(j.verdict.outcome for j in judged)
+        _count_outcomes(outcomes, judged)
+        routings = [route(j.verdict, j.polled.delivery, self._tiers, self._config.topics.dlq, now_ms)
+                    for j in judged]
+        sends = [(i, (j.polled, j.verdict, r)) for i, (j, r) in enumerate(zip(judged, routings, strict=True))
+                 if r.route is not Route.ACK]
+        unconfirmed = {sends[i][0] for i in self._rerouter.send([send for _, send in sends])}
+        plan = plan_offsets(Position(j.polled.source, j.polled.offset, i not in unconfirmed)
+                            for i, j in enumerate(judged))
+        if plan.store:
+            self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in plan.store.items()])
+            metrics.ACKED.inc(plan.acked)
+        for (topic, partition), offset in plan.seek.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+        self._pipeline.drop(plan.seek)
+        dead = sum(1 for r in routings if r.route is Route.DLQ)
+        return BatchReport(outcomes=dict(outcomes), retried=len(sends) - dead, dead_lettered=dead,
+                           stored=plan.acked, unconfirmed=len(unconfirmed))
 
     def commit(self) -> None:
         """Complete the batches in flight, then commit the stored (final) offsets synchronously; nothing
         stored is not an error. What the completed batches did goes into the next report."""
-        self._complete_in_flight(self._report)
+        self._complete_all()
         try:
-            self._consumer.commit(asynchronous=False)
+            check_committed(self._consumer.commit(asynchronous=False))
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET:
+            if not is_no_offset(exc):
                 raise
 
     def close(self) -> None:
@@ -401,7 +290,19 @@ class DeletionWorker:
         except KafkaException as exc:
             log.warning("final commit failed: %s", exc)
         finally:
-            self._deleter.shutdown()
-            self._cleaner.shutdown()
+            self._pipeline.shutdown()
+            self._executor.close()
         self._consumer.close()
-        self._producer.close()
+        self._rerouter.close()
+
+
+def _count_outcomes(outcomes: Counter[Outcome], judged: Sequence[Judged]) -> None:
+    """The outcome counters of one completed batch (each record counted once, by the batch it ended in)."""
+    for outcome, count in outcomes.items():
+        metrics.OUTCOMES.labels(outcome.value).inc(count)
+    metrics.IN_USE_SKIPS.inc(outcomes[Outcome.IN_USE])
+    metrics.MARK_PENDING_RETRIES.inc(outcomes[Outcome.MARK_PENDING])
+    metrics.OWNERSHIP_MISMATCHES.inc(outcomes[Outcome.OWNERSHIP_MISMATCH])
+    for j in judged:
+        if j.verdict.outcome is Outcome.OWNERSHIP_MISMATCH:
+            log.warning("ownership mismatch, not deleted: %s", j.verdict.reason)

@@ -55,10 +55,3 @@ class Verdict:
     def route(self) -> Route:
         return ROUTES[self.outcome]
 
-
-def route_after(verdict: Verdict, attempt: int, max_attempts: int) -> Route:
-    """The route of a record on its ``attempt``-th try (1-based): a retry past ``max_attempts`` is a DLQ."""
-    route = verdict.route
-    if route is Route.RETRY and attempt >= max_attempts:
-        return Route.DLQ
-    return route

@@ -1,33 +1,24 @@
-"""Phase 2's checks before a delete: valid record, still in use, mark committed, ownership."""
+"""Phase 2's judgement, pure: every check before a delete, and the verdict after it.
+
+:func:`judge` decides one record from the batch's :class:`~deletion.facts.Facts` — valid record,
+known binding and chunk name, ownership (by the chunk row, or by the object's own tags when there is
+no row), still in use, mark committed — and :func:`conclude` turns a delete's result into a verdict.
+Neither does any I/O, so both are tested as plain values.
+"""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-
+from deletion.facts import Facts, Pending, Policy, Proceed
 from deletion.outcomes import Outcome, Verdict
-from deletion.records import LEDGER_TYPES, component_of
+from deletion.ownership import LEDGER_TYPES, component_of
 from schemas.ledger import PendingDeleteLedgerInfo
-from storage.chunks import ChunkLocation, ChunkTags
+from storage.chunks import ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
+from storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState
-
-
-class Proceed(enum.Enum):
-    """The record may be deleted: on the strength of its chunk row, or once the object's tags match."""
-
-    ROW_CONFIRMS = "row-confirms"
-    CHECK_TAGS = "check-tags"
-
 
 Decision = Verdict | Proceed
 
-
-@dataclass(frozen=True)
-class Clock:
-    """The time of a judgement and how long an uncommitted mark may take (both epoch millis)."""
-
-    now_ms: int
-    mark_timeout_ms: int
+DELETED = Verdict(Outcome.DELETED)
 
 
 def missing_fields(info: PendingDeleteLedgerInfo) -> list[str]:
@@ -39,39 +30,71 @@ def missing_fields(info: PendingDeleteLedgerInfo) -> list[str]:
     return [name for name, value in essentials.items() if not value]
 
 
-def judge(info: PendingDeleteLedgerInfo, row: ChunkRecord | None, mark: MarkRecord | None,
-          expected: ChunkLocation | None, clock: Clock) -> Decision:
-    """Decide what to do with ``info`` before touching storage.
+def error_verdict(exc: StorageError) -> Verdict:
+    """A storage error as a verdict: retried when the error says it may pass, dead-lettered otherwise."""
+    return Verdict(Outcome.RETRYABLE if exc.retryable else Outcome.FATAL, str(exc), type(exc).__name__)
 
-    ``row`` is the chunk's metadata row (None when absent), ``mark`` the record of its mark batch,
-    ``expected`` where the named binding would keep ``chunk_name`` (None when this worker has no
-    such binding).
-    """
+
+def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
+    """Decide what to do with one record before touching storage."""
+    info = pending.info
     missing = missing_fields(info)
     if missing:
         return Verdict(Outcome.INVALID, f"missing {', '.join(missing)}")
-    if expected is None:
-        return Verdict(Outcome.FATAL, f"unknown storage binding {info.storage_binding!r}", "UnknownBinding")
-    if (info.location.key, info.location.bucket) != (expected.key, expected.bucket):
+    ahead_ms = info.created_at - facts.now_ms
+    if ahead_ms > policy.max_clock_skew_ms:
+        return Verdict(Outcome.FATAL, f"created_at lies {ahead_ms // 1000} s in the future", "FutureRecord")
+    place = facts.places.get(pending.copy)
+    if not isinstance(place, ChunkLocation):
+        return _unplaceable(info, place)
+    if (info.location.key, info.location.bucket) != (place.key, place.bucket):
         # A record may only name the object its own chunk name maps to: otherwise a forged record
         # could point an absent chunk's name at a live chunk's object.
         return Verdict(Outcome.OWNERSHIP_MISMATCH, "location is not where the binding keeps this chunk")
-    if LEDGER_TYPES[expected.tier] is not info.ledger_type:
-        return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {expected.tier.name} copy")
+    if LEDGER_TYPES[place.tier] is not info.ledger_type:
+        return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {place.tier.name} copy")
+    row = facts.rows.get(info.chunk_name)
     if row is None:
-        return Proceed.CHECK_TAGS
+        return _by_object(pending, facts)
     mismatch = row_mismatch(info, row)
     if mismatch:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch)
     if row.active:
-        return _still_active(info, mark, clock)
-    return Proceed.ROW_CONFIRMS
+        return still_active(pending, facts.marks.get(info.mark_id), facts.now_ms, policy)
+    return Proceed.DELETE
 
 
-def _still_active(info: PendingDeleteLedgerInfo, mark: MarkRecord | None, clock: Clock) -> Verdict:
-    # PIP-186 publishes before the metadata update; a record read in between must wait, not be dropped.
+def _unplaceable(info: PendingDeleteLedgerInfo, why: StorageError | None) -> Verdict:
+    if isinstance(why, InvalidChunkNameError):
+        return Verdict(Outcome.FATAL, f"invalid chunk name: {why}", type(why).__name__)
+    if why is None or isinstance(why, StorageMisconfiguredError):
+        return Verdict(Outcome.FATAL, f"unknown storage binding {info.storage_binding!r}", "UnknownBinding")
+    return error_verdict(why)
+
+
+def _by_object(pending: Pending, facts: Facts) -> Decision:
+    """No chunk row: the object's own tags must name the record's owner (PIP-186's metadata check)."""
+    seen = facts.objects.get(pending.copy)
+    if isinstance(seen, ChunkNotFoundError):
+        return Verdict(Outcome.ALREADY_GONE, "no chunk row and no object")
+    if isinstance(seen, StorageError):
+        return error_verdict(seen)
+    if seen is None:
+        return Verdict(Outcome.RETRYABLE, "the object was not looked up", "NotLookedUp")
+    mismatch = tags_mismatch(pending.info, seen.tags)
+    return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch) if mismatch else Proceed.DELETE
+
+
+def still_active(pending: Pending, mark: MarkRecord | None, now_ms: int, policy: Policy) -> Verdict:
+    """The chunk is in the live layout: wait for an uncommitted mark, at most the mark timeout.
+
+    PIP-186 publishes before the metadata update; a record read in between must wait, not be
+    dropped. The wait runs from the earlier of the record's creation and phase 2's first failure
+    on it, so a record whose ``created_at`` lies ahead of the clock still stops waiting.
+    """
     committed = mark is not None and mark.state is MarkState.COMMITTED
-    if not committed and clock.now_ms - info.created_at < clock.mark_timeout_ms:
+    started = min(pending.info.created_at, pending.first_failure_ms or now_ms)
+    if not committed and now_ms - started < policy.mark_timeout_ms:
         return Verdict(Outcome.MARK_PENDING, "chunk still active; its mark is not committed yet")
     why = "mark committed without this chunk" if committed else "mark never committed"
     return Verdict(Outcome.IN_USE, f"chunk still in the live layout ({why})")
@@ -105,3 +128,21 @@ def tags_mismatch(info: PendingDeleteLedgerInfo, tags: ChunkTags | None, check_s
     if info.owner_epoch is not None and tags.writer_epoch != info.owner_epoch:
         return f"writer epoch tag {tags.writer_epoch} != {info.owner_epoch}"
     return ""
+
+
+def conclude(result: DeleteResult, was_present: bool, cleanup_error: StorageError | None) -> Verdict:
+    """The verdict of a copy cleared for deletion, from its delete and its row cleanup.
+
+    A delete reported successful counts as ``already-gone`` when the object was not there before it
+    (an S3 ``DeleteObjects`` answers "deleted" for a missing key).
+    """
+    if not result.ok:
+        return error_verdict(result.error or StorageError("delete failed"))
+    if cleanup_error is not None:
+        return Verdict(Outcome.RETRYABLE, f"deleted, but chunk row cleanup failed: {cleanup_error}",
+                       type(cleanup_error).__name__)
+    if result.outcome is DeleteOutcome.ALREADY_GONE:
+        return Verdict(Outcome.ALREADY_GONE, "object already absent")
+    if not was_present:
+        return Verdict(Outcome.ALREADY_GONE, "object absent before the delete")
+    return DELETED

@@ -1,0 +1,94 @@
+"""The frozen values the worker's parts pass between them: records as polled, decoded or not,
+batches checked and completed, and the report of what batches did."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from consumers.retry import Delivery
+from deletion.executor import BatchPlan
+from deletion.outcomes import Outcome, Verdict
+from schemas.ledger import PendingDeleteLedgerInfo
+
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Polled:
+    """One record as read: where from, its key and value, and its retry history."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    delivery: Delivery
+
+    @property
+    def source(self) -> Partition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A record that decoded into a pending delete."""
+
+    polled: Polled
+    info: PendingDeleteLedgerInfo
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A record that is not a reclaim record; its verdict is known without any check."""
+
+    polled: Polled
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A polled batch after its checks: the plan of its decoded records (None when there are none)."""
+
+    decoded: tuple[Decoded, ...]
+    undecodable: tuple[Undecodable, ...]
+    plan: BatchPlan | None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A record with its final verdict for this attempt."""
+
+    polled: Polled
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A batch whose deletes and row cleanup are done, in poll order."""
+
+    judged: tuple[Judged, ...]
+    dropped: frozenset[Partition] = frozenset()
+    """Partitions sought back, after this batch was polled, to an earlier record that is not final."""
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What batches did: records seen, outcomes, records re-routed, offsets stored."""
+
+    received: int = 0
+    held: int = 0
+    outcomes: Mapping[Outcome, int] = field(default_factory=dict)
+    retried: int = 0
+    dead_lettered: int = 0
+    stored: int = 0
+    unconfirmed: int = 0
+
+    def __add__(self, other: BatchReport) -> BatchReport:
+        outcomes = dict(self.outcomes)
+        for outcome, count in other.outcomes.items():
+            outcomes[outcome] = outcomes.get(outcome, 0) + count
+        return BatchReport(
+            received=self.received + other.received, held=self.held + other.held, outcomes=outcomes,
+            retried=self.retried + other.retried, dead_lettered=self.dead_lettered + other.dead_lettered,
+            stored=self.stored + other.stored, unconfirmed=self.unconfirmed + other.unconfirmed)

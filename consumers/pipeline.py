@@ -1,0 +1,87 @@
+"""The in-flight batch pipeline: a checked batch's storage deletes on one thread, its row cleanup on
+another, batches completed strictly in the order they started.
+
+While the worker polls and checks one batch, the delete thread runs the deletes of the batch before
+it and the cleanup thread the row cleanup of the one before that.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from consumers.batches import Checked, Completed, Judged, Partition
+from deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
+from deletion.outcomes import Verdict
+
+MAX_IN_FLIGHT = 2
+"""Batches a worker keeps going behind the one it is checking: one deleting, one cleaning up rows."""
+
+
+@dataclass
+class _Running:
+    checked: Checked
+    verdicts: Future[list[Verdict]] | None
+    dropped: set[Partition] = field(default_factory=set)
+
+
+class BatchPipeline:
+    """Runs checked batches' deletes and row cleanup; hands them back completed, oldest first."""
+
+    def __init__(self, executor: DeletionExecutor, depth: int = MAX_IN_FLIGHT) -> None:
+        self._executor = executor
+        self._depth = depth
+        self._running: deque[_Running] = deque()
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="reclaim-delete")
+        self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="reclaim-cleanup")
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    @property
+    def over_depth(self) -> bool:
+        """More batches running than the pipeline keeps going behind the one being checked."""
+        return len(self._running) > self._depth
+
+    def start(self, checked: Checked) -> None:
+        """Queue the batch's storage deletes, and its row cleanup after them (each stage in order)."""
+        verdicts = None
+        if checked.plan is not None:
+            deleted = self._deleter.submit(self._executor.delete, checked.plan)
+            verdicts = self._cleaner.submit(self._finish, checked.plan, deleted)
+        self._running.append(_Running(checked, verdicts))
+
+    def _finish(self, plan: BatchPlan, deleted: Future[DeleteResults]) -> list[Verdict]:
+        return self._executor.finish(plan, deleted.result())
+
+    def complete_oldest(self) -> Completed:
+        """Wait for the oldest batch; if it failed, every batch behind it is forgotten too (their
+        offsets would pass its records), and the error is raised."""
+        running = self._running.popleft()
+        try:
+            verdicts = running.verdicts.result() if running.verdicts is not None else []
+        except BaseException:
+            self._running.clear()
+            raise
+        checked = running.checked
+        judged = [Judged(d.polled, v) for d, v in zip(checked.decoded, verdicts, strict=True)]
+        judged += [Judged(u.polled, u.verdict) for u in checked.undecodable]
+        judged.sort(key=lambda j: (j.polled.source, j.polled.offset))
+        return Completed(tuple(judged), frozenset(running.dropped))
+
+    def drop(self, partitions: Iterable[Partition]) -> None:
+        """Partitions sought back to an earlier record: the running batches must not ack theirs."""
+        wanted = set(partitions)
+        if wanted:
+            for running in self._running:
+                running.dropped |= wanted
+
+    def clear(self) -> None:
+        """Forget every running batch (their deletes still finish; the records come again)."""
+        self._running.clear()
+
+    def shutdown(self) -> None:
+        self._deleter.shutdown()
+        self._cleaner.shutdown()

@@ -1,0 +1,48 @@
+"""Sends records to retry tiers and the dead-letter topic and says which sends the broker confirmed."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from consumers.batches import Polled
+from consumers.routing import Routing
+from deletion import metrics
+from deletion.outcomes import Route, Verdict
+from producers.producer import DeliveryTracker, RecordProducer
+
+log = logging.getLogger(__name__)
+
+
+class Rerouter:
+    """Produces reroutes with the worker's idempotent producer and waits for their delivery reports."""
+
+    def __init__(self, producer: RecordProducer, delivery_timeout_s: float) -> None:
+        self._producer = producer
+        self._timeout_s = delivery_timeout_s
+
+    def send(self, sends: Sequence[tuple[Polled, Verdict, Routing]]) -> set[int]:
+        """Send each record to its routing's topic, same key and value; the indexes not confirmed."""
+        if not sends:
+            return set()
+        tracker = DeliveryTracker()
+        for index, (polled, verdict, routing) in enumerate(sends):
+            _count(polled, verdict, routing)
+            self._producer.send(routing.topic, polled.value, key=polled.key, headers=routing.headers,
+                                on_delivery=tracker.callback(index))
+        return self._producer.wait(tracker, self._timeout_s)
+
+    def close(self) -> None:
+        self._producer.close()
+
+
+def _count(polled: Polled, verdict: Verdict, routing: Routing) -> None:
+    if routing.route is Route.RETRY:
+        metrics.RETRIES_SENT.labels(routing.topic).inc()
+        return
+    if routing.exhausted:
+        metrics.MAX_RETRIES_REACHED.inc()
+    metrics.DLQ_SENT.labels(verdict.outcome.value).inc()
+    origin = polled.delivery
+    log.warning("to DLQ: topic=%s partition=%s offset=%s outcome=%s reason=%s", origin.topic,
+                origin.partition, origin.offset, verdict.outcome.value, verdict.reason)

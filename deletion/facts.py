@@ -1,0 +1,76 @@
+"""What phase 2 knows about a batch before it judges it: frozen values, gathered by one I/O step.
+
+:func:`deletion.prefetch.gather` fills a :class:`Facts` (chunk rows, marks, where each binding keeps
+each chunk, the tags of objects that have no row, which objects exist); :func:`deletion.verify.judge`
+then decides every record from it without any I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from schemas.ledger import PendingDeleteLedgerInfo
+from storage.chunks import ChunkInfo, ChunkLocation
+from storage.errors import StorageError
+from storage.metadata import ChunkRecord, MarkRecord
+
+#: A chunk copy as a record names it: (storage binding, chunk name).
+CopyKey = tuple[str, str]
+
+#: A record created this far in the future (epoch millis) comes from a clock no one should trust.
+MAX_CLOCK_SKEW_MS = 5 * 60 * 1000
+
+
+class Proceed(enum.Enum):
+    """The judgement that lets a record's copy be deleted."""
+
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One record to judge, with when phase 2 first failed on it (its retry headers), if it did."""
+
+    info: PendingDeleteLedgerInfo
+    first_failure_ms: int | None = None
+
+    @property
+    def copy(self) -> CopyKey:
+        return (self.info.storage_binding, self.info.chunk_name)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How long an uncommitted mark may take, and how far ahead a record's clock may be (millis)."""
+
+    mark_timeout_ms: int
+    max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything :func:`~deletion.verify.judge` needs about one batch.
+
+    ``places``: where the named binding keeps each copy, or the error saying it cannot (no such
+    binding, a chunk name the binding refuses). ``objects``: for copies with no chunk row only, what
+    the object's HEAD said (its tags, or the error — ``ChunkNotFoundError`` when there is none).
+    ``present``: per binding, the copies that had an object before the deletes, or None when the
+    binding's own deletes tell a missing object from a deleted one.
+    """
+
+    now_ms: int
+    rows: Mapping[str, ChunkRecord] = field(default_factory=dict)
+    marks: Mapping[str, MarkRecord] = field(default_factory=dict)
+    places: Mapping[CopyKey, ChunkLocation | StorageError] = field(default_factory=dict)
+    objects: Mapping[CopyKey, ChunkInfo | StorageError] = field(default_factory=dict)
+    present: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+
+    def was_present(self, copy: CopyKey) -> bool:
+        """Whether the copy had an object before the deletes (True when nothing said otherwise)."""
+        seen = self.objects.get(copy)
+        if seen is not None:
+            return isinstance(seen, ChunkInfo)
+        names = self.present.get(copy[0])
+        return names is None or copy[1] in names

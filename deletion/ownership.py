@@ -1,0 +1,21 @@
+"""How a chunk copy maps onto PIP-186's record fields: ledger type by tier, component by tag.
+
+Phase 1 builds records with these maps and phase 2 checks records against them; both import them
+from here, so neither depends on the other.
+"""
+
+from __future__ import annotations
+
+from schemas.ledger import LedgerComponent, LedgerType
+from storage.chunks import Tier
+
+#: PIP-186's ledger type follows the tier of the copy a record names.
+LEDGER_TYPES = {Tier.TIER1: LedgerType.LEDGER, Tier.TIER2: LedgerType.OFFLOAD_LEDGER}
+
+
+def component_of(tag: str) -> LedgerComponent:
+    """The record's component for a chunk's ``component`` tag; unknown tags are segment data."""
+    try:
+        return LedgerComponent[tag.upper()]
+    except KeyError:
+        return LedgerComponent.SEGMENT

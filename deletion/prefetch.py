@@ -1,0 +1,95 @@
+"""The one I/O step before a batch is judged: everything :func:`~deletion.verify.judge` needs, fetched
+in as few queries and requests as the stores allow.
+
+One query for the chunk rows, one for the marks of rows still active, HEADs (in parallel) only for
+copies that have no row, and one existence listing per binding for the copies a delete may find
+gone already. The result is a frozen :class:`~deletion.facts.Facts`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from deletion.facts import CopyKey, Facts, Pending
+from deletion.retrying import RetryPolicy
+from storage.bindings import StorageBindings
+from storage.chunks import ChunkInfo, ChunkLocation
+from storage.errors import StorageError, StorageMisconfiguredError
+from storage.metadata import MetadataStore
+
+#: HEAD requests one batch may have in flight at once.
+LOOKUP_PARALLELISM = 8
+
+
+class Prefetcher:
+    """Gathers the :class:`Facts` of a batch from the metadata store and the storage bindings."""
+
+    def __init__(self, store: MetadataStore, bindings: StorageBindings, retry: RetryPolicy) -> None:
+        self._store = store
+        self._bindings = bindings
+        self._retry = retry
+        self._lookups = ThreadPoolExecutor(LOOKUP_PARALLELISM, thread_name_prefix="reclaim-lookup")
+
+    def gather(self, batch: Sequence[Pending], now_ms: int) -> Facts:
+        places = self._places(batch)
+        rows = self._store.get_chunks({p.info.chunk_name for p in batch})
+        active = {name for name, row in rows.items() if row.active}
+        # Only records of chunks still in the layout need to know whether their mark committed.
+        mark_ids = {p.info.mark_id for p in batch if p.info.chunk_name in active}
+        marks = self._store.get_marks(mark_ids) if mark_ids else {}
+        placed = [p for p in batch if isinstance(places.get(p.copy), ChunkLocation)]
+        without_row = [p.copy for p in placed if p.info.chunk_name not in rows]
+        retired = [p.copy for p in placed if p.info.chunk_name in rows and p.info.chunk_name not in active]
+        return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places,
+                     objects=self._objects(without_row), present=self._present(retired))
+
+    def _places(self, batch: Sequence[Pending]) -> dict[CopyKey, ChunkLocation | StorageError]:
+        places: dict[CopyKey, ChunkLocation | StorageError] = {}
+        for pending in batch:
+            copy = pending.copy
+            if copy in places:
+                continue
+            binding_name, chunk_name = copy
+            if binding_name not in self._bindings:
+                places[copy] = StorageMisconfiguredError(f"no storage binding named {binding_name!r}",
+                                                         binding=binding_name)
+                continue
+            try:
+                places[copy] = self._bindings.get(binding_name).location(chunk_name)
+            except StorageError as exc:
+                places[copy] = exc
+        return places
+
+    def _objects(self, copies: Sequence[CopyKey]) -> dict[CopyKey, ChunkInfo | StorageError]:
+        """What a HEAD says of each copy that has no row: its tags, or why there are none."""
+        unique = list(dict.fromkeys(copies))
+        return dict(zip(unique, self._lookups.map(self._head, unique), strict=True))
+
+    def _head(self, copy: CopyKey) -> ChunkInfo | StorageError:
+        binding = self._bindings.get(copy[0])
+        try:
+            info: ChunkInfo = self._retry.retrying(StorageError)(binding.get_info, copy[1])
+        except StorageError as exc:
+            return exc
+        return info
+
+    def _present(self, copies: Sequence[CopyKey]) -> dict[str, frozenset[str] | None]:
+        """Per binding, the copies that have an object now (None: its deletes tell on their own)."""
+        by_binding: dict[str, list[str]] = defaultdict(list)
+        for binding_name, chunk_name in dict.fromkeys(copies):
+            by_binding[binding_name].append(chunk_name)
+        present: dict[str, frozenset[str] | None] = {}
+        for binding_name, names in by_binding.items():
+            binding = self._bindings.get(binding_name)
+            try:
+                found = self._retry.retrying(StorageError)(binding.present, names)
+            except StorageError:
+                found = None  # unknown: a successful delete then counts as deleted, as S3 reports it
+            present[binding_name] = None if found is None else frozenset(found)
+        return present
+
+    def close(self) -> None:
+        self._lookups.shutdown()
+
