@@ -2,9 +2,9 @@
 
 ``python -m benchmarks.minio build`` installs the pinned module into ``<cache>/bin/minio`` (once; it
 takes minutes); ``python -m benchmarks.minio start`` runs a server on a free port with a temporary data
-directory and prints the ``RECLAIM_S3_*`` variables that point reclaim at it. The Go module proxy does
-not serve MinIO's ``RELEASE.*`` tags (they are not semantic versions), so the pin is the pseudo-version
-of the module's last commit.
+directory, prints the ``RECLAIM_S3_*`` variables that point reclaim at it and runs until SIGTERM or
+SIGINT. The Go module proxy serves neither MinIO's ``RELEASE.*`` tags nor their commits, so the pin is
+the pseudo-version ``@latest`` resolves to: the module's commit of 2026-02-12.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ops.procs import StackError, free_port, spawn, stop_pid, wait_until
+from ops.procs import StackError, free_port, pid_alive, spawn, stop_on_signals, stop_pid, wait_until
 from ops.s3_server import S3Endpoint
 from ops.settings import Settings
 
@@ -87,10 +87,10 @@ def main() -> None:
         pid, endpoint = start_minio(Path(tmp), cache_dir)
         print(f"export RECLAIM_S3_ENDPOINT={endpoint.url} RECLAIM_S3_ACCESS_KEY={endpoint.access_key} "
               f"RECLAIM_S3_SECRET_KEY={endpoint.secret_key} RECLAIM_S3_REGION={endpoint.region}", flush=True)
+        stop = stop_on_signals("stopping MinIO")
         try:
-            os.waitpid(pid, 0)
-        except KeyboardInterrupt:
-            pass
+            while pid_alive(pid) and not stop.wait(1.0):
+                pass
         finally:
             stop_pid(pid)
 
