@@ -6,13 +6,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from deletion import metrics
 from deletion.records import pending_deletes_for
 from schemas.errors import ReclaimError
 from schemas.ledger import PendingDeleteLedgerInfo
+from segments.garbage import PreparedMark, retire
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, MetadataStore, MetadataTransaction
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,16 @@ def new_mark_id() -> str:
 class LedgerDeletionService:
     """Phase 1: publish one ``PendingDeleteLedgerInfo`` per chunk copy, then update metadata once.
 
-    The metadata update marks the sent chunks inactive with the batch's ``mark_id`` and records
-    the mark as committed, in the same transaction as the caller's layout change. A worker that
-    reads a record before that transaction commits sees the chunk still active and the mark
-    absent, and retries instead of dropping it (the race PIP-186 leaves open).
+    Publish first, commit second, and never the other way round or both at once: the records are
+    confirmed by the broker before the metadata transaction that marks their chunks inactive (with
+    the batch's ``mark_id``) and records the mark committed even begins, so no metadata lock is held
+    while the broker is slow. A worker that reads a record before that transaction commits sees the
+    chunk still active and the mark absent, and retries instead of dropping it (the race PIP-186
+    leaves open); if the transaction never commits, the chunk stays live and, after the mark
+    timeout, the record is judged in use and acked without deleting anything.
+
+    It is also the :class:`~segments.garbage.GarbageSink` of ``ChunkedSegmentStorage``: ``prepare``
+    publishes, ``commit`` is the metadata part inside the segment operation's own transaction.
     """
 
     def __init__(self, store: MetadataStore, publisher: PendingDeletePublisher,
@@ -67,7 +74,10 @@ class LedgerDeletionService:
         self._clock = clock
 
     def mark(self, chunks: Sequence[ChunkRecord], layout_update: LayoutUpdate | None = None) -> MarkResult:
-        """Hand ``chunks`` to phase 2; chunks whose send failed stay live and are reported."""
+        """Hand ``chunks`` to phase 2; chunks whose send failed stay live and are reported.
+
+        ``layout_update`` runs in the same transaction, with the chunks whose records were confirmed.
+        """
         mark_id = new_mark_id()
         failed = self._publish(chunks, mark_id)
         sent = [chunk for chunk in chunks if chunk.name not in failed]
@@ -79,43 +89,44 @@ class LedgerDeletionService:
         metrics.MARK_BATCHES.labels("partial" if failed else "complete").inc()
         return MarkResult(mark_id, tuple(c.name for c in sent), tuple(sorted(failed)))
 
-    def collect(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> None:
-        """The garbage sink of ``ChunkedSegmentStorage``: phase 1 for chunks a truncate or delete retires."""
-        self.collect_in(txn, chunks)
+    def prepare(self, chunks: Sequence[ChunkRecord]) -> PreparedMark:
+        """Publish the records of ``chunks`` under a new mark, outside any metadata transaction.
 
-    def collect_in(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> str:
-        """Phase 1 inside a caller's transaction (a segment truncate or delete): all or nothing.
-
-        Publishes while the caller's transaction is open; if any send fails, raises
-        :class:`MarkError` so the transaction rolls back and no chunk leaves the layout. Records
-        already sent then name chunks that stay active, which workers judge in use after the mark
-        timeout.
+        Raises :class:`MarkError` unless the broker confirmed every record; nothing has changed then.
         """
         mark_id = new_mark_id()
         failed = self._publish(chunks, mark_id)
         if failed:
             metrics.MARK_BATCHES.labels("failed").inc()
-            raise MarkError(f"{len(failed)} of {len(chunks)} chunks not confirmed on the deletion topic",
-                            sorted(failed))
-        self.commit_mark(txn, chunks, mark_id)
-        metrics.MARK_BATCHES.labels("complete").inc()
-        return mark_id
+            raise MarkError(f"mark {mark_id}: {len(failed)} of {len(chunks)} chunks not confirmed on the "
+                            "deletion topic; nothing left the layout", sorted(failed))
+        return PreparedMark(mark_id, tuple(chunks))
+
+    def commit(self, txn: MetadataTransaction, prepared: PreparedMark, chunks: Sequence[ChunkRecord]) -> None:
+        """The metadata half of a prepared mark, inside the caller's transaction; no network."""
+        prepared.require_covers(chunks)
+        self.commit_mark(txn, chunks, prepared.mark_id)
+        txn.on_commit(metrics.MARK_BATCHES.labels("complete").inc)
 
     def commit_mark(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord], mark_id: str) -> None:
-        """Mark ``chunks`` inactive with ``mark_id`` and record the mark committed, in ``txn``."""
-        current = txn.get_chunks(chunk.name for chunk in chunks)
-        for chunk in chunks:
-            row = current.get(chunk.name, chunk)
-            txn.put_chunk(replace(row, active=False, mark_id=mark_id))
+        """Mark ``chunks`` inactive with ``mark_id`` and record the mark committed, in ``txn``.
+
+        Each row must still be at the version in ``chunks`` (else ``MetadataConflictError`` and the
+        transaction rolls back): a row that moved since its records were built is not retired by them.
+        """
+        retire(txn, chunks, mark_id)
         txn.put_mark(MarkRecord(mark_id, MarkState.COMMITTED, self._clock()))
 
     def _publish(self, chunks: Sequence[ChunkRecord], mark_id: str) -> set[str]:
         records = pending_deletes_for(chunks, mark_id, int(self._clock() * 1000))
         failed_records = self._publisher.publish(records) if records else []
         failed = {record.chunk_name for record in failed_records}
+        sent: dict[str, int] = {}
         for record in records:
             if record.chunk_name not in failed:
-                metrics.PENDING_DELETES_SENT.labels(record.ledger_type.name).inc()
+                sent[record.ledger_type.name] = sent.get(record.ledger_type.name, 0) + 1
+        for ledger_type, count in sent.items():
+            metrics.PENDING_DELETES_SENT.labels(ledger_type).inc(count)
         if failed:
             log.warning("mark %s: %d chunks not confirmed on the deletion topic; they stay live", mark_id, len(failed))
         return failed

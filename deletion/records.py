@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import uuid
 from collections.abc import Iterable
 
@@ -13,7 +15,14 @@ from storage.metadata import ChunkRecord
 #: PIP-186's ledger type follows the tier of the copy a record names.
 LEDGER_TYPES = {Tier.TIER1: LedgerType.LEDGER, Tier.TIER2: LedgerType.OFFLOAD_LEDGER}
 
+_UUID5_NAMESPACE = uuid.NAMESPACE_URL.bytes
+_LONG_MASK = 2**64 - 1
+# uuid5's version (5) and RFC 4122 variant bits, set over the first 16 bytes of a SHA-1 digest.
+_UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
 
+
+@functools.lru_cache(maxsize=64)
 def component_of(tag: str) -> LedgerComponent:
     """The record's component for a chunk's ``component`` tag; unknown tags are segment data."""
     try:
@@ -22,30 +31,49 @@ def component_of(tag: str) -> LedgerComponent:
         return LedgerComponent.SEGMENT
 
 
+def copy_uuid(mark_id: str, location: ChunkLocation) -> int:
+    """``uuid5(NAMESPACE_URL, "reclaim:<mark>:<binding>:<key>")`` as an int: stable per (mark, copy).
+
+    Computed from SHA-1 directly (the same value ``uuid.uuid5`` gives, without its objects), because
+    phase 1 makes one per tier-2 copy.
+    """
+    name = f"reclaim:{mark_id}:{location.binding}:{location.key}".encode()
+    digest = hashlib.sha1(_UUID5_NAMESPACE + name, usedforsecurity=False).digest()
+    return (int.from_bytes(digest[:16], "big") & _UUID5_CLEAR) | _UUID5_SET
+
+
+def _signed(half: int) -> int:
+    """Two's-complement view of a 64-bit half, as Java stores a uuid's halves."""
+    return half - (1 << 64) if half >> 63 else half
+
+
 def _offload_context(chunk: ChunkRecord, location: ChunkLocation, mark_id: str) -> OffloadContext:
     # A stable uuid per (mark, copy), so a re-published record carries the same context.
-    copy_id = uuid.uuid5(uuid.NAMESPACE_URL, f"reclaim:{mark_id}:{location.binding}:{location.key}")
-    metadata = {"binding": location.binding, "key": location.key, "segment": chunk.segment}
+    copy_id = copy_uuid(mark_id, location)
+    metadata = [("binding", location.binding), ("key", location.key), ("segment", chunk.segment)]
     if location.bucket is not None:
-        metadata["bucket"] = location.bucket
-    return OffloadContext.for_uuid(copy_id, driver_name=location.binding, metadata=metadata)
+        metadata.insert(1, ("bucket", location.bucket))
+    return OffloadContext(_signed(copy_id >> 64), _signed(copy_id & _LONG_MASK), location.binding, tuple(metadata))
 
 
 def pending_deletes(chunk: ChunkRecord, mark_id: str, created_at_ms: int) -> list[PendingDeleteLedgerInfo]:
     """The records that delete every copy of ``chunk`` (two when it has a tier-1 and a tier-2 copy)."""
     records = []
+    tags = chunk.tags
+    component = component_of(tags.component)
+    ledger_id = ledger_id_for(chunk.name)
     for location in chunk.locations:
         ledger_type = LEDGER_TYPES[location.tier]
         records.append(PendingDeleteLedgerInfo(
-            topic_name=chunk.tags.stream,
-            ledger_component=component_of(chunk.tags.component),
+            topic_name=tags.stream,
+            ledger_component=component,
             ledger_type=ledger_type,
-            ledger_id=ledger_id_for(chunk.name),
+            ledger_id=ledger_id,
             chunk_name=chunk.name,
             segment_name=chunk.segment,
             storage_binding=location.binding,
-            location=RecordLocation(key=location.key, bucket=location.bucket),
-            owner_epoch=chunk.tags.writer_epoch,
+            location=RecordLocation(location.key, location.bucket),
+            owner_epoch=tags.writer_epoch,
             mark_id=mark_id,
             created_at=created_at_ms,
             offload_context=(_offload_context(chunk, location, mark_id)

@@ -13,7 +13,7 @@ from segments.errors import (
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from segments.garbage import GarbageSink
+from segments.garbage import GarbageSink, PreparedMark
 from segments.layout import (
     ReadSlice,
     appended_header,
@@ -52,6 +52,12 @@ logger = logging.getLogger(__name__)
 
 #: How often a read re-takes its layout snapshot when a concurrent update moved it.
 _SNAPSHOT_ATTEMPTS = 3
+#: How often truncate and delete plan again when the segment changed between their read and commit.
+_PLAN_ATTEMPTS = 5
+
+
+class _StalePlan(Exception):
+    """The segment changed after it was read: roll the transaction back and plan again."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,8 @@ class ChunkedSegmentStorage:
 
     New chunks go to ``binding``; reads find a chunk's binding by the location's binding name in
     ``bindings`` (which defaults to just ``binding``). Chunks leaving a live layout (truncate,
-    delete) are marked inactive and handed to ``garbage`` inside the same metadata transaction.
+    delete, a failed write's new chunks) go to ``garbage`` in two steps: ``prepare`` before the
+    metadata transaction (phase 1's network step), ``commit`` inside it, which marks them inactive.
     Operations given a :class:`SegmentWriteHandle` are fenced: they fail once a higher epoch has
     opened the segment.
     """
@@ -187,46 +194,85 @@ class ChunkedSegmentStorage:
     def truncate(self, target: Target, offset: int) -> SegmentRecord:
         """Move the start offset to ``offset``; chunks wholly below it go to the garbage sink.
 
-        Idempotent: an offset at or below the current start offset changes nothing.
+        Idempotent: an offset at or below the current start offset changes nothing. The sink's
+        network step runs before the metadata transaction (see :meth:`_prepare`).
         """
         name, epoch = _name_and_epoch(target)
-        with self.store.transaction() as txn:
-            record = self._require(txn, name)
+        prepared: PreparedMark | None = None
+        for _ in range(_PLAN_ATTEMPTS):
+            record, chain = self.snapshot(name)
             _check_epoch(record, epoch)
             if offset > record.length:
                 raise BadOffsetError(f"truncate offset {offset} beyond length {record.length}", segment=name)
             if offset <= record.start_offset:
                 return record
-            dropped, kept = split_for_truncate(self._chain(txn, record), offset)
-            self._retire(txn, dropped)
-            # The header CAS goes last: it is what makes the new layout visible.
-            stored = txn.put_segment(truncated_header(record, kept, offset))
-        logger.info("segment truncated segment=%s offset=%d dropped=%d", name, offset, len(dropped))
-        return stored
+            dropped, kept = split_for_truncate(chain, offset)
+            prepared = self._prepare(dropped, prepared)
+            stored = self._retire(record, prepared, dropped, truncated_header(record, kept, offset))
+            if stored is not None:
+                logger.info("segment truncated segment=%s offset=%d dropped=%d", name, offset, len(dropped))
+                return stored
+        raise self._kept_changing(name, "truncate")
 
     def delete(self, target: Target) -> None:
         """Mark the segment deleted; all its chunks go to the garbage sink. Deleting twice is harmless."""
         name, epoch = _name_and_epoch(target)
-        with self.store.transaction() as txn:
-            record = txn.get_segment(name)
+        prepared: PreparedMark | None = None
+        for _ in range(_PLAN_ATTEMPTS):
+            record = self.store.get_segment(name)
             if record is None:
                 raise SegmentNotFoundError("no such segment", segment=name)
             if record.deleted:
                 return
             _check_epoch(record, epoch)
             # Every active row of the segment, not only the chain: a stray active row would leak.
-            chunks = txn.list_chunks(name, active_only=True)
-            self._retire(txn, chunks)
-            txn.put_segment(replace(record, status=record.status | SegmentStatus.DELETED,
-                                    first_chunk=None, last_chunk=None))
-        logger.info("segment deleted segment=%s chunks=%d", name, len(chunks))
+            chunks = self.store.list_chunks(name, active_only=True)
+            header = replace(record, status=record.status | SegmentStatus.DELETED, first_chunk=None, last_chunk=None)
+            prepared = self._prepare(chunks, prepared)
+            if self._retire(record, prepared, chunks, header, recheck_rows=True) is not None:
+                logger.info("segment deleted segment=%s chunks=%d", name, len(chunks))
+                return
+        raise self._kept_changing(name, "delete")
 
-    def _retire(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> None:
+    def _prepare(self, chunks: Sequence[ChunkRecord], previous: PreparedMark | None) -> PreparedMark | None:
+        """The sink's network step for ``chunks``, outside any metadata transaction.
+
+        A re-plan that retires the same copies again reuses ``previous``: its records are on the
+        topic already, so a segment that keeps being appended to does not republish its head.
+        """
         if not chunks:
-            return
-        inactive = [txn.put_chunk(replace(chunk, active=False)) for chunk in chunks]
-        self.garbage.collect(txn, inactive)
+            return None
+        if previous is not None and previous.covers(chunks):
+            return previous
+        return self.garbage.prepare(chunks)
 
+    def _retire(self, read: SegmentRecord, prepared: PreparedMark | None, chunks: Sequence[ChunkRecord],
+                header: SegmentRecord, *, recheck_rows: bool = False) -> SegmentRecord | None:
+        """Commit ``prepared`` for ``chunks`` and store ``header``, in one transaction planned from ``read``.
+
+        The transaction only re-reads, checks and writes: the sink's network step ran before it, so
+        no write lock is held across the network. Returns None when the segment changed since
+        ``read`` (the plan is stale: nothing changed, and the prepared mark's chunks stay live).
+        """
+        try:
+            with self.store.transaction() as txn:
+                current = txn.get_segment(read.name)
+                if current is None or current.version != read.version:
+                    raise _StalePlan
+                if recheck_rows and txn.list_chunks(read.name, active_only=True) != list(chunks):
+                    raise _StalePlan
+                if prepared is not None:
+                    self.garbage.commit(txn, prepared, chunks)
+                # The header CAS goes last: it is what makes the new layout visible.
+                return txn.put_segment(header)
+        except _StalePlan:
+            logger.info("segment %s changed while its chunks were handed over; planning again", read.name)
+            return None
+
+    @staticmethod
+    def _kept_changing(name: str, operation: str) -> MetadataConflictError:
+        return MetadataConflictError(f"segment kept changing during {operation} ({_PLAN_ATTEMPTS} attempts)",
+                                     key=name, expected=0, actual=0)
 
     def write(self, handle: SegmentWriteHandle, offset: int, data: bytes) -> int:
         """Append ``data`` at ``offset`` (the segment's length); returns the number of bytes written.
@@ -322,9 +368,10 @@ class ChunkedSegmentStorage:
         if not chunks:
             return
         try:
+            prepared = self.garbage.prepare(chunks)
             with self.store.transaction() as txn:
-                inactive = [txn.put_chunk(replace(c, active=False), expected_version=0) for c in chunks]
-                self.garbage.collect(txn, inactive)
+                stored = [txn.put_chunk(replace(c, active=False), expected_version=0) for c in chunks]
+                self.garbage.commit(txn, prepared, stored)
         except Exception:
             # Best effort: the orphan audit finds what this could not record.
             logger.exception("could not hand %d uncommitted chunks to garbage: %s", len(chunks),

@@ -1,24 +1,74 @@
-"""The garbage sink: where chunks leaving a live segment layout are handed, inside the same transaction."""
+"""The garbage sink: where chunks leaving a live segment layout go, in two steps — prepare, then commit."""
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
+from storage.errors import MetadataConflictError
 from storage.metadata import ChunkRecord, MetadataTransaction
 
 
-class GarbageSink(Protocol):
-    """Receives chunks that left a live layout, inside the metadata transaction that removed them.
+def _copies(chunks: Sequence[ChunkRecord]) -> list[tuple[object, ...]]:
+    # What a pending-delete record names: the chunk, its owner and every copy (not the row version).
+    return [(c.name, c.segment, c.tags, c.locations) for c in chunks]
 
-    ``chunks`` are already stored inactive in ``txn`` (with their new versions). The sink may add to
-    the same transaction (phase 1 of deletion sets ``mark_id`` on them and records the mark), so all
-    of it commits or rolls back together. A sink must not act on the chunks before the transaction
-    commits; ``txn.on_commit`` tells it when.
+
+@dataclass(frozen=True)
+class PreparedMark:
+    """Chunks handed over under ``mark_id`` before they leave the layout; nothing is committed yet."""
+
+    mark_id: str
+    chunks: tuple[ChunkRecord, ...]
+
+    def covers(self, chunks: Sequence[ChunkRecord]) -> bool:
+        """True when ``chunks`` are the same copies, in the same order, as those prepared."""
+        return _copies(self.chunks) == _copies(chunks)
+
+    def require_covers(self, chunks: Sequence[ChunkRecord]) -> None:
+        """Raise ``MetadataConflictError`` unless ``chunks`` are exactly the prepared copies."""
+        if not self.covers(chunks):
+            raise MetadataConflictError(f"mark {self.mark_id} was prepared for other chunks",
+                                        key=self.mark_id, expected=len(self.chunks), actual=len(chunks))
+
+
+class GarbageSink(Protocol):
+    """Takes chunks out of a live layout in two steps, so no metadata lock is held across the network.
+
+    1. ``prepare(chunks)`` runs outside any metadata transaction, before anything changes: the sink
+       does whatever may be slow (phase 1 of deletion publishes the pending-delete records and waits
+       for the broker) and raises if it cannot take the chunks; the layout is untouched.
+    2. ``commit(txn, prepared, chunks)`` runs inside the metadata transaction that removes the chunks
+       from the layout, with no network: it marks the rows inactive with ``prepared.mark_id`` (each
+       at the version in ``chunks``: a compare-and-set) and adds whatever else the sink keeps, so it
+       all commits or rolls back with the layout change. ``chunks`` must be the prepared copies.
+
+    A prepared mark that never commits (a crash, a conflict, a stale plan) leaves its chunks live.
     """
 
-    def collect(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> None: ...
+    def prepare(self, chunks: Sequence[ChunkRecord]) -> PreparedMark: ...
+
+    def commit(self, txn: MetadataTransaction, prepared: PreparedMark, chunks: Sequence[ChunkRecord]) -> None: ...
+
+
+@runtime_checkable
+class _BatchRetiring(Protocol):
+    def retire_chunks(self, chunks: Sequence[ChunkRecord], mark_id: str) -> None: ...
+
+
+def retire(txn: MetadataTransaction, chunks: Sequence[ChunkRecord], mark_id: str) -> None:
+    """Mark ``chunks`` inactive with ``mark_id`` in ``txn``, each at its own version (a compare-and-set).
+
+    One batched statement where the transaction has one, else one ``put_chunk`` per chunk.
+    """
+    if isinstance(txn, _BatchRetiring):
+        txn.retire_chunks(chunks, mark_id)
+        return
+    for chunk in chunks:
+        txn.put_chunk(replace(chunk, active=False, mark_id=mark_id))
 
 
 class RecordingGarbageSink:
@@ -27,10 +77,18 @@ class RecordingGarbageSink:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.batches: list[tuple[ChunkRecord, ...]] = []
+        self.prepared = 0
         self.calls = 0
 
-    def collect(self, txn: MetadataTransaction, chunks: Sequence[ChunkRecord]) -> None:
-        batch = tuple(chunks)
+    def prepare(self, chunks: Sequence[ChunkRecord]) -> PreparedMark:
+        with self._lock:
+            self.prepared += 1
+        return PreparedMark(uuid.uuid4().hex, tuple(chunks))
+
+    def commit(self, txn: MetadataTransaction, prepared: PreparedMark, chunks: Sequence[ChunkRecord]) -> None:
+        prepared.require_covers(chunks)
+        retire(txn, chunks, prepared.mark_id)
+        batch = tuple(replace(c, active=False, mark_id=prepared.mark_id, version=c.version + 1) for c in chunks)
         with self._lock:
             self.calls += 1
         txn.on_commit(lambda: self._committed(batch))
