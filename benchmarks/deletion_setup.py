@@ -14,6 +14,7 @@ from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
 from ops.settings import Settings
 from ops.topics import TopicSpec, admin_client, create_topics, topic_specs
 from producers.config import kafka_config
+from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from storage.base import BaseChunkStorage
 from storage.chunks import ChunkTags
@@ -90,6 +91,15 @@ def fresh_topics(bootstrap: str, *, only_deletion: bool = False) -> tuple[str, T
 
 def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
     create_topics(admin_client(bootstrap), [TopicSpec(name, partitions, {})])
+
+
+def connect(producer: RecordProducer, bootstrap: str, prefix: str) -> str:
+    """Connect ``producer`` (with its producer id) by sending one record to a topic of its own; return it."""
+    topic = f"{prefix}warm"
+    create_topic(bootstrap, topic, 1)
+    producer.send(topic, b"warm")
+    assert producer.producer.flush(30) == 0, "the warm-up record was not delivered"
+    return topic
 
 
 def read_back(bootstrap: str, topic: str, n: int, timeout_s: float = 60.0) -> list[tuple[bytes, bytes]]:

@@ -2,7 +2,7 @@
 
 For S3 (one endpoint, the same object count for every method):
   - pipeline: phase 1 publishes the pending deletes and commits its metadata transaction (timed
-    and printed on its own); then a phase-2 worker deletes the objects and commits its offsets
+    with its producer already connected, and printed on its own); then a phase-2 worker deletes the objects and commits its offsets
     (timer: records produced -> last object gone and offsets committed);
   - raw batched: ``DeleteObjects`` with 1000 keys a request, no pipeline (the limit);
   - naive: one ``delete_object`` call per object (what a user writes by hand; context only).
@@ -43,6 +43,7 @@ from confluent_kafka import Producer  # noqa: E402
 
 from benchmarks.deletion_setup import (  # noqa: E402
     chunk_files,
+    connect,
     create_topic,
     filled_bucket,
     fresh_topics,
@@ -53,7 +54,7 @@ from benchmarks.deletion_setup import (  # noqa: E402
     write_chunks,
 )
 from benchmarks.minio import start_minio  # noqa: E402
-from benchmarks.worker_memory import run_memory  # noqa: E402
+from benchmarks.worker_memory import STALL_S, run_memory  # noqa: E402
 from consumers.deletion_worker import DeletionWorker, WorkerConfig, tune_interpreter  # noqa: E402
 from consumers.lag import estimated_inflight  # noqa: E402
 from deletion.executor import DeletionExecutor  # noqa: E402
@@ -119,6 +120,7 @@ def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path,
     config = WorkerConfig(bootstrap=bootstrap, topics=topics, group_id=f"{prefix}group", batch_size=batch_size,
                           poll_timeout_s=0.2)
     worker = DeletionWorker(config, DeletionExecutor(store, StorageBindings([binding])), codec)
+    connect(producer, bootstrap, prefix)
     # A running worker has joined its group long before records arrive; so has this one. It stops
     # polling while phase 1 runs, so the clock measures phase 2 alone.
     deadline = time.monotonic() + 60
@@ -128,9 +130,11 @@ def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path,
     os.sync()  # every chunk durable before any delete, as on a real tier-2
     marking = timed(lambda: service.mark(chunks))
     started = time.perf_counter()
-    stored = 0
+    stored, moved = 0, time.monotonic()
     while stored < n:
-        stored += worker.run_once().stored
+        assert time.monotonic() - moved < STALL_S, f"phase 2 stalled at {stored} of {n} records"
+        done = worker.run_once().stored
+        stored, moved = stored + done, time.monotonic() if done else moved
     worker.commit()
     elapsed = time.perf_counter() - started
     assert not any(True for _ in binding.iter_names()), "objects left behind"
@@ -165,7 +169,9 @@ def worker_processes(bootstrap: str, binding: BaseChunkStorage, env: dict[str, s
         started = time.perf_counter()
         for proc in procs:
             proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + STALL_S + n / 100
         while estimated_inflight(bootstrap, group, topics.deletion_inputs) > 0:
+            assert time.monotonic() < deadline, "the worker processes did not drain the deletion topic"
             time.sleep(0.01)
         elapsed = time.perf_counter() - started
     finally:
@@ -214,9 +220,8 @@ def phase1_round(bootstrap: str, n: int, work: Path) -> tuple[float, float, floa
     """Seconds of ``mark`` on ``n`` chunks, of a plain idempotent produce of the same records, and, on
     their own, of building + encoding ``n`` records and of the metadata transaction of a mark."""
     prefix, topics = fresh_topics(bootstrap, only_deletion=True)
-    plain_topic, warm_topic = f"{prefix}plain", f"{prefix}warm"
+    plain_topic = f"{prefix}plain"
     create_topic(bootstrap, plain_topic)
-    create_topic(bootstrap, warm_topic, 1)
     store = SQLiteMetadataStore(work / f"{prefix}db")
     place = FileSystemChunkStorage(work / "phase1-tier2", name="fs-tier2")  # locations only, no files
     chunks, others = store_rows(store, new_chunks(place, n)), store_rows(store, new_chunks(place, n))
@@ -225,9 +230,7 @@ def phase1_round(bootstrap: str, n: int, work: Path) -> tuple[float, float, floa
     service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, codec, topics.deletion))
     plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
     # Both producers connected, with their producer ids, before anything is timed.
-    producer.send(warm_topic, b"warm")
-    producer.producer.flush(30)
-    plain_produce(plain, warm_topic, [(b"warm", b"warm")])
+    plain_produce(plain, connect(producer, bootstrap, prefix), [(b"warm", b"warm")])
     marked = []
     marking = timed(lambda: marked.append(service.mark(chunks)))
     assert not marked[0].failed, f"{len(marked[0].failed)} chunks not confirmed by phase 1"

@@ -37,7 +37,7 @@ from storage.sqlite_store import SQLiteMetadataStore
 
 #: Chunks laid out, stored and produced at a time, so the benchmark's own memory stays bounded.
 SLICE = 10_000
-#: The drain fails when the group's lag has not moved for this long.
+#: A drain fails when it has made no progress for this long.
 STALL_S = 120.0
 
 
