@@ -189,10 +189,12 @@ def build_codec(
 
 # The compiled encoder: fastavro's writer costs ~25 us a record here, most of it spent checking a
 # datum (``validate`` tries each union branch and formats an error for each miss) that reclaim's
-# own ``to_avro`` built. The compiled encoder writes the same bytes from plain closures and takes
-# only values whose Python type is exactly the Avro type's (``type(v) is int`` for a long, ...), so
-# anything it accepts fastavro's ``validate`` accepts too; for anything else it raises and the
-# checked path encodes the datum or names the bad field.
+# own ``to_avro`` built. ``compile_encoder`` turns a schema into one generated Python function per
+# record type that writes the same bytes straight-line, and takes only values whose Python type is
+# exactly the Avro type's (``type(v) is int`` for a long, ...), so anything it accepts fastavro's
+# ``validate`` accepts too; for anything else it raises and the checked path encodes the datum or
+# names the bad field. Generated, like dataclasses' own ``__init__``, because a closure per field
+# cost as much again in calls.
 
 Encoder = Callable[[Any], bytes]
 
@@ -206,172 +208,133 @@ class _Unsupported(Exception):
 
 
 def _zigzag_varint(value: int) -> bytes:
-    """Avro's int/long encoding: zig-zag, then 7 bits a byte, low group first."""
+    """Avro's int/long encoding: zig-zag, then 7 bits a byte, low group first, high bit set while more follow."""
     n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    size = (n.bit_length() + 6) // 7 or 1
+    # Each 7-bit group moved to its own byte in one expression: a loop costs a round of bytecodes per byte.
+    spread = (n & 0x7F | (n & 0x3F80) << 1 | (n & 0x1FC000) << 2 | (n & 0xFE00000) << 3 | (n & 0x7F0000000) << 4
+              | (n & 0x3F800000000) << 5 | (n & 0x1FC0000000000) << 6 | (n & 0xFE000000000000) << 7
+              | (n & 0x7F00000000000000) << 8 | (n & 0x8000000000000000) << 9)
+    return (spread | _CONTINUATION[size]).to_bytes(size, "little")
 
 
-_SMALL_MIN, _SMALL_MAX = -64, 1024
-_SMALL = tuple(_zigzag_varint(n) for n in range(_SMALL_MIN, _SMALL_MAX))
-
-
-def _varint(value: int) -> bytes:
-    return _SMALL[value - _SMALL_MIN] if _SMALL_MIN <= value < _SMALL_MAX else _zigzag_varint(value)
-
-
-def _null(value: Any) -> bytes:
-    if value is not None:
-        raise _NotFast
-    return b""
-
-
-def _boolean(value: Any) -> bytes:
-    if type(value) is not bool:
-        raise _NotFast
-    return b"\x01" if value else b"\x00"
-
-
-def _int(value: Any) -> bytes:
-    if type(value) is not int or not INT_MIN <= value <= INT_MAX:
-        raise _NotFast
-    return _varint(value)
-
-
-def _long(value: Any) -> bytes:
-    if type(value) is not int or not LONG_MIN <= value <= LONG_MAX:
-        raise _NotFast
-    return _varint(value)
-
-
-def _double(value: Any) -> bytes:
-    if type(value) is not float:
-        raise _NotFast
-    return struct.pack("<d", value)
-
-
-def _float(value: Any) -> bytes:
-    if type(value) is not float:
-        raise _NotFast
-    return struct.pack("<f", value)
-
-
-def _bytes(value: Any) -> bytes:
-    if type(value) is not bytes:
-        raise _NotFast
-    return _varint(len(value)) + value
-
-
-def _string(value: Any) -> bytes:
-    if type(value) is not str:
-        raise _NotFast
-    data = value.encode()
-    return _varint(len(data)) + data
-
-
-_PRIMITIVES: dict[str, Encoder] = {"null": _null, "boolean": _boolean, "int": _int, "long": _long,
-                                   "float": _float, "double": _double, "bytes": _bytes, "string": _string}
-#: Logical types whose datum reclaim always gives as the underlying int or long.
+#: The high bit of every byte but the last, for a varint of ``size`` bytes (a long takes at most 10).
+_CONTINUATION = tuple(sum(0x80 << (8 * byte) for byte in range(size - 1)) for size in range(11))
+#: Encodings of the small ints (lengths, counts, enum and union indexes): ``_SMALL[n + 64]``.
+_SMALL = tuple(_zigzag_varint(n) for n in range(-64, 1024))
 _PLAIN_LOGICAL = {"timestamp-millis", "timestamp-micros", "date", "time-millis", "time-micros"}
+_RANGES = {"int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX)}
+_PYTHON_TYPES = {"boolean": "bool", "int": "int", "long": "int", "float": "float", "double": "float",
+                 "bytes": "bytes", "string": "str"}
 
 
 def compile_encoder(schema: Any) -> Encoder | None:
-    """An encoder of Avro bodies for fastavro's parsed ``schema``, or None if it uses what it does not cover."""
+    """An encoder of Avro bodies for fastavro's parsed record ``schema``, or None if it uses what it does not cover."""
+    generator = _Generator()
     try:
-        return _compile(schema, {})
+        entry = generator.named_function(schema)
     except _Unsupported:
         return None
-
-
-def _compile(schema: Any, named: dict[str, Encoder]) -> Encoder:
-    if isinstance(schema, str):
-        if schema in _PRIMITIVES:
-            return _PRIMITIVES[schema]
-        # A reference to a named type defined earlier (fastavro's parsed form uses full names).
-        return lambda value: named[schema](value)
-    if isinstance(schema, list):
-        return _union(schema, named)
-    kind = schema["type"]
-    logical = schema.get("logicalType")
-    if logical is not None and logical not in _PLAIN_LOGICAL:
-        raise _Unsupported(logical)
-    if kind in _PRIMITIVES:
-        return _PRIMITIVES[kind]
-    if kind == "enum":
-        return _named(named, schema["name"], _enum(schema["symbols"]))
-    if kind == "record":
-        fields: list[tuple[str, Encoder]] = []
-        encoder = _named(named, schema["name"], _record(fields))
-        fields.extend((field["name"], _compile(field["type"], named)) for field in schema["fields"])
-        return encoder
-    if kind == "array":
-        return _array(_compile(schema["items"], named))
-    if kind == "map":
-        return _map(_compile(schema["values"], named))
-    raise _Unsupported(kind)
-
-
-def _named(named: dict[str, Encoder], name: str, encoder: Encoder) -> Encoder:
-    named[name] = encoder
+    namespace: dict[str, Any] = {"_NotFast": _NotFast, "_SMALL": _SMALL, "_varint": _zigzag_varint,
+                                 "_pack_float": struct.Struct("<f").pack, "_pack_double": struct.Struct("<d").pack,
+                                 **generator.constants}
+    exec(compile("\n".join(generator.lines), "<reclaim compiled encoder>", "exec"), namespace)
+    encoder: Encoder = namespace[entry]
     return encoder
 
 
-def _union(branches: list[Any], named: dict[str, Encoder]) -> Encoder:
-    # Only ``null`` with one other type: the branch follows from ``None`` alone, as fastavro picks it.
-    if len(branches) != 2 or "null" not in branches:
-        raise _Unsupported("union")
-    null_index = branches.index("null")
-    other = _compile(branches[1 - null_index], named)
-    null_tag, other_tag = _varint(null_index), _varint(1 - null_index)
+class _Generator:
+    """Writes the source of one function per named record, appending each field's bytes to ``out``."""
 
-    def union(value: Any) -> bytes:
-        return null_tag if value is None else other_tag + other(value)
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.constants: dict[str, Any] = {}
+        self.functions: dict[str, str] = {}
+        self._names = 0
 
-    return union
+    def _fresh(self, prefix: str) -> str:
+        self._names += 1
+        return f"{prefix}{self._names}"
 
+    def named_function(self, schema: dict[str, Any]) -> str:
+        function = self.functions[schema["name"]] = self._fresh("_record")
+        body: list[str] = []
+        self._record_fields(schema, "value", body, "    ")
+        self.lines += [f"def {function}(value):", "    out = []", *body, "    return b''.join(out)", ""]
+        return function
 
-def _enum(symbols: list[str]) -> Encoder:
-    indexes = {symbol: _varint(index) for index, symbol in enumerate(symbols)}
+    def _record_fields(self, schema: dict[str, Any], value: str, body: list[str], indent: str) -> None:
+        body.append(f"{indent}if type({value}) is not dict: raise _NotFast")
+        for field in schema["fields"]:
+            item = self._fresh("v")
+            body.append(f"{indent}{item} = {value}[{field['name']!r}]")
+            self._value(field["type"], item, body, indent)
 
-    def enum(value: Any) -> bytes:
-        if type(value) is not str:
-            raise _NotFast
-        return indexes[value]
+    def _value(self, schema: Any, value: str, body: list[str], indent: str) -> None:
+        if isinstance(schema, list):
+            return self._union(schema, value, body, indent)
+        if isinstance(schema, str):
+            if schema in self.functions:
+                return body.append(f"{indent}out.append({self.functions[schema]}({value}))")
+            schema = {"type": schema}
+        kind, logical = schema["type"], schema.get("logicalType")
+        if logical is not None and logical not in _PLAIN_LOGICAL:
+            raise _Unsupported(logical)
+        if kind == "null":
+            return body.append(f"{indent}if {value} is not None: raise _NotFast")
+        if kind in _PYTHON_TYPES:
+            body.append(f"{indent}if type({value}) is not {_PYTHON_TYPES[kind]}: raise _NotFast")
+            return self._primitive(kind, value, body, indent)
+        if kind == "enum":
+            indexes = self._fresh("_enum")
+            self.constants[indexes] = {symbol: _SMALL[i + 64] for i, symbol in enumerate(schema["symbols"])}
+            self.functions[schema["name"]] = f"{indexes}.__getitem__"
+            body.append(f"{indent}if type({value}) is not str: raise _NotFast")
+            return body.append(f"{indent}out.append({indexes}[{value}])")
+        if kind == "record":
+            return body.append(f"{indent}out.append({self.named_function(schema)}({value}))")
+        if kind in ("array", "map"):
+            return self._repeated(schema, value, body, indent)
+        raise _Unsupported(kind)
 
-    return enum
+    def _primitive(self, kind: str, value: str, body: list[str], indent: str) -> None:
+        if kind in _RANGES:
+            low, high = _RANGES[kind]
+            body += [f"{indent}if not {low} <= {value} <= {high}: raise _NotFast",
+                     f"{indent}out.append(_SMALL[{value} + 64] if -64 <= {value} < 1024 else _varint({value}))"]
+        elif kind == "boolean":
+            body.append(f"{indent}out.append(b'\\x01' if {value} else b'\\x00')")
+        elif kind in ("float", "double"):
+            body.append(f"{indent}out.append(_pack_{kind}({value}))")
+        else:
+            data = self._fresh("b")
+            body += [f"{indent}{data} = {value}.encode()" if kind == "string" else f"{indent}{data} = {value}",
+                     f"{indent}out.append(_SMALL[len({data}) + 64] if len({data}) < 1024 else _varint(len({data})))",
+                     f"{indent}out.append({data})"]
 
+    def _union(self, branches: list[Any], value: str, body: list[str], indent: str) -> None:
+        # Only ``null`` with one other type: the branch follows from ``None`` alone, as fastavro picks it.
+        if len(branches) != 2 or "null" not in branches:
+            raise _Unsupported("union")
+        null_index = branches.index("null")
+        body += [f"{indent}if {value} is None:", f"{indent}    out.append({_SMALL[null_index + 64]!r})",
+                 f"{indent}else:", f"{indent}    out.append({_SMALL[1 - null_index + 64]!r})"]
+        self._value(branches[1 - null_index], value, body, indent + "    ")
 
-def _record(fields: list[tuple[str, Encoder]]) -> Encoder:
-    def record(value: Any) -> bytes:
-        if type(value) is not dict:
-            raise _NotFast
-        return b"".join([encode(value[name]) for name, encode in fields])
-
-    return record
-
-
-def _array(items: Encoder) -> Encoder:
-    def array(value: Any) -> bytes:
-        if type(value) is not list and type(value) is not tuple:
-            raise _NotFast
-        if not value:
-            return b"\x00"
-        return _varint(len(value)) + b"".join([items(item) for item in value]) + b"\x00"
-
-    return array
-
-
-def _map(values: Encoder) -> Encoder:
-    def map_(value: Any) -> bytes:
-        if type(value) is not dict:
-            raise _NotFast
-        if not value:
-            return b"\x00"
-        pairs = b"".join([_string(key) + values(item) for key, item in value.items()])
-        return _varint(len(value)) + pairs + b"\x00"
-
-    return map_
+    def _repeated(self, schema: dict[str, Any], value: str, body: list[str], indent: str) -> None:
+        # Avro writes a non-empty array or map as one block (its count, then the items) and a 0.
+        is_map = schema["type"] == "map"
+        body += [f"{indent}if type({value}) is not {'dict' if is_map else 'list'}"
+                 + ("" if is_map else f" and type({value}) is not tuple") + ": raise _NotFast",
+                 f"{indent}if {value}:",
+                 f"{indent}    out.append(_SMALL[len({value}) + 64] if len({value}) < 1024 else _varint(len({value})))"]
+        item = self._fresh("v")
+        if is_map:
+            key = self._fresh("k")
+            body.append(f"{indent}    for {key}, {item} in {value}.items():")
+            self._value("string", key, body, indent + "        ")
+            self._value(schema["values"], item, body, indent + "        ")
+        else:
+            body.append(f"{indent}    for {item} in {value}:")
+            self._value(schema["items"], item, body, indent + "        ")
+        body.append(f"{indent}out.append(b'\\x00')")

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 
 from schemas import AvroRecord, EncodeReason, RecordEncodeError, SingleObjectCodec
 from schemas.catalog import record_datum
-from schemas.codec import SINGLE_OBJECT_MARKER, _NotFast, compile_encoder
+from schemas.codec import SINGLE_OBJECT_MARKER, _NotFast, _zigzag_varint, compile_encoder
 from schemas.samples import minimal_pending_delete, sample_records
 from schemas.topology import TopologySegment
 
-from .strategies import records
+from .strategies import longs, records
 
 CODEC = SingleObjectCodec()
 
@@ -73,3 +73,25 @@ def test_schemas_with_other_unions_are_not_compiled() -> None:
     assert compile_encoder(schema) is None
     assert compile_encoder({"type": "record", "name": "x.Dec", "fields": [
         {"name": "v", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4}}]}) is None
+
+
+def reference_varint(value: int) -> bytes:
+    """The Avro spec's long encoding, byte by byte."""
+    n = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@settings(max_examples=500, deadline=None)
+@given(longs)
+def test_longs_are_zigzag_varints(value: int) -> None:
+    assert _zigzag_varint(value) == reference_varint(value)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1, 63, -64, 64, 2**31 - 1, -(2**31), 2**62, 2**63 - 1, -(2**63)])
+def test_long_boundaries_are_zigzag_varints(value: int) -> None:
+    assert _zigzag_varint(value) == reference_varint(value)
