@@ -2,8 +2,8 @@
 
 For S3 (one endpoint, the same object count for every method):
   - pipeline: phase 1 publishes the pending deletes and commits its metadata transaction (timed
-    with its producer already connected, and printed on its own); then a phase-2 worker deletes the objects and commits its offsets
-    (timer: records produced -> last object gone and offsets committed);
+    with its producer already connected, and printed on its own); then a phase-2 worker deletes the
+    objects and commits its offsets (timer: records produced -> last object gone and offsets committed);
   - raw batched: ``DeleteObjects`` with 1000 keys a request, no pipeline (the limit);
   - naive: one ``delete_object`` call per object (what a user writes by hand; context only).
 For phase 1: ``LedgerDeletionService.mark`` (build, encode, publish, wait, metadata transaction)

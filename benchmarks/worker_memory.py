@@ -150,6 +150,6 @@ def run_memory(bootstrap: str, sizes: Sequence[int], work: Path) -> None:
               f"RSS at the end {run.final_mb:6.1f} MB")
     peaks = [run.peak_mb for run in runs]
     verdict = "met" if max(peaks) <= 200 else "not met"
-    print(f"  peak RSS {min(peaks):.1f} .. {max(peaks):.1f} MB over {len(runs)} backlogs   "
+    print(f"  peak RSS {min(peaks):.1f} .. {max(peaks):.1f} MB over {len(runs)} backlog(s)   "
           f"(target <= 200 MB, flat: {verdict}; growth {peaks[-1] - peaks[0]:+.1f} MB from the smallest "
           f"backlog to the largest)")
