@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from consumers.deletion_worker import DeletionWorker, WorkerConfig
 from deletion.executor import DeletionExecutor
@@ -37,7 +38,8 @@ def s3_binding(settings: Settings) -> S3ChunkStorage | None:
         endpoint = stack.require_s3(settings)
     except StackError:
         return None
-    return S3ChunkStorage(endpoint.binding_settings(settings.s3_bucket), name="s3-tier2")
+    binding_settings = replace(endpoint.binding_settings(settings.s3_bucket), count_missing=settings.s3_count_missing)
+    return S3ChunkStorage(binding_settings, name="s3-tier2")
 
 
 def storage_bindings(settings: Settings) -> StorageBindings:

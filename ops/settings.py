@@ -36,6 +36,7 @@ class Settings:
     s3_access_key: str = "reclaim"
     s3_secret_key: str = "reclaim-secret"
     s3_region: str = "us-east-1"
+    s3_count_missing: bool = True
     schema_registry_url: str | None = None
     # Phase-2 worker.
     metadata_path: Path | None = None
@@ -100,9 +101,21 @@ class Settings:
         return frozenset(part.strip() for part in self.admin_principals.split(",") if part.strip())
 
 
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _bool(variable: str, raw: str) -> bool:
+    word = raw.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise ValueError(f"{variable}: cannot read {raw!r} as a boolean (true/false)")
+    return word in _TRUE
+
+
 def _parse(name: str, type_name: str, raw: str) -> Any:
     variable = f"RECLAIM_{name.upper()}"
     try:
+        if type_name.startswith("bool"):
+            return _bool(variable, raw)
         if "tuple" in type_name:
             return tuple(int(part) for part in raw.split(",") if part.strip())
         if type_name.startswith("int"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -92,3 +93,12 @@ def test_fs_present_is_none_and_delete_many_tells_already_gone(tmp_path: Path) -
     assert results == {"d/a": DeleteOutcome.DELETED, "d/b": DeleteOutcome.ALREADY_GONE,
                        "d/missing": DeleteOutcome.ALREADY_GONE}
     assert not fs.tags_path("d/b").exists() and not (tmp_path / "tags" / "d").exists()
+
+
+def test_a_binding_set_not_to_count_missing_keys_lists_nothing(s3_endpoint: S3Endpoint, s3_bucket: str) -> None:
+    settings = dataclasses.replace(s3_endpoint.binding_settings(s3_bucket), count_missing=False)
+    binding = S3ChunkStorage(settings, name="s3-tier2")
+    try:
+        assert binding.present(["a/b", "a/c"]) is None
+    finally:
+        binding.close()
