@@ -104,10 +104,10 @@ class Settings:
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
-def _bool(variable: str, raw: str) -> bool:
+def _bool(raw: str) -> bool:
     word = raw.strip().lower()
     if word not in _TRUE | _FALSE:
-        raise ValueError(f"{variable}: cannot read {raw!r} as a boolean (true/false)")
+        raise ValueError(raw)
     return word in _TRUE
 
 
@@ -115,7 +115,7 @@ def _parse(name: str, type_name: str, raw: str) -> Any:
     variable = f"RECLAIM_{name.upper()}"
     try:
         if type_name.startswith("bool"):
-            return _bool(variable, raw)
+            return _bool(raw)
         if "tuple" in type_name:
             return tuple(int(part) for part in raw.split(",") if part.strip())
         if type_name.startswith("int"):

@@ -18,5 +18,5 @@ def test_counting_missing_keys_is_the_default() -> None:
 
 
 def test_a_word_that_is_no_boolean_is_a_one_line_error() -> None:
-    with pytest.raises(ValueError, match="RECLAIM_S3_COUNT_MISSING: cannot read 'maybe' as a boolean"):
+    with pytest.raises(ValueError, match="RECLAIM_S3_COUNT_MISSING: cannot read 'maybe' as bool"):
         Settings.from_env({"RECLAIM_S3_COUNT_MISSING": "maybe"})
