@@ -2,11 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from producers.producer import DeliveryTracker, RecordProducer
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from producers.kafka_errors import ErrorKind, classify, describe
+from producers.producer import RecordProducer
 from schemas.codec import RecordCodec
 from schemas.ledger import PendingDeleteLedgerInfo
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# What the client raises from produce/poll/flush when it serves a fatal error (see producers.producer).
+_CLIENT_ERRORS = (KafkaException, SystemError)
+
+
+class _Deliveries:
+    """The delivery reports of one publish, through one callback shared by all its records.
+
+    A callback per record (a closure each) cost as much as the produce itself; the value of each
+    report says which record it is for.
+    """
+
+    def __init__(self) -> None:
+        self.confirmed: list[bytes] = []
+        self.failed: list[KafkaError] = []
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.confirmed.append(msg.value() or b"")
+        else:
+            self.failed.append(err)
+
+    @property
+    def reported(self) -> int:
+        return len(self.confirmed) + len(self.failed)
 
 
 class KafkaPendingDeletePublisher:
@@ -19,10 +55,54 @@ class KafkaPendingDeletePublisher:
         self._timeout_s = timeout_s
 
     def publish(self, records: Sequence[PendingDeleteLedgerInfo]) -> list[PendingDeleteLedgerInfo]:
-        """Send ``records`` and wait for their delivery reports; return the unconfirmed ones."""
-        tracker = DeliveryTracker()
-        for index, record in enumerate(records):
-            self._producer.send(self._topic, self._codec.encode(record, self._topic),
-                                key=record.chunk_name.encode(), on_delivery=tracker.callback(index))
-        unconfirmed = self._producer.wait(tracker, self._timeout_s)
-        return [records[i] for i in sorted(unconfirmed)]
+        """Send ``records`` and wait for their delivery reports; return the unconfirmed ones.
+
+        Raises :class:`~producers.kafka_errors.FatalKafkaError` when the producer is unusable.
+        """
+        self._producer.raise_if_fatal()
+        deliveries = _Deliveries()
+        values: list[bytes] = []
+        self._guarded(lambda: self._send_all(records, values, deliveries))
+        deadline = time.monotonic() + self._timeout_s
+        while deliveries.reported < len(records) and time.monotonic() < deadline:
+            self._guarded(lambda: self._producer.producer.flush(min(1.0, max(0.0, deadline - time.monotonic()))))
+        self._note_failures(deliveries.failed)
+        if len(deliveries.confirmed) == len(records):
+            return []
+        confirmed = set(deliveries.confirmed)
+        return [record for record, value in zip(records, values, strict=True) if value not in confirmed]
+
+    def _send_all(self, records: Sequence[PendingDeleteLedgerInfo], values: list[bytes],
+                  deliveries: _Deliveries) -> None:
+        # Each record is encoded just before it is queued, so librdkafka sends while the rest encode.
+        client, topic, on_delivery = self._producer.producer, self._topic, deliveries.on_delivery
+        for record in records:
+            value = self._codec.encode(record, topic)
+            values.append(value)
+            try:
+                client.produce(topic, value, record.chunk_name.encode(), on_delivery=on_delivery)
+            except BufferError:
+                # The local queue is full: the producer's own send waits for room, within its bound.
+                self._producer.send(topic, value, record.chunk_name.encode(), on_delivery=on_delivery)
+            client.poll(0)
+
+    def _note_failures(self, failed: list[KafkaError]) -> None:
+        """Log failed deliveries once per error code; a fatal one makes the producer raise."""
+        counts: Counter[str] = Counter()
+        first: dict[str, KafkaError] = {}
+        for err in failed:
+            if classify(err) is ErrorKind.FATAL:
+                self._producer.errors.record_fatal(err)
+            counts[err.name()] += 1
+            first.setdefault(err.name(), err)
+        for name, err in first.items():
+            log.warning("pending deletes not delivered: topic=%s records=%d error=%s", self._topic, counts[name],
+                        describe(err))
+        self._producer.raise_if_fatal()
+
+    def _guarded(self, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except _CLIENT_ERRORS as exc:
+            self._producer.errors.raise_if_fatal(exc)
+            raise
