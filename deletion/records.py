@@ -7,13 +7,11 @@ import hashlib
 import uuid
 from collections.abc import Iterable
 
+from deletion.ownership import LEDGER_TYPES, component_of
 from schemas.ledger import ChunkLocation as RecordLocation
-from schemas.ledger import LedgerComponent, LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
-from storage.chunks import ChunkLocation, Tier
+from schemas.ledger import LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
+from storage.chunks import ChunkLocation
 from storage.metadata import ChunkRecord
-
-#: PIP-186's ledger type follows the tier of the copy a record names.
-LEDGER_TYPES = {Tier.TIER1: LedgerType.LEDGER, Tier.TIER2: LedgerType.OFFLOAD_LEDGER}
 
 _UUID5_NAMESPACE = uuid.NAMESPACE_URL.bytes
 _LONG_MASK = 2**64 - 1
@@ -22,13 +20,8 @@ _UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
 
 
-@functools.lru_cache(maxsize=64)
-def component_of(tag: str) -> LedgerComponent:
-    """The record's component for a chunk's ``component`` tag; unknown tags are segment data."""
-    try:
-        return LedgerComponent[tag.upper()]
-    except KeyError:
-        return LedgerComponent.SEGMENT
+#: ``component_of`` once per distinct tag: the chunks of a batch share a handful.
+_component = functools.lru_cache(maxsize=64)(component_of)
 
 
 def copy_uuid(mark_id: str, location: ChunkLocation) -> int:
@@ -60,7 +53,7 @@ def pending_deletes(chunk: ChunkRecord, mark_id: str, created_at_ms: int) -> lis
     """The records that delete every copy of ``chunk`` (two when it has a tier-1 and a tier-2 copy)."""
     records = []
     tags = chunk.tags
-    component = component_of(tags.component)
+    component = _component(tags.component)
     ledger_id = ledger_id_for(chunk.name)
     for location in chunk.locations:
         ledger_type = LEDGER_TYPES[location.tier]
