@@ -61,7 +61,9 @@ class KafkaPendingDeletePublisher:
         """
         self._producer.raise_if_fatal()
         deliveries = _Deliveries()
-        values: list[bytes] = []
+        # Encoded before the first send: produced in one burst, the records travel in fewer, fuller
+        # batches than when librdkafka sends while the rest are still being encoded.
+        values = [self._codec.encode(record, self._topic) for record in records]
         self._guarded(lambda: self._send_all(records, values, deliveries))
         deadline = time.monotonic() + self._timeout_s
         while deliveries.reported < len(records) and time.monotonic() < deadline:
@@ -74,11 +76,8 @@ class KafkaPendingDeletePublisher:
 
     def _send_all(self, records: Sequence[PendingDeleteLedgerInfo], values: list[bytes],
                   deliveries: _Deliveries) -> None:
-        # Each record is encoded just before it is queued, so librdkafka sends while the rest encode.
         client, topic, on_delivery = self._producer.producer, self._topic, deliveries.on_delivery
-        for record in records:
-            value = self._codec.encode(record, topic)
-            values.append(value)
+        for record, value in zip(records, values, strict=True):
             try:
                 client.produce(topic, value, record.chunk_name.encode(), on_delivery=on_delivery)
             except BufferError:
