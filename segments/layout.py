@@ -17,7 +17,10 @@ from storage.errors import InvalidChunkNameError
 from storage.metadata import ChunkRecord, SegmentRecord
 
 #: Room left in a 1024-byte chunk name for ``.E-<epoch>-O-<offset>.<uuid>``.
-MAX_SEGMENT_NAME_BYTES = 1024 - 96
+CHUNK_SUFFIX_BYTES = 96
+MAX_SEGMENT_NAME_BYTES = 1024 - CHUNK_SUFFIX_BYTES
+#: The suffix lands in the name's last path component, which S3 servers cap at 255 bytes.
+MAX_LAST_COMPONENT_BYTES = 255 - CHUNK_SUFFIX_BYTES
 
 
 def validate_segment_name(name: str) -> str:
@@ -28,6 +31,9 @@ def validate_segment_name(name: str) -> str:
         raise InvalidSegmentNameError(str(exc), segment=repr(name)) from exc
     if len(name.encode("utf-8")) > MAX_SEGMENT_NAME_BYTES:
         raise InvalidSegmentNameError(f"longer than {MAX_SEGMENT_NAME_BYTES} bytes", segment=name[:64])
+    if len(name.rpartition("/")[2].encode("utf-8")) > MAX_LAST_COMPONENT_BYTES:
+        raise InvalidSegmentNameError(f"last path component longer than {MAX_LAST_COMPONENT_BYTES} bytes",
+                                      segment=name[:64])
     return name
 
 
