@@ -44,6 +44,10 @@ __all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tu
 
 log = logging.getLogger(__name__)
 
+PREFETCH_KBYTES = 16 * 1024
+"""librdkafka's local queue of pre-fetched records (its default is 64 MiB): a few batches' worth is
+all a worker needs, and the queue is most of a draining worker's memory."""
+
 SWITCH_INTERVAL_S = 0.0005
 """The interpreter's thread switch interval in a worker process (Python's default is 5 ms)."""
 
@@ -74,7 +78,7 @@ class WorkerConfig:
 
     def consumer_config(self) -> dict[str, Any]:
         overrides: dict[str, Any] = {"group.id": self.group_id, "session.timeout.ms": 10000,
-                                     "max.poll.interval.ms": 300000}
+                                     "max.poll.interval.ms": 300000, "queued.max.messages.kbytes": PREFETCH_KBYTES}
         if self.instance_id:
             # Static membership: a restarted worker takes its partitions back without a rebalance.
             overrides["group.instance.id"] = self.instance_id
