@@ -43,6 +43,9 @@ def error_lines(caplog: pytest.LogCaptureFixture, logger: str = LOGGER) -> list[
     (KafkaError(KafkaError._MSG_TIMED_OUT), ErrorKind.RETRIABLE),
     (KafkaError(KafkaError._ALL_BROKERS_DOWN), ErrorKind.RETRIABLE),
     (KafkaError(KafkaError.NOT_ENOUGH_REPLICAS), ErrorKind.RETRIABLE),
+    # A group coordinator that moves or still loads answers offset fetches with these, unflagged.
+    (KafkaError(KafkaError.NOT_COORDINATOR), ErrorKind.RETRIABLE),
+    (KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), ErrorKind.RETRIABLE),
     (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), ErrorKind.OTHER),
     (KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), ErrorKind.OTHER),
 ])
