@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from consumers.lag import estimated_inflight
 from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
 from ops.settings import Settings
 from ops.topics import TopicSpec, admin_client, create_topics, topic_specs
@@ -118,6 +119,22 @@ def read_back(bootstrap: str, topic: str, n: int, timeout_s: float = 60.0) -> li
         return records
     finally:
         consumer.close()
+
+
+#: Answers of a broker whose group coordinator is still starting or moving: ask again.
+_COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
+
+
+def group_lag(bootstrap: str, group: str, topics: Sequence[str]) -> int | None:
+    """The group's lag over ``topics``, or None when the broker asked to be asked again."""
+    try:
+        return estimated_inflight(bootstrap, group, topics)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if isinstance(error, KafkaError) and (error.retriable() or error.code() in _COORDINATOR_MOVING):
+            return None
+        raise
 
 
 def wait_for_members(bootstrap: str, group: str, members: int, timeout_s: float = 60.0) -> None:

@@ -47,6 +47,7 @@ from benchmarks.deletion_setup import (  # noqa: E402
     create_topic,
     filled_bucket,
     fresh_topics,
+    group_lag,
     new_chunks,
     read_back,
     store_rows,
@@ -56,7 +57,6 @@ from benchmarks.deletion_setup import (  # noqa: E402
 from benchmarks.minio import start_minio  # noqa: E402
 from benchmarks.worker_memory import STALL_S, run_memory  # noqa: E402
 from consumers.deletion_worker import DeletionWorker, WorkerConfig, tune_interpreter  # noqa: E402
-from consumers.lag import estimated_inflight  # noqa: E402
 from deletion.executor import DeletionExecutor  # noqa: E402
 from deletion.mark import LedgerDeletionService, new_mark_id  # noqa: E402
 from deletion.records import pending_deletes_for  # noqa: E402
@@ -170,7 +170,7 @@ def worker_processes(bootstrap: str, binding: BaseChunkStorage, env: dict[str, s
         for proc in procs:
             proc.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + STALL_S + n / 100
-        while estimated_inflight(bootstrap, group, topics.deletion_inputs) > 0:
+        while group_lag(bootstrap, group, topics.deletion_inputs) != 0:
             assert time.monotonic() < deadline, "the worker processes did not drain the deletion topic"
             time.sleep(0.01)
         elapsed = time.perf_counter() - started

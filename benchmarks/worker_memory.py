@@ -26,8 +26,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from benchmarks.deletion_setup import PAYLOAD, fresh_topics, new_chunks, store_rows
-from consumers.lag import estimated_inflight
+from benchmarks.deletion_setup import PAYLOAD, fresh_topics, group_lag, new_chunks, store_rows
 from deletion.mark import new_mark_id
 from deletion.records import pending_deletes_for
 from schemas.codec import build_codec
@@ -126,8 +125,9 @@ def drain(bootstrap: str, size: int, work: Path) -> MemoryRun:
             assert time.monotonic() - moved < STALL_S, f"the group's lag stayed at {lag} for {STALL_S:.0f} s"
             time.sleep(0.5)
             peak, final = rss_mb(proc.pid)
-            now = estimated_inflight(bootstrap, group, topics.deletion_inputs)
-            lag, moved = now, time.monotonic() if now < lag else moved
+            now = group_lag(bootstrap, group, topics.deletion_inputs)
+            if now is not None:
+                lag, moved = now, time.monotonic() if now < lag else moved
         elapsed = time.perf_counter() - started
         peak, final = rss_mb(proc.pid)
     finally:
