@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from consumers.lag import estimated_inflight
 from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
 from ops.settings import Settings
 from ops.topics import TopicSpec, admin_client, create_topics, topic_specs
 from producers.config import kafka_config
+from producers.kafka_errors import ErrorKind, classify, kafka_error_of
 from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from storage.base import BaseChunkStorage
@@ -121,18 +122,14 @@ def read_back(bootstrap: str, topic: str, n: int, timeout_s: float = 60.0) -> li
         consumer.close()
 
 
-#: Answers of a broker whose group coordinator is still starting or moving: ask again.
-_COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT}
-
-
 def group_lag(bootstrap: str, group: str, topics: Sequence[str]) -> int | None:
-    """The group's lag over ``topics``, or None when the broker asked to be asked again."""
+    """The group's lag over ``topics``, or None when the broker's error outlasted the reading's own
+    retries but will pass (reclaim's classification of Kafka errors)."""
     try:
         return estimated_inflight(bootstrap, group, topics)
     except KafkaException as exc:
-        error = exc.args[0]
-        if isinstance(error, KafkaError) and (error.retriable() or error.code() in _COORDINATOR_MOVING):
+        error = kafka_error_of(exc)
+        if error is not None and classify(error) is ErrorKind.RETRIABLE:
             return None
         raise
 
