@@ -16,7 +16,8 @@ Partition = tuple[str, int]
 
 @dataclass(frozen=True)
 class Polled:
-    """One record as read: where from, its key and value, and its retry history."""
+    """One record as read: where from, its key and value, its retry history, and whether an earlier
+    attempt may have handled it (a retry, or a record below its partition's horizon)."""
 
     topic: str
     partition: int
@@ -24,6 +25,7 @@ class Polled:
     key: bytes | None
     value: bytes | None
     delivery: Delivery
+    redelivered: bool = True
 
     @property
     def source(self) -> Partition:

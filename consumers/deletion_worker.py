@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from consumers.batches import BatchReport, Checked, Completed, Decoded, Judged, Partition, Polled, Undecodable
+from consumers.horizons import Horizons, end_offset
 from consumers.offsets import Position, plan_offsets
 from consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
 from consumers.rerouter import Rerouter
@@ -102,11 +103,14 @@ class DeletionWorker:
         self._consumer = Consumer(config.consumer_config())
         self._held: dict[Partition, float] = {}
         self._assigned: set[Partition] = set()
+        self._horizons = Horizons()
         self._report = BatchReport()
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._horizons.assigned((tp.topic, tp.partition), end_offset(consumer, tp))
         self._assigned.update((tp.topic, tp.partition) for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -115,6 +119,7 @@ class DeletionWorker:
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
             self._assigned.discard((tp.topic, tp.partition))
+            self._horizons.revoked((tp.topic, tp.partition))
 
     @property
     def assigned(self) -> int:
@@ -189,12 +194,15 @@ class DeletionWorker:
                 held += 1
                 continue
             delivery = Delivery.of(topic, partition, offset, msg.headers())
-            if topic in self._retry_topics and delivery.not_before_ms and delivery.not_before_ms > now_ms:
+            retrying = topic in self._retry_topics
+            if retrying and delivery.not_before_ms and delivery.not_before_ms > now_ms:
                 self._hold((topic, partition), offset, delivery.not_before_ms / 1000)
                 held_now.add((topic, partition))
                 held += 1
                 continue
-            ready.append(Polled(topic, partition, offset, msg.key(), msg.value(), delivery))
+            below_horizon = self._horizons.read((topic, partition), offset)
+            redelivered = retrying or delivery.attempt > 1 or below_horizon
+            ready.append(Polled(topic, partition, offset, msg.key(), msg.value(), delivery, redelivered))
         for topic, count in received.items():
             metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
         self._report += BatchReport(received=sum(received.values()), held=held)
@@ -210,6 +218,7 @@ class DeletionWorker:
         tp = TopicPartition(source[0], source[1], offset)
         self._consumer.pause([tp])
         self._consumer.seek(tp)
+        self._horizons.sought_back(source)
         self._held[source] = due
 
     def _resume_due(self) -> None:
@@ -233,7 +242,8 @@ class DeletionWorker:
                 decoded.append(Decoded(record, info))
         plan = None
         if decoded:
-            plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms) for d in decoded])
+            plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms, d.polled.redelivered)
+                                           for d in decoded])
         return Checked(tuple(decoded), tuple(undecodable), plan)
 
     def _complete_all(self) -> None:
@@ -272,6 +282,7 @@ class DeletionWorker:
             metrics.ACKED.inc(plan.acked)
         for (topic, partition), offset in plan.seek.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
+            self._horizons.sought_back((topic, partition))
         self._pipeline.drop(plan.seek)
         dead = sum(1 for r in routings if r.route is Route.DLQ)
         return BatchReport(outcomes=dict(outcomes), retried=len(sends) - dead, dead_lettered=dead,

@@ -31,10 +31,12 @@ class Proceed(enum.Enum):
 
 @dataclass(frozen=True)
 class Pending:
-    """One record to judge, with when phase 2 first failed on it (its retry headers), if it did."""
+    """One record to judge, with when phase 2 first failed on it (its retry headers), if it did, and
+    whether an earlier attempt may have deleted its copy already (a retry, a record read again)."""
 
     info: PendingDeleteLedgerInfo
     first_failure_ms: int | None = None
+    redelivered: bool = True
 
     @property
     def copy(self) -> CopyKey:
@@ -56,8 +58,9 @@ class Facts:
     ``places``: where the named binding keeps each copy, or the error saying it cannot (no such
     binding, a chunk name the binding refuses). ``objects``: for copies with no chunk row only, what
     the object's HEAD said (its tags, or the error — ``ChunkNotFoundError`` when there is none).
-    ``present``: per binding, the copies that had an object before the deletes, or None when the
-    binding's own deletes tell a missing object from a deleted one.
+    ``present``: per binding, which of the redelivered records' copies had an object before the
+    deletes, or None when the binding's own deletes tell a missing object from a deleted one; a copy
+    not asked about counts as present.
     """
 
     now_ms: int

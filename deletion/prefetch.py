@@ -2,8 +2,9 @@
 in as few queries and requests as the stores allow.
 
 One query for the chunk rows, one for the marks of rows still active, HEADs (in parallel) only for
-copies that have no row, and one existence listing per binding for the copies a delete may find
-gone already. The result is a frozen :class:`~deletion.facts.Facts`.
+copies that have no row, and one existence listing per binding for the copies of redelivered records
+whose rows are retired (an earlier attempt may have deleted them; see :mod:`consumers.horizons`).
+The result is a frozen :class:`~deletion.facts.Facts`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class Prefetcher:
         marks = self._store.get_marks(mark_ids) if mark_ids else {}
         placed = [p for p in batch if isinstance(places.get(p.copy), ChunkLocation)]
         without_row = [p.copy for p in placed if p.info.chunk_name not in rows]
-        retired = [p.copy for p in placed if p.info.chunk_name in rows and p.info.chunk_name not in active]
+        retired = [p.copy for p in placed
+                   if p.redelivered and p.info.chunk_name in rows and p.info.chunk_name not in active]
         return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places,
                      objects=self._objects(without_row), present=self._present(retired))
 

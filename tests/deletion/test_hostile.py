@@ -10,6 +10,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from consumers import retry
+from deletion.executor import DeletionExecutor
+from deletion.facts import Pending
 from deletion.records import pending_deletes_for
 from ops.s3_server import S3Endpoint
 from schemas import millis_now
@@ -65,6 +67,41 @@ def test_an_s3_key_already_missing_counts_as_already_gone(pipeline: Pipeline,
     reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 4)
     assert outcomes(reports) == {"deleted": 3, "already-gone": 1}
     assert counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER") - before == 3
+    assert not any(s3.exists(c.name) for c in chunks)
+
+
+def test_copies_a_dead_worker_deleted_count_as_already_gone_when_read_again(
+        pipeline: Pipeline, make_tier2: Callable[[str], S3ChunkStorage]) -> None:
+    s3 = make_tier2("s3")
+    pipeline.bindings.register(s3)
+    chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 4)
+    marked = pipeline.service.mark(chunks)
+    # A worker deleted the copies and died before its row cleanup and its commit: rows left, objects gone.
+    records = pending_deletes_for(chunks, marked.mark_id, millis_now())
+    dead = DeletionExecutor(pipeline.store, pipeline.bindings)
+    dead.delete(dead.prepare([Pending(info) for info in records]))
+    dead.close()
+    assert all(row.locations for row in pipeline.store.get_chunks(c.name for c in chunks).values())
+    before = counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER")
+    worker = pipeline.worker()  # assigned after the records were written: each may have been handled
+    reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 4)
+    assert outcomes(reports) == {"already-gone": 4}
+    assert counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER") - before == 0
+
+
+def test_records_read_for_the_first_time_cost_no_listing(pipeline: Pipeline,
+                                                         make_tier2: Callable[[str], S3ChunkStorage]) -> None:
+    s3 = make_tier2("s3")
+    pipeline.bindings.register(s3)
+    worker = pipeline.worker()
+    assert worker.wait_for_assignment()
+    chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 6)
+    pipeline.service.mark(chunks)  # produced after the worker owned every partition
+    listings = counter("reclaim_storage_operations_total", binding="s3-tier2", operation="present", outcome="ok")
+    reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 6)
+    assert outcomes(reports) == {"deleted": 6}
+    assert counter("reclaim_storage_operations_total", binding="s3-tier2", operation="present",
+                   outcome="ok") == listings
     assert not any(s3.exists(c.name) for c in chunks)
 
 
