@@ -6,8 +6,10 @@ import functools
 import hashlib
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from deletion.ownership import LEDGER_TYPES, component_of
+from schemas.base import check_millis
 from schemas.ledger import ChunkLocation as RecordLocation
 from schemas.ledger import LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
 from storage.chunks import ChunkLocation
@@ -24,15 +26,24 @@ _UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
 _component = functools.lru_cache(maxsize=64)(component_of)
 
 
+def _uuid_prefix(mark_id: str) -> Any:
+    """SHA-1 state after the common prefix of one mark's copy uuids; each copy adds "<binding>:<key>"."""
+    return hashlib.sha1(_UUID5_NAMESPACE + f"reclaim:{mark_id}:".encode(), usedforsecurity=False)
+
+
+def _copy_uuid_after(prefix: Any, location: ChunkLocation) -> int:
+    hasher = prefix.copy()
+    hasher.update(f"{location.binding}:{location.key}".encode())
+    return (int.from_bytes(hasher.digest()[:16], "big") & _UUID5_CLEAR) | _UUID5_SET
+
+
 def copy_uuid(mark_id: str, location: ChunkLocation) -> int:
     """``uuid5(NAMESPACE_URL, "reclaim:<mark>:<binding>:<key>")`` as an int: stable per (mark, copy).
 
     Computed from SHA-1 directly (the same value ``uuid.uuid5`` gives, without its objects), because
     phase 1 makes one per tier-2 copy.
     """
-    name = f"reclaim:{mark_id}:{location.binding}:{location.key}".encode()
-    digest = hashlib.sha1(_UUID5_NAMESPACE + name, usedforsecurity=False).digest()
-    return (int.from_bytes(digest[:16], "big") & _UUID5_CLEAR) | _UUID5_SET
+    return _copy_uuid_after(_uuid_prefix(mark_id), location)
 
 
 def _signed(half: int) -> int:
@@ -40,42 +51,66 @@ def _signed(half: int) -> int:
     return half - (1 << 64) if half >> 63 else half
 
 
-def _offload_context(chunk: ChunkRecord, location: ChunkLocation, mark_id: str) -> OffloadContext:
-    # A stable uuid per (mark, copy), so a re-published record carries the same context.
-    copy_id = copy_uuid(mark_id, location)
-    metadata = [("binding", location.binding), ("key", location.key), ("segment", chunk.segment)]
-    if location.bucket is not None:
-        metadata.insert(1, ("bucket", location.bucket))
-    return OffloadContext(_signed(copy_id >> 64), _signed(copy_id & _LONG_MASK), location.binding, tuple(metadata))
+class _MarkBatch:
+    """Builds the records of one mark: what they share is worked out, and ``created_at`` checked, once.
+
+    The chunk rows come from the metadata store, which checked them; the records are built with
+    ``from_checked`` (no per-record ``__post_init__``) and are equal to those the constructors give.
+    """
+
+    def __init__(self, mark_id: str, created_at_ms: int) -> None:
+        check_millis("created_at", created_at_ms)
+        self._mark_id = mark_id
+        self._created_at = created_at_ms
+        self._uuid_prefix = _uuid_prefix(mark_id)
+
+    def _offload_context(self, chunk: ChunkRecord, location: ChunkLocation) -> OffloadContext:
+        # A stable uuid per (mark, copy), so a re-published record carries the same context.
+        copy_id = _copy_uuid_after(self._uuid_prefix, location)
+        # Key-sorted, as OffloadContext keeps them: binding < bucket < key < segment.
+        metadata = ((("binding", location.binding), ("key", location.key), ("segment", chunk.segment))
+                    if location.bucket is None else
+                    (("binding", location.binding), ("bucket", location.bucket), ("key", location.key),
+                     ("segment", chunk.segment)))
+        return OffloadContext.from_checked({"uuid_msb": _signed(copy_id >> 64),
+                                            "uuid_lsb": _signed(copy_id & _LONG_MASK),
+                                            "driver_name": location.binding, "metadata": metadata})
+
+    def records(self, chunk: ChunkRecord) -> list[PendingDeleteLedgerInfo]:
+        """The records that delete every copy of ``chunk``, in the order of its locations."""
+        tags = chunk.tags
+        component = _component(tags.component)
+        ledger_id = ledger_id_for(chunk.name)
+        records = []
+        for location in chunk.locations:
+            ledger_type = LEDGER_TYPES[location.tier]
+            records.append(PendingDeleteLedgerInfo.from_checked({
+                "topic_name": tags.stream,
+                "ledger_component": component,
+                "ledger_type": ledger_type,
+                "ledger_id": ledger_id,
+                "chunk_name": chunk.name,
+                "segment_name": chunk.segment,
+                "storage_binding": location.binding,
+                "location": RecordLocation.from_checked({"key": location.key, "bucket": location.bucket}),
+                "mark_id": self._mark_id,
+                "created_at": self._created_at,
+                "cursor_name": None,
+                "schema_id": None,
+                "offload_context": (self._offload_context(chunk, location)
+                                    if ledger_type is LedgerType.OFFLOAD_LEDGER else None),
+                "owner_epoch": tags.writer_epoch,
+            }))
+        return records
 
 
 def pending_deletes(chunk: ChunkRecord, mark_id: str, created_at_ms: int) -> list[PendingDeleteLedgerInfo]:
     """The records that delete every copy of ``chunk`` (two when it has a tier-1 and a tier-2 copy)."""
-    records = []
-    tags = chunk.tags
-    component = _component(tags.component)
-    ledger_id = ledger_id_for(chunk.name)
-    for location in chunk.locations:
-        ledger_type = LEDGER_TYPES[location.tier]
-        records.append(PendingDeleteLedgerInfo(
-            topic_name=tags.stream,
-            ledger_component=component,
-            ledger_type=ledger_type,
-            ledger_id=ledger_id,
-            chunk_name=chunk.name,
-            segment_name=chunk.segment,
-            storage_binding=location.binding,
-            location=RecordLocation(location.key, location.bucket),
-            owner_epoch=tags.writer_epoch,
-            mark_id=mark_id,
-            created_at=created_at_ms,
-            offload_context=(_offload_context(chunk, location, mark_id)
-                             if ledger_type is LedgerType.OFFLOAD_LEDGER else None),
-        ))
-    return records
+    return _MarkBatch(mark_id, created_at_ms).records(chunk)
 
 
 def pending_deletes_for(chunks: Iterable[ChunkRecord], mark_id: str,
                         created_at_ms: int) -> list[PendingDeleteLedgerInfo]:
     """All records of one mark batch, in chunk order."""
-    return [record for chunk in chunks for record in pending_deletes(chunk, mark_id, created_at_ms)]
+    batch = _MarkBatch(mark_id, created_at_ms)
+    return [record for chunk in chunks for record in batch.records(chunk)]

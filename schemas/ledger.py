@@ -7,7 +7,7 @@ import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from schemas.avro_schema import RecordSchema
 from schemas.base import (
@@ -27,6 +27,15 @@ from schemas.base import (
 
 _LONG_MASK = 2**64 - 1
 _LEDGER_ID_MASK = 2**63 - 1
+
+_R = TypeVar("_R")
+
+
+def _from_checked(cls: type[_R], fields: dict[str, Any]) -> _R:
+    """An instance of the frozen dataclass ``cls`` holding ``fields`` as given, without ``__init__``."""
+    record = object.__new__(cls)
+    record.__dict__.update(fields)
+    return record
 
 
 class LedgerComponent(enum.Enum):
@@ -88,6 +97,11 @@ class OffloadContext(AvroRecord):
         object.__setattr__(self, "metadata", tuple(sorted(dict(self.metadata).items())))
 
     @classmethod
+    def from_checked(cls, fields: dict[str, Any]) -> Self:
+        """Build from every field by name, ``metadata`` already key-sorted and unique; nothing is re-checked."""
+        return _from_checked(cls, fields)
+
+    @classmethod
     def for_uuid(cls, copy_id: uuid.UUID, driver_name: str, metadata: Mapping[str, str]) -> OffloadContext:
         """Build from the copy's uuid, split into signed halves as Java's ``UUID`` does."""
         msb, lsb = copy_id.int >> 64, copy_id.int & _LONG_MASK
@@ -131,6 +145,11 @@ class ChunkLocation(AvroRecord):
 
     key: str
     bucket: str | None = None
+
+    @classmethod
+    def from_checked(cls, fields: dict[str, Any]) -> Self:
+        """Build from every field by name, as given."""
+        return _from_checked(cls, fields)
 
     def to_avro(self) -> dict[str, Any]:
         return {"bucket": self.bucket, "key": self.key}
@@ -197,6 +216,14 @@ class PendingDeleteLedgerInfo(AvroRecord):
 
     def __post_init__(self) -> None:
         check_millis("created_at", self.created_at)
+
+    @classmethod
+    def from_checked(cls, fields: dict[str, Any]) -> Self:
+        """Build from every field by name, with ``created_at`` already checked; ``__post_init__`` is skipped.
+
+        For phase 1's builder, which checks ``created_at`` once for a whole mark batch.
+        """
+        return _from_checked(cls, fields)
 
     def to_avro(self) -> dict[str, Any]:
         return {
