@@ -22,6 +22,10 @@ T = TypeVar("T")
 # What the client raises from produce/poll/flush when it serves a fatal error (see producers.producer).
 _CLIENT_ERRORS = (KafkaException, SystemError)
 
+#: Delivery reports are served every this many sends: a ``poll(0)`` after each one cost as much as the
+#: send itself, and the reports wait in librdkafka's queue until the flush that follows anyway.
+_POLL_EVERY = 64
+
 
 class _Deliveries:
     """The delivery reports of one publish, through one callback shared by all its records.
@@ -61,9 +65,7 @@ class KafkaPendingDeletePublisher:
         """
         self._producer.raise_if_fatal()
         deliveries = _Deliveries()
-        # Encoded before the first send: produced in one burst, the records travel in fewer, fuller
-        # batches than when librdkafka sends while the rest are still being encoded.
-        values = [self._codec.encode(record, self._topic) for record in records]
+        values: list[bytes] = []
         self._guarded(lambda: self._send_all(records, values, deliveries))
         deadline = time.monotonic() + self._timeout_s
         while deliveries.reported < len(records) and time.monotonic() < deadline:
@@ -76,14 +78,24 @@ class KafkaPendingDeletePublisher:
 
     def _send_all(self, records: Sequence[PendingDeleteLedgerInfo], values: list[bytes],
                   deliveries: _Deliveries) -> None:
+        """Encode each record and queue it at once, so librdkafka sends while the rest are encoded.
+
+        A record that cannot be encoded stops the publish with its error; the records queued before it
+        go out under a mark that never commits, so phase 2 leaves their chunks alone (as after a crash).
+        """
         client, topic, on_delivery = self._producer.producer, self._topic, deliveries.on_delivery
-        for record, value in zip(records, values, strict=True):
+        encode = self._codec.encode
+        for index, record in enumerate(records):
+            value = encode(record, topic)
+            values.append(value)
+            key = record.chunk_name.encode()
             try:
-                client.produce(topic, value, record.chunk_name.encode(), on_delivery=on_delivery)
+                client.produce(topic, value, key, on_delivery=on_delivery)
             except BufferError:
                 # The local queue is full: the producer's own send waits for room, within its bound.
-                self._producer.send(topic, value, record.chunk_name.encode(), on_delivery=on_delivery)
-            client.poll(0)
+                self._producer.send(topic, value, key, on_delivery=on_delivery)
+            if index % _POLL_EVERY == 0:
+                client.poll(0)
 
     def _note_failures(self, failed: list[KafkaError]) -> None:
         """Log failed deliveries once per error code; a fatal one makes the producer raise."""
