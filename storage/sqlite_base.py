@@ -147,6 +147,7 @@ class SQLiteDatabase:
         self.store = store
         try:
             self.connection = _open(path, schema, busy_timeout)
+            self.checkpointer = Checkpointer(path, store)
         except self.errors as exc:
             raise self.mapped(exc) from exc
 
@@ -155,6 +156,7 @@ class SQLiteDatabase:
 
     def commit(self) -> None:
         self.connection.execute("COMMIT")
+        self.checkpointer.nudge()
 
     def rollback(self) -> None:
         if self.connection.in_transaction:
@@ -168,7 +170,72 @@ class SQLiteDatabase:
         return MetadataError(f"{self.store} error: {exc}")
 
     def close(self) -> None:
+        # The checkpointer's connection first: the last one to close checkpoints and removes the WAL.
+        self.checkpointer.close()
         self.connection.close()
+
+
+class Checkpointer:
+    """Copies committed WAL frames into the database file on a thread of its own, so no commit waits.
+
+    SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1000 pages: that
+    writer also copies the pages into the database file and syncs it, with the store's lock held.
+    A store's connection has it off (``wal_autocheckpoint = 0``); each commit nudges this instead,
+    and its thread runs a PASSIVE checkpoint (which neither waits for nor blocks a reader or writer)
+    on a connection of its own, at most once per ``interval_s``. Durability does not depend on it:
+    a commit is durable once its WAL frames are synced (``synchronous = FULL``).
+    """
+
+    def __init__(self, path: str, store: str, interval_s: float = 0.25) -> None:
+        self._store = store
+        self._interval_s = interval_s
+        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._wake = threading.Condition()
+        self._pending = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def nudge(self) -> None:
+        """Ask for a checkpoint soon; starts the thread on first use."""
+        with self._wake:
+            if self._closed:
+                return
+            self._pending = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"{self._store} checkpoint", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """One PASSIVE checkpoint now: (1 if it could not finish, WAL frames, frames checkpointed)."""
+        busy, frames, done = self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(busy), int(frames), int(done)
+
+    def close(self) -> None:
+        """Stop the thread (a checkpoint under way finishes) and close the connection."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        self._connection.close()
+
+    def _run(self) -> None:
+        while self._next():
+            try:
+                self.checkpoint()
+            except sqlite3.Error as exc:
+                # The frames stay in the WAL, readable and durable; the next nudge tries again.
+                logger.warning("%s checkpoint failed: %s", self._store, exc)
+
+    def _next(self) -> bool:
+        """Wait for a nudge, no sooner than ``interval_s`` after the last checkpoint; False once closed."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._closed, timeout=self._interval_s)
+            self._wake.wait_for(lambda: self._pending or self._closed)
+            self._pending = False
+            return not self._closed
 
 
 def _open(path: str, schema: str, busy_timeout: float) -> sqlite3.Connection:
@@ -178,6 +245,8 @@ def _open(path: str, schema: str, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         # A committed deletion mark or layout change must survive a power loss, not only a crash.
         conn.execute("PRAGMA synchronous = FULL")
+        # Checkpoints run on the store's checkpointer thread, not inside a commit.
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
         # The schema (statements separated by ";") is applied atomically.
         conn.execute("BEGIN IMMEDIATE")
         for statement in filter(str.strip, schema.split(";")):

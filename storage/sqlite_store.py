@@ -15,6 +15,9 @@ from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, 
 from storage.metrics import METADATA_TRANSACTIONS
 from storage.sqlite_base import Outcome, Queries, SQLiteStoreBase, Transaction
 
+# No index holds a column that retiring a chunk changes (active, mark_id, version): phase 1's batched
+# retire then rewrites only the rows. Older files' indexes on (segment, active) and (mark_id), which
+# every retire rewrote and no query needs, are dropped; list_chunks reads a segment in offset order.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
     name TEXT PRIMARY KEY, version INTEGER NOT NULL, stream TEXT NOT NULL, status INTEGER NOT NULL,
@@ -25,8 +28,9 @@ CREATE TABLE IF NOT EXISTS chunks (
     name TEXT PRIMARY KEY, version INTEGER NOT NULL, segment TEXT NOT NULL, start_offset INTEGER NOT NULL,
     length INTEGER NOT NULL, next_chunk TEXT, active INTEGER NOT NULL, mark_id TEXT,
     tags TEXT NOT NULL, locations TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS chunks_by_segment ON chunks (segment, active);
-CREATE INDEX IF NOT EXISTS chunks_by_mark ON chunks (mark_id);
+DROP INDEX IF EXISTS chunks_by_segment;
+DROP INDEX IF EXISTS chunks_by_mark;
+CREATE INDEX IF NOT EXISTS chunks_by_segment_offset ON chunks (segment, start_offset);
 CREATE TABLE IF NOT EXISTS marks (
     mark_id TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL);
 """
