@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -80,7 +81,7 @@ class LedgerDeletionService:
         """
         mark_id = new_mark_id()
         failed = self._publish(chunks, mark_id)
-        sent = [chunk for chunk in chunks if chunk.name not in failed]
+        sent = [chunk for chunk in chunks if chunk.name not in failed] if failed else list(chunks)
         if sent:
             with self._store.transaction() as txn:
                 if layout_update is not None:
@@ -121,12 +122,10 @@ class LedgerDeletionService:
         records = pending_deletes_for(chunks, mark_id, int(self._clock() * 1000))
         failed_records = self._publisher.publish(records) if records else []
         failed = {record.chunk_name for record in failed_records}
-        sent: dict[str, int] = {}
-        for record in records:
-            if record.chunk_name not in failed:
-                sent[record.ledger_type.name] = sent.get(record.ledger_type.name, 0) + 1
+        # A chunk's records count as sent only when all of them were confirmed, as the chunk is marked.
+        sent = Counter(record.ledger_type for record in records if not failed or record.chunk_name not in failed)
         for ledger_type, count in sent.items():
-            metrics.PENDING_DELETES_SENT.labels(ledger_type).inc(count)
+            metrics.PENDING_DELETES_SENT.labels(ledger_type.name).inc(count)
         if failed:
             log.warning("mark %s: %d chunks not confirmed on the deletion topic; they stay live", mark_id, len(failed))
         return failed
