@@ -125,6 +125,13 @@ class SQLiteStoreBase(Generic[R, T]):
             except self._db.errors as exc:
                 raise self._db.mapped(exc) from exc
 
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file now, as the checkpointer thread does after commits."""
+        try:
+            self._db.checkpointer.checkpoint()
+        except self._db.errors as exc:
+            raise self._db.mapped(exc) from exc
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
