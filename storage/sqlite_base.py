@@ -6,6 +6,7 @@ import logging
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, Literal, TypeVar
@@ -200,7 +201,9 @@ class Checkpointer:
         self._wake = threading.Condition()
         self._pending = False
         self._closed = False
+        self._inherited = False
         self._thread: threading.Thread | None = None
+        _CHECKPOINTERS.add(self)
 
     def nudge(self) -> None:
         """Ask for a checkpoint soon; starts the thread on first use."""
@@ -215,7 +218,8 @@ class Checkpointer:
 
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint now: (1 if it could not finish, WAL frames, frames checkpointed)."""
-        busy, frames, done = self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        with _CHECKPOINTING:
+            busy, frames, done = self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         return int(busy), int(frames), int(done)
 
     def close(self) -> None:
@@ -226,7 +230,14 @@ class Checkpointer:
             thread = self._thread
         if thread is not None:
             thread.join()
-        self._connection.close()
+        if not self._inherited:
+            self._connection.close()
+
+    def _forked(self) -> None:
+        # In a forked child: the thread is gone and the connection belongs to the parent; stay idle.
+        self._wake = threading.Condition()
+        self._closed = self._inherited = True
+        self._thread = None
 
     def _run(self) -> None:
         while self._next():
@@ -243,6 +254,22 @@ class Checkpointer:
             self._wake.wait_for(lambda: self._pending or self._closed)
             self._pending = False
             return not self._closed
+
+
+#: Held while a checkpoint runs; a fork waits for it, so no child starts inside one of SQLite's calls
+#: (holding its process-wide locks, with the thread that would release them left behind).
+_CHECKPOINTING = threading.Lock()
+_CHECKPOINTERS: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    _CHECKPOINTING.release()
+    for checkpointer in list(_CHECKPOINTERS):
+        checkpointer._forked()
+
+
+os.register_at_fork(before=_CHECKPOINTING.acquire, after_in_parent=_CHECKPOINTING.release,
+                    after_in_child=_after_fork_in_child)
 
 
 def _open(path: str, schema: str, busy_timeout: float) -> sqlite3.Connection:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -102,3 +103,27 @@ def test_a_store_closes_with_its_checkpointer(tmp_path: Path) -> None:
     # The checkpointer's connection closed first, so the store's was the last: it checkpointed the
     # WAL into the file and removed it.
     assert not (tmp_path / "meta.db-wal").exists()
+
+
+def _child_commits(path: str, inherited: SQLiteMetadataStore) -> None:
+    inherited._db.checkpointer.nudge()  # the parent's: idle in the child, no thread starts
+    assert not any(t.name == "metadata store checkpoint" for t in threading.enumerate())
+    store = SQLiteMetadataStore(path)
+    with store.transaction() as txn:
+        txn.put_segment(SegmentRecord("child/0", stream="child"))
+    store.close()
+
+
+def test_a_forked_child_opens_and_commits_while_the_parent_checkpoints(tmp_path: Path) -> None:
+    path = str(tmp_path / "meta.db")
+    store = SQLiteMetadataStore(path)
+    try:
+        with store.transaction() as txn:
+            txn.put_segment(SegmentRecord(SEGMENT, stream="scope/stream"))
+        child = multiprocessing.get_context("fork").Process(target=_child_commits, args=(path, store))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        assert store.get_segment("child/0") is not None
+    finally:
+        store.close()
