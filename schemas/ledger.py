@@ -121,7 +121,7 @@ class OffloadContext(AvroRecord):
             "uuid_msb": self.uuid_msb,
             "uuid_lsb": self.uuid_lsb,
             "driver_name": self.driver_name,
-            "metadata": self.metadata_dict(),
+            "metadata": dict(self.metadata),
         }
 
     @classmethod
@@ -226,14 +226,17 @@ class PendingDeleteLedgerInfo(AvroRecord):
         return _from_checked(cls, fields)
 
     def to_avro(self) -> dict[str, Any]:
+        # Phase 1 encodes one of these per chunk copy: the enums' ``_name_`` (their plain attribute;
+        # ``name`` is a property), the nested context read once.
+        context = self.offload_context
         return {
             "topic_name": self.topic_name,
-            "ledger_component": self.ledger_component.name,
+            "ledger_component": self.ledger_component._name_,
             "cursor_name": self.cursor_name,
             "schema_id": self.schema_id,
-            "ledger_type": self.ledger_type.name,
+            "ledger_type": self.ledger_type._name_,
             "ledger_id": self.ledger_id,
-            "offload_context": None if self.offload_context is None else self.offload_context.to_avro(),
+            "offload_context": None if context is None else context.to_avro(),
             "chunk_name": self.chunk_name,
             "segment_name": self.segment_name,
             "storage_binding": self.storage_binding,
