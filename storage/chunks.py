@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,12 @@ def validate_chunk_name(name: str) -> str:
     """
     if not isinstance(name, str) or not name:
         raise InvalidChunkNameError("chunk name is empty", chunk=str(name))
+    return _checked_name(name)
+
+
+@functools.lru_cache(maxsize=16384)
+def _checked_name(name: str) -> str:
+    # Phase 2 checks each name before a batch's checks, its delete and its listing: remember the good ones.
     if _utf8_len(name) > MAX_CHUNK_NAME_BYTES:
         raise InvalidChunkNameError(f"chunk name longer than {MAX_CHUNK_NAME_BYTES} bytes", chunk=name[:64])
     if _CONTROL.search(name):
