@@ -168,7 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--commit-interval-ms", type=int,
                         help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")
     worker.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
-    worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
+    worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2); it must "
+                        "exist (an unmounted volume is refused), see --create-fs-root")
+    worker.add_argument("--create-fs-root", dest="fs_create_root", action="store_true", default=None,
+                        help="create the filesystem tier-2 root when missing (a first start on a fresh volume; "
+                        "env RECLAIM_FS_CREATE_ROOT)")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
     worker.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
     worker.set_defaults(run=cmd_worker)
@@ -214,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from(args: argparse.Namespace) -> Settings:
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
-             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "metrics_port",
-             "truncation_group_id", "record_every_s", "principal")
+             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "fs_create_root",
+             "metrics_port", "truncation_group_id", "record_every_s", "principal")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = tuple(int(part) for part in args.retry_delays.split(","))

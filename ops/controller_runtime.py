@@ -21,7 +21,7 @@ def stream_controller(settings: Settings, max_rolling_length: int | None = None
     """The controller over the configured stores (its garbage goes to phase 1) and a publisher on its producer."""
     bootstrap = stack.require_bootstrap(settings)
     store = runtime.metadata_store(settings)
-    bindings = runtime.storage_bindings(settings)
+    bindings = runtime.storage_bindings(settings, writer=True)
     producer = RecordProducer(bootstrap, "idempotent-producer")
     codec = runtime.codec(settings)
     try:

@@ -72,7 +72,7 @@ def run_demo(settings: Settings, keep_stack: bool = False) -> int:
 def collect_garbage(settings: Settings, bootstrap: str) -> None:
     demo = demo_settings(settings, bootstrap, "demo")
     store = runtime.metadata_store(demo)
-    bindings = runtime.storage_bindings(demo)
+    bindings = runtime.storage_bindings(demo, writer=True)
     producer = RecordProducer(bootstrap, "idempotent-producer")
     try:
         service = runtime.deletion_service(demo, store, producer)

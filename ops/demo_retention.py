@@ -21,7 +21,7 @@ def show_retention(settings: Settings, bootstrap: str) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per call into the JVM otherwise
     say("  starting Spark (local) for the retention job ...")
     spark = build_spark_session("reclaim-demo-retention", settings.cache_dir)
-    store, bindings = runtime.metadata_store(demo), runtime.storage_bindings(demo)
+    store, bindings = runtime.metadata_store(demo), runtime.storage_bindings(demo, writer=True)
     try:
         with stream_controller(demo, max_rolling_length=256) as (controller, publisher):
             retention = Retention(demo, controller, publisher, spark, work, say,

@@ -42,10 +42,15 @@ def s3_binding(settings: Settings) -> S3ChunkStorage | None:
     return S3ChunkStorage(binding_settings, name="s3-tier2")
 
 
-def storage_bindings(settings: Settings) -> StorageBindings:
-    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is known)."""
+def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBindings:
+    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is known).
+
+    Only a ``writer`` (or ``RECLAIM_FS_CREATE_ROOT``) creates the filesystem root when it is missing;
+    a worker or an audit refuses a missing root (an unmounted volume) instead of taking it for empty.
+    """
     bindings = StorageBindings([FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2",
-                                                       delete_workers=settings.delete_parallelism)])
+                                                       delete_workers=settings.delete_parallelism,
+                                                       create=writer or settings.fs_create_root)])
     s3 = s3_binding(settings)
     if s3 is not None:
         bindings.register(s3)

@@ -41,6 +41,7 @@ class Settings:
     # Phase-2 worker.
     metadata_path: Path | None = None
     fs_root: Path | None = None
+    fs_create_root: bool = False
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
     consumers: int = 1

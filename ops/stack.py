@@ -12,6 +12,7 @@ from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_br
 from ops.procs import StackError, pid_alive, port_open, stop_pid
 from ops.s3_server import S3Endpoint, ensure_bucket, start_s3
 from ops.settings import Settings
+from storage.filesystem import FileSystemChunkStorage
 
 log = logging.getLogger(__name__)
 STATE_FILE = "stack.json"
@@ -76,6 +77,7 @@ def up(settings: Settings) -> StackState:
         log.info("s3 endpoint started: pid=%s url=%s", s3_proc.pid, endpoint.url)
     assert state.s3_url is not None
     ensure_bucket(S3Endpoint(url=state.s3_url), settings.s3_bucket)
+    FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2").close()  # the filesystem tier-2 root, as the bucket
     state.s3_bucket = settings.s3_bucket
     state.save(settings.state_dir)
     return state

@@ -45,17 +45,24 @@ from storage.fs_io import COPY_BLOCK, fsync_dir, map_os_error, writable, write_a
 
 
 class FileSystemChunkStorage(BaseChunkStorage):
-    """Chunks as files under ``root``; supports append, concat, truncate and read-only."""
+    """Chunks as files under ``root``; supports append, concat, truncate and read-only.
+
+    ``create`` makes the root's directories when missing. Only a process that owns the root should
+    (the writer, a first start on a fresh volume): a deleting or auditing process that made them on a
+    volume that is not mounted would find an empty root and take every chunk for gone; without them,
+    :meth:`check` and every verb refuse the binding as misconfigured.
+    """
 
     def __init__(self, root: str | os.PathLike[str], *, name: str = "fs-tier2", tier: Tier = Tier.TIER2,
-                 delete_workers: int = 4) -> None:
+                 delete_workers: int = 4, create: bool = True) -> None:
         super().__init__(name, tier)
         self._root = Path(root)
         self._data = self._root / "chunks"
         self._tags = self._root / "tags"
         self._tmp = self._root / "tmp"
-        for directory in (self._data, self._tags, self._tmp):
-            directory.mkdir(parents=True, exist_ok=True)
+        if create:
+            for directory in (self._data, self._tags, self._tmp):
+                directory.mkdir(parents=True, exist_ok=True)
         self._delete_workers = max(1, delete_workers)
 
     @property
@@ -88,7 +95,8 @@ class FileSystemChunkStorage(BaseChunkStorage):
     def _missing_root(self) -> StorageMisconfiguredError:
         return StorageMisconfiguredError(
             f"root directory {str(self._root)!r} of storage binding {self.name!r} is missing or lacks its "
-            "chunks/, tags/ or tmp/ directory", binding=self.name)
+            "chunks/, tags/ or tmp/ directory (a volume not mounted? a new root is made by its writer, "
+            "or by `reclaim worker --create-fs-root`)", binding=self.name)
 
     @contextmanager
     def _os_errors(self, name: str) -> Iterator[None]:

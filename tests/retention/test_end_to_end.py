@@ -50,7 +50,7 @@ def stack(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], spark: 
     settings = Settings.from_env(state_dir=tmp_path, bootstrap=kafka_bootstrap, topic_prefix=prefix,
                                  retry_delays=(1, 2, 4), group_id=unique_name("g"), batch_size=200,
                                  poll_timeout_s=0.5)
-    store, bindings = runtime.metadata_store(settings), runtime.storage_bindings(settings)
+    store, bindings = runtime.metadata_store(settings), runtime.storage_bindings(settings, writer=True)
     lines: list[str] = []
     with stream_controller(settings, max_rolling_length=256) as (controller, publisher):
         retention = Retention(settings, controller, publisher, spark, tmp_path, lines.append,
