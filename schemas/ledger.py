@@ -267,22 +267,26 @@ class PendingDeleteLedgerInfo(AvroRecord):
 
     @classmethod
     def _from_datum(cls, datum: Mapping[str, Any]) -> Self:
-        # Phase 2 decodes one of these per deletion: only conversions and value checks are left.
+        # Phase 2 decodes one of these per deletion. fastavro has checked every field's type, so only
+        # the conversions and the checks of values are left; the dataclasses' __init__ is skipped.
         context, location = datum["offload_context"], datum["location"]
-        return cls(
-            topic_name=datum["topic_name"],
-            ledger_component=LedgerComponent[datum["ledger_component"]],
-            cursor_name=datum["cursor_name"],
-            schema_id=datum["schema_id"],
-            ledger_type=LedgerType[datum["ledger_type"]],
-            ledger_id=datum["ledger_id"],
-            offload_context=None if context is None else OffloadContext(
-                context["uuid_msb"], context["uuid_lsb"], context["driver_name"], tuple(context["metadata"].items())),
-            chunk_name=datum["chunk_name"],
-            segment_name=datum["segment_name"],
-            storage_binding=datum["storage_binding"],
-            location=ChunkLocation(location["key"], location["bucket"]),
-            owner_epoch=datum["owner_epoch"],
-            mark_id=datum["mark_id"],
-            created_at=millis_of(datum["created_at"]),
-        )
+        created_at = millis_of(datum["created_at"])
+        check_millis("created_at", created_at)
+        return cls.from_checked({
+            "topic_name": datum["topic_name"],
+            "ledger_component": LedgerComponent[datum["ledger_component"]],
+            "ledger_type": LedgerType[datum["ledger_type"]],
+            "ledger_id": datum["ledger_id"],
+            "chunk_name": datum["chunk_name"],
+            "segment_name": datum["segment_name"],
+            "storage_binding": datum["storage_binding"],
+            "location": ChunkLocation.from_checked({"key": location["key"], "bucket": location["bucket"]}),
+            "mark_id": datum["mark_id"],
+            "created_at": created_at,
+            "cursor_name": datum["cursor_name"],
+            "schema_id": datum["schema_id"],
+            "offload_context": None if context is None else OffloadContext.from_checked({
+                "uuid_msb": context["uuid_msb"], "uuid_lsb": context["uuid_lsb"],
+                "driver_name": context["driver_name"], "metadata": tuple(sorted(context["metadata"].items()))}),
+            "owner_epoch": datum["owner_epoch"],
+        })
