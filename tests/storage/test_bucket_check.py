@@ -169,7 +169,8 @@ def test_worker_refuses_to_start_on_a_missing_bucket(tmp_path: Path, s3_endpoint
                                                      unique_name: Callable[[str], str]) -> None:
     bucket = unique_name("absent")
     env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_S3_ENDPOINT": s3_endpoint.url,
-           "RECLAIM_S3_BUCKET": bucket, "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}"}
+           "RECLAIM_S3_BUCKET": bucket, "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+           "RECLAIM_FS_CREATE_ROOT": "true"}  # the filesystem binding is fine: only the bucket is missing
     done = subprocess.run([sys.executable, "-m", "ops.cli", "worker"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 2
