@@ -21,7 +21,7 @@ import stat
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from storage.base import BaseChunkStorage
@@ -60,6 +60,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
         self._data = self._root / "chunks"
         self._tags = self._root / "tags"
         self._tmp = self._root / "tmp"
+        self._data_dir, self._tags_dir = str(self._data), str(self._tags)
         if create:
             for directory in (self._data, self._tags, self._tmp):
                 directory.mkdir(parents=True, exist_ok=True)
@@ -186,22 +187,35 @@ class FileSystemChunkStorage(BaseChunkStorage):
             self._remove(name)
 
     def _delete_one(self, name: str) -> DeleteResult:
+        """Unlink one chunk's data file and sidecar; its emptied directories are pruned by the caller."""
         try:
-            self._remove(name)
+            os.unlink(os.path.join(self._data_dir, name))
         except FileNotFoundError:
             if self._root_missing():
                 return DeleteResult(name, DeleteOutcome.FAILED, self._missing_root())
-            with suppress(OSError):
-                self.tags_path(name).unlink(missing_ok=True)
-                self._prune(self.tags_path(name), self._tags)
-            return DeleteResult(name, DeleteOutcome.ALREADY_GONE)
+            outcome = DeleteOutcome.ALREADY_GONE
         except OSError as exc:
             return DeleteResult(name, DeleteOutcome.FAILED, map_os_error(exc, name))
-        return DeleteResult(name, DeleteOutcome.DELETED)
+        else:
+            outcome = DeleteOutcome.DELETED
+        try:
+            os.unlink(os.path.join(self._tags_dir, name + ".json"))
+        except FileNotFoundError:
+            pass  # a chunk written without tags, or a sidecar an earlier delete removed
+        except OSError as exc:
+            if outcome is DeleteOutcome.DELETED:
+                return DeleteResult(name, DeleteOutcome.FAILED, map_os_error(exc, name))
+        return DeleteResult(name, outcome)
 
     def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
         with ThreadPoolExecutor(max_workers=min(self._delete_workers, len(names))) as pool:
-            return list(pool.map(self._delete_one, names))
+            results = list(pool.map(self._delete_one, names))
+        # Directories emptied by the batch, once each (deepest first), not two failed rmdir() per chunk.
+        parents = {os.path.dirname(name) for name in names} - {""}
+        for parent in sorted(parents, key=lambda path: path.count("/"), reverse=True):
+            self._prune(self._data / parent / "-", self._data)
+            self._prune(self._tags / parent / "-", self._tags)
+        return results
 
     def _do_present(self, names: Sequence[str]) -> None:
         """None: ``unlink`` already tells a missing chunk (ALREADY_GONE) from a deleted one."""

@@ -154,3 +154,16 @@ def test_bindings_registry(tmp_path: Path) -> None:
         bindings.register(FileSystemChunkStorage(tmp_path / "x", name="fs-tier1"))
     with pytest.raises(StorageMisconfiguredError):
         bindings.for_location(ChunkLocation("fs-tier2", Tier.TIER2, "bucket", "k"))
+
+
+def test_fs_delete_many_prunes_the_directories_it_empties_and_keeps_the_others(tmp_path: Path) -> None:
+    fs = FileSystemChunkStorage(tmp_path)
+    doomed = ["a/b/c.E-1", "a/b/d.E-1", "a/e.E-1", "x/y/z/deep.E-1"]
+    for name in [*doomed, "a/keep.E-1"]:
+        fs.create_with_content(name, b"data", TAGS)
+    assert [r.outcome for r in fs.delete_many([*doomed, "a/b/never-written.E-1"])] == [
+        DeleteOutcome.DELETED] * 4 + [DeleteOutcome.ALREADY_GONE]
+    for top in ("chunks", "tags"):
+        assert not (tmp_path / top / "a" / "b").exists() and not (tmp_path / top / "x").exists()
+        assert (tmp_path / top / "a").is_dir(), "a directory still holding a chunk stays"
+    assert fs.exists("a/keep.E-1") and fs.tags_path("a/keep.E-1").is_file()
