@@ -166,8 +166,9 @@ class FileSystemChunkStorage(BaseChunkStorage):
                 self.data_path(name).unlink(missing_ok=True)
                 raise
 
-    def _prune(self, path: Path, top: Path) -> None:
-        parent = path.parent
+    def _prune(self, directory: Path, top: Path) -> None:
+        """Remove ``directory`` and its parents below ``top`` while they are empty."""
+        parent = directory
         while parent != top and top in parent.parents:
             try:
                 parent.rmdir()
@@ -179,8 +180,8 @@ class FileSystemChunkStorage(BaseChunkStorage):
         data = self.data_path(name)
         data.unlink()
         self.tags_path(name).unlink(missing_ok=True)
-        self._prune(data, self._data)
-        self._prune(self.tags_path(name), self._tags)
+        self._prune(data.parent, self._data)
+        self._prune(self.tags_path(name).parent, self._tags)
 
     def _do_delete(self, name: str) -> None:
         with self._os_errors(name):
@@ -213,8 +214,8 @@ class FileSystemChunkStorage(BaseChunkStorage):
         # Directories emptied by the batch, once each (deepest first), not two failed rmdir() per chunk.
         parents = {os.path.dirname(name) for name in names} - {""}
         for parent in sorted(parents, key=lambda path: path.count("/"), reverse=True):
-            self._prune(self._data / parent / "-", self._data)
-            self._prune(self._tags / parent / "-", self._tags)
+            self._prune(self._data / parent, self._data)
+            self._prune(self._tags / parent, self._tags)
         return results
 
     def _do_present(self, names: Sequence[str]) -> None:
