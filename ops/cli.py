@@ -87,42 +87,6 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from ops.dlq import read_dlq
-    from ops.runtime import codec, topic_names
-
-    rows = read_dlq(stack.require_bootstrap(settings), topic_names(settings).dlq, codec(settings), limit=args.limit)
-    count = 0
-    for row in rows:
-        count += 1
-        print(f"{row.partition}@{row.offset} outcome={row.outcome} attempt={row.attempt} origin={row.origin} "
-              f"chunk={row.chunk} error={row.error_class}: {row.error}")
-    print(f"{count} dead-lettered record(s) shown", file=sys.stderr)
-    return 0
-
-
-def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from ops.audit import audit_binding
-    from ops.runtime import metadata_store, storage_bindings
-
-    store, bindings = metadata_store(settings), storage_bindings(settings)
-    clean = True
-    try:
-        for name in bindings.names():
-            result = audit_binding(store, bindings, name)
-            clean = clean and result.clean
-            print(f"{name}: {result.live} live, {result.pending} pending deletion, {len(result.orphans)} orphans, "
-                  f"{len(result.missing)} missing")
-            for orphan in result.orphans[: args.limit]:
-                print(f"  orphan  {orphan}")
-            for missing in result.missing[: args.limit]:
-                print(f"  missing {missing}")
-    finally:
-        bindings.close()
-        store.close()
-    return 0 if clean else 1
-
-
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from ops.demo import run_demo
 
@@ -184,21 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(deletions)
     deletions.set_defaults(run=cmd_deletions)
 
-    dlq = sub.add_parser("dlq", help="inspect the dead-letter topic")
-    dlq.add_argument("action", choices=["list"])
-    dlq.add_argument("--limit", type=int, default=100, help="records to show (default 100)")
-    _common(dlq)
-    dlq.set_defaults(run=cmd_dlq)
+    from ops.dlq_cli import register as register_dlq
 
-    audit = sub.add_parser(
-        "audit", help="list tier-2 against the metadata store: live, pending deletion, orphans, missing",
-        description="Exit 0 when every object is claimed by a chunk row and every live chunk has its object; "
-                    "1 otherwise. Objects whose row is inactive are pending deletion (phase 2 has them).")
-    audit.add_argument("--limit", type=int, default=20, help="orphans and missing chunks to list (default 20)")
-    audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
-    audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
-    _common(audit)
-    audit.set_defaults(run=cmd_audit)
+    register_dlq(sub, _common)
+
+    from ops.audit_cli import register as register_audit
+
+    register_audit(sub, _common)
 
     from ops.streams_cli import register as register_streams
 
