@@ -1,25 +1,58 @@
-"""The ``reclaim`` command line: one settings object built from flags and environment, then a command."""
+"""The ``reclaim`` command line: one settings object built from flags, environment and config file,
+then a command; an expected failure ends in one line and a documented exit status (:mod:`ops.exits`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import NoReturn
 
-from ops import stack
+from confluent_kafka import KafkaException
+
+from ops import config_file, preflight, stack
+from ops.exits import EXIT_CODES_HELP, CommandError, ExitCode, UsageError
+from ops.logs import configure_logging
 from ops.procs import StackError
 from ops.settings import Settings
 from schemas.errors import ReclaimError
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
-ENV_HELP = """\
+ENV_HELP = f"""\
 Every flag has an environment variable RECLAIM_<NAME> (e.g. RECLAIM_BOOTSTRAP, RECLAIM_STATE_DIR,
-RECLAIM_TOPIC_PREFIX, RECLAIM_S3_ENDPOINT, RECLAIM_S3_BUCKET); a flag wins over its variable.
+RECLAIM_TOPIC_PREFIX, RECLAIM_S3_ENDPOINT, RECLAIM_S3_BUCKET) and a key <name> in the TOML config file
+(--config, RECLAIM_CONFIG; e.g. bootstrap = "host:9092", retry_delays = [10, 60, 600]).
+Precedence: flag, then environment, then config file, then default. The global options (-v, -q,
+--log-format, --config) go before or after the command.
+
+{EXIT_CODES_HELP}
 """
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with reclaim's exit status for bad usage (64) instead of 2, which means "could not run"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _globals(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes; on a command they only override what was given before it."""
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="log at debug level")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="log warnings and errors only")
+    parser.add_argument("--log-format", choices=["text", "json"], default=default,
+                        help="log lines as text (default) or one JSON object each (RECLAIM_LOG_FORMAT)")
+    parser.add_argument("--config", type=Path, default=default, metavar="FILE",
+                        help="TOML config file with the same keys as the environment (RECLAIM_CONFIG)")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +62,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic-prefix", help="prefix of every topic name (default 'reclaim.')")
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL (default: the local stack's endpoint)")
     parser.add_argument("--s3-bucket", help="tier-2 bucket (default reclaim-tier2)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    _globals(parser, top=False)
+
+
+def _version() -> str:
+    try:
+        return version("reclaim")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _print_json(value: object) -> None:
@@ -46,29 +86,49 @@ def cmd_local(args: argparse.Namespace, settings: Settings) -> int:
         print("local stack stopped")
     else:
         report = stack.status(settings)
-        _print_json(report)
-        return 0 if all(part["healthy"] for part in report.values()) else 3
+        if args.json:
+            _print_json(report)
+        else:
+            for part, facts in report.items():
+                health = "healthy" if facts["healthy"] else "NOT HEALTHY"
+                details = " ".join(f"{key}={value}" for key, value in facts.items() if key != "healthy")
+                print(f"{part:6} {health:12} {details}")
+        return ExitCode.OK if all(part["healthy"] for part in report.values()) else ExitCode.UNHEALTHY
     return 0
 
 
 def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
-    from ops.topics import admin_client, create_topics, describe_topics, topic_specs
+    from rich.console import Console
+    from rich.table import Table
 
-    admin = admin_client(stack.require_bootstrap(settings))
+    from ops.topics import admin_client, create_topics, describe_topics, mismatches, topic_specs
+
+    admin = admin_client(preflight.broker(settings))
     specs = topic_specs(settings)
     if args.action == "create":
-        for topic, outcome in create_topics(admin, specs, settings.replication_factor).items():
-            print(f"{outcome:8} {topic}")
+        outcomes = create_topics(admin, specs, settings.replication_factor)
+    rows = describe_topics(admin, specs)
+    differ = mismatches(specs, rows)
+    if args.json:
+        if args.action == "create":
+            rows = [{**row, "outcome": outcomes.get(str(row["topic"]))} for row in rows]
+        _print_json([{**row, "mismatch": differ.get(str(row["topic"]))} for row in rows])
+    elif args.action == "create":
+        for topic, outcome in outcomes.items():
+            print(f"{outcome:8} {topic}" + (f"  MISMATCH: {differ[topic]}" if topic in differ else ""))
     else:
-        rows = describe_topics(admin, specs)
-        print(f"{'topic':48} {'partitions':>10} {'cleanup.policy':>15} {'retention.ms':>14}")
+        table = Table("topic", "partitions", "cleanup.policy", "retention.ms", "mismatch", box=None)
         for row in rows:
             if not row["exists"]:
-                print(f"{row['topic']:48} {'(missing)':>10}")
+                table.add_row(str(row["topic"]), "(missing)", "", "", "")
                 continue
-            print(f"{row['topic']!s:48} {row['partitions']!s:>10} {row['cleanup.policy']!s:>15} "
-                  f"{row['retention.ms']!s:>14}")
-    return 0
+            table.add_row(str(row["topic"]), str(row["partitions"]), str(row["cleanup.policy"]),
+                          str(row["retention.ms"]), differ.get(str(row["topic"]), ""))
+        Console(width=200).print(table)
+    for topic, problem in differ.items():
+        print(f"reclaim: topic {topic} differs from its configuration: {problem} (an existing topic is never "
+              "changed by reclaim: alter or recreate it)", file=sys.stderr)
+    return ExitCode.FINDINGS if differ else ExitCode.OK
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -81,9 +141,11 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     from consumers.lag import estimated_inflight
     from ops.runtime import topic_names
 
-    count = estimated_inflight(stack.require_bootstrap(settings), settings.group_id,
-                               topic_names(settings).deletion_inputs)
-    print(count)
+    count = estimated_inflight(preflight.broker(settings), settings.group_id, topic_names(settings).deletion_inputs)
+    if args.json:
+        _print_json({"group": settings.group_id, "estimated_inflight": count})
+    else:
+        print(count)
     return 0
 
 
@@ -94,20 +156,24 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="reclaim", description="Safe deletion and retention for tiered stream storage.",
         epilog=ENV_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"reclaim {_version()}")
+    _globals(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     local = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 endpoint")
     local.add_argument("action", choices=["up", "down", "status"])
+    local.add_argument("--json", action="store_true", help="status: print the report as JSON")
     _common(local)
     local.set_defaults(run=cmd_local)
 
     topics = sub.add_parser("topics", help="create or describe reclaim's topics (idempotent)")
     topics.add_argument("action", choices=["create", "describe"])
     topics.add_argument("--partitions", type=int, help="partitions per topic (default 4)")
+    topics.add_argument("--json", action="store_true", help="print the topics as JSON")
     _common(topics)
     topics.set_defaults(run=cmd_topics)
 
@@ -145,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     deletions.add_argument("action", choices=["inflight"],
                            help="inflight: estimated deletions not yet final (the group's lag)")
     deletions.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
+    deletions.add_argument("--json", action="store_true", help="print the estimate as JSON")
     _common(deletions)
     deletions.set_defaults(run=cmd_deletions)
 
@@ -172,27 +239,61 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """The settings of this run: flags over ``RECLAIM_*`` variables over the config file over defaults."""
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
              "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "fs_create_root",
              "metrics_port", "truncation_group_id", "record_every_s", "principal")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
-        flags["retry_delays"] = tuple(int(part) for part in args.retry_delays.split(","))
-    return Settings.from_env(**flags)
+        flags["retry_delays"] = _retry_delays(args.retry_delays)
+    try:
+        return Settings.from_env(**flags)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _retry_delays(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--retry-delays: cannot read {text!r} as whole seconds, e.g. 10,60,600") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     try:
+        config = args.config or (Path(os.environ["RECLAIM_CONFIG"]) if os.environ.get("RECLAIM_CONFIG") else None)
+        if config is not None:
+            config_file.apply(config)
+        configure_logging(verbose=args.verbose, quiet=args.quiet,
+                          json_lines=(args.log_format or os.environ.get("RECLAIM_LOG_FORMAT", "text")) == "json")
         settings = settings_from(args)
         run: Command = args.run
         return run(args, settings)
-    except (StackError, ReclaimError, ValueError) as exc:
-        print(f"reclaim: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("reclaim: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader of our output went away (e.g. `| head`): nothing more to say, to nobody.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except CommandError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except (StackError, ReclaimError, KafkaException, OSError, ValueError) as exc:
+        return _fail(_one_line(exc), ExitCode.UNAVAILABLE)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args:
+        error = exc.args[0]
+        return f"Kafka: {error.str() if hasattr(error, 'str') else error}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"reclaim: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

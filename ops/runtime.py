@@ -9,13 +9,14 @@ from consumers.deletion_worker import DeletionWorker, WorkerConfig
 from deletion.executor import DeletionExecutor
 from deletion.mark import LedgerDeletionService
 from ops import stack
-from ops.procs import StackError
+from ops.exits import Unavailable
 from ops.settings import Settings
 from producers.pending_deletes import KafkaPendingDeletePublisher
 from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from schemas.codec import RecordCodec, build_codec
 from storage.bindings import StorageBindings
+from storage.errors import MetadataError
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
 from storage.sqlite_store import SQLiteMetadataStore
@@ -27,23 +28,35 @@ def topic_names(settings: Settings) -> TopicNames:
     return TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays)
 
 
-def metadata_store(settings: Settings) -> SQLiteMetadataStore:
-    settings.metadata_file.parent.mkdir(parents=True, exist_ok=True)
-    return SQLiteMetadataStore(settings.metadata_file)
+def metadata_store(settings: Settings, *, create: bool = True) -> SQLiteMetadataStore:
+    """The metadata store; a writer (``create``) makes it when missing, a reader or a worker never does:
+    for them a missing, foreign or corrupt file is one :class:`~ops.exits.Unavailable` line."""
+    path = settings.metadata_file
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteMetadataStore(path)
+    try:
+        return SQLiteMetadataStore(path, create=False)
+    except MetadataError as exc:
+        raise Unavailable(f"{exc}: check --metadata-path / RECLAIM_METADATA_PATH (or --state-dir); "
+                          "only writers create the store") from exc
 
 
 def s3_binding(settings: Settings) -> S3ChunkStorage | None:
-    """The S3 tier-2 binding: the configured endpoint, else the local stack's when it runs, else None."""
-    try:
-        endpoint = stack.require_s3(settings)
-    except StackError:
+    """The S3 tier-2 binding when one is configured: ``RECLAIM_S3_ENDPOINT``, else the endpoint the local
+    stack's state names (whether or not it answers right now), else None."""
+    endpoint = stack.configured_s3(settings)
+    if endpoint is None:
         return None
     binding_settings = replace(endpoint.binding_settings(settings.s3_bucket), count_missing=settings.s3_count_missing)
     return S3ChunkStorage(binding_settings, name="s3-tier2")
 
 
 def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBindings:
-    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is known).
+    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is configured).
+
+    What is configured decides, never what happens to answer: a binding that is down stays registered,
+    so its records wait in the retry tiers instead of being dead-lettered as unknown.
 
     Only a ``writer`` (or ``RECLAIM_FS_CREATE_ROOT``) creates the filesystem root when it is missing;
     a worker or an audit refuses a missing root (an unmounted volume) instead of taking it for empty.

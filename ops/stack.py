@@ -117,6 +117,15 @@ def require_bootstrap(settings: Settings) -> str:
     return state.bootstrap
 
 
+def configured_s3(settings: Settings) -> S3Endpoint | None:
+    """The S3 endpoint reclaim is configured with: ``RECLAIM_S3_ENDPOINT``, else the one the local stack's
+    state names (running or not), else None."""
+    if settings.s3_endpoint:
+        return require_s3(settings)
+    state = StackState.load(settings.state_dir)
+    return S3Endpoint(url=state.s3_url) if state.s3_url else None
+
+
 def require_s3(settings: Settings) -> S3Endpoint:
     """The S3 endpoint to use: the configured one, else the local stack's running endpoint."""
     if settings.s3_endpoint:

@@ -72,6 +72,26 @@ def create_topics(admin: AdminClient, specs: list[TopicSpec], replication_factor
     return outcome
 
 
+def mismatches(specs: list[TopicSpec], described: list[dict[str, object]]) -> dict[str, str]:
+    """What differs between each existing topic and its spec: partitions or cleanup policy (which
+    ``topics create`` never changes on an existing topic)."""
+    wanted = {spec.name: spec for spec in specs}
+    found: dict[str, str] = {}
+    for row in described:
+        spec = wanted[str(row["topic"])]
+        if not row["exists"]:
+            continue
+        problems = []
+        if row["partitions"] != spec.partitions:
+            problems.append(f"{row['partitions']} partitions, configured {spec.partitions}")
+        policy = spec.config.get("cleanup.policy")
+        if policy and row["cleanup.policy"] != policy:
+            problems.append(f"cleanup.policy {row['cleanup.policy']}, configured {policy}")
+        if problems:
+            found[spec.name] = "; ".join(problems)
+    return found
+
+
 def describe_topics(admin: AdminClient, specs: list[TopicSpec], timeout: float = 30.0) -> list[dict[str, object]]:
     """Partitions, cleanup policy and retention of each topic as the broker has it."""
     metadata = admin.list_topics(timeout=timeout)

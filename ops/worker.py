@@ -10,7 +10,8 @@ from prometheus_client import start_http_server
 from consumers.deletion_worker import DeletionWorker, tune_interpreter
 from consumers.lag import estimated_inflight
 from deletion import metrics
-from ops import runtime, stack
+from ops import preflight, runtime, stack
+from ops.exits import Unavailable
 from ops.procs import stop_on_signals
 from ops.settings import Settings
 from storage.bindings import StorageBindings
@@ -39,16 +40,36 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
         start_http_server(settings.metrics_port, addr=metrics_addr)
         log.info("metrics on http://%s:%s/metrics", metrics_addr, settings.metrics_port)
         threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
-    store = runtime.metadata_store(settings)
-    bindings = runtime.storage_bindings(settings)
+    store, bindings = _checked_dependencies(settings)
     log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
              settings.metadata_file, settings.consumers)
     try:
-        bindings.check()
         return _run_consumers(settings, store, bindings, stop)
     finally:
         bindings.close()
         store.close()
+
+
+def _checked_dependencies(settings: Settings) -> tuple[SQLiteMetadataStore, StorageBindings]:
+    """Everything a worker needs, proven before it joins its group, each in bounded time: the metadata
+    store (never created here), every configured binding and every binding the store's rows name, the
+    broker and every topic the worker reads or writes. The first that fails stops it in one line."""
+    store = runtime.metadata_store(settings, create=False)
+    bindings = runtime.storage_bindings(settings)
+    try:
+        unconfigured = sorted(store.binding_names() - set(bindings.names()))
+        if unconfigured:
+            raise Unavailable(f"the metadata store has chunks on storage binding {unconfigured[0]!r}, which is not "
+                              "configured: set its endpoint (RECLAIM_S3_ENDPOINT / --s3-endpoint) so its records "
+                              "are deleted, not dead-lettered")
+        bindings.check()
+        topics = runtime.topic_names(settings)
+        preflight.require_topics(preflight.bootstrap(settings), [*topics.deletion_inputs, topics.dlq])
+    except BaseException:
+        bindings.close()
+        store.close()
+        raise
+    return store, bindings
 
 
 def _run_consumers(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,

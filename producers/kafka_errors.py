@@ -15,7 +15,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -168,8 +168,8 @@ class KafkaErrorLog:
         self._clock = clock
         self._forward = forward
         self._lock = threading.Lock()
-        self._last_logged: dict[int, float] = {}
-        self._suppressed: dict[int, int] = {}
+        self._last_logged: dict[Hashable, float] = {}
+        self._suppressed: dict[Hashable, int] = {}
         self._fatal: KafkaError | None = None
 
     @property
@@ -188,17 +188,17 @@ class KafkaErrorLog:
         if self._forward is not None:
             self._forward(error)
 
-    def admit(self, code: int) -> int | None:
-        """Whether an event of ``code`` is logged now: the repeats suppressed since its last line, or
-        ``None`` when this one is suppressed too."""
+    def admit(self, key: Hashable) -> int | None:
+        """Whether an event of ``key`` (an error code, a log facility) is logged now: the repeats
+        suppressed since its last line, or ``None`` when this one is suppressed too."""
         now = self._clock()
         with self._lock:
-            last = self._last_logged.get(code)
+            last = self._last_logged.get(key)
             if last is not None and now - last < self.interval_s:
-                self._suppressed[code] = self._suppressed.get(code, 0) + 1
+                self._suppressed[key] = self._suppressed.get(key, 0) + 1
                 return None
-            self._last_logged[code] = now
-            return self._suppressed.pop(code, 0)
+            self._last_logged[key] = now
+            return self._suppressed.pop(key, 0)
 
     def record_fatal(self, error: KafkaError) -> None:
         """Keep ``error`` as this client's fatal error unless one is kept already; log it once.
@@ -235,7 +235,10 @@ class RdkafkaLogger:
     """The ``logger`` of one client: passes librdkafka's log lines on, and records its ``FATAL`` line.
 
     librdkafka logs a fatal error (facility ``FATAL``) before it raises the error event, so the
-    error is known even when confluent-kafka loses the exception of that event.
+    error is known even when confluent-kafka loses the exception of that event. While a broker is
+    down librdkafka repeats its lines (``FAIL``, ``ERROR``) every reconnect: each facility is passed on
+    at most once per the error log's interval, with the count of the lines held back, unless the
+    target logs at debug level.
     """
 
     def __init__(self, target: _Logger, errors: KafkaErrorLog) -> None:
@@ -244,7 +247,13 @@ class RdkafkaLogger:
 
     def log(self, level: int, msg: str, *args: object) -> None:
         """The call confluent-kafka makes: ``log(level, "%s [%s] %s", facility, client name, line)``."""
-        self.target.log(level, msg, *args)
+        facility = args[0] if args else msg
+        debugging = getattr(self.target, "isEnabledFor", lambda _level: False)(logging.DEBUG)
+        held = None if debugging else self.errors.admit(("log", facility))
+        if debugging:
+            self.target.log(level, msg, *args)
+        elif held is not None:
+            self.target.log(level, msg + (f" ({held} more lines held back)" if held else ""), *args)
         if len(args) == 3 and args[0] == "FATAL":
             reason = str(args[2])
             if reason.startswith("[thrd:") and "]: " in reason:

@@ -98,7 +98,8 @@ class BaseChunkStorage(ABC):
             exc.binding = exc.binding or self._name
             exc.chunk = exc.chunk or chunk
             STORAGE_OPERATIONS.labels(self._name, operation, type(exc).__name__).inc()
-            level = logging.WARNING if exc.retryable else logging.DEBUG
+            # A failed check is reported by whoever asked for it (a command's one-line error).
+            level = logging.WARNING if exc.retryable and operation != "check" else logging.DEBUG
             logger.log(level, "storage %s %s chunk=%s failed: %s", self._name, operation, chunk, exc)
             raise
         except Exception:

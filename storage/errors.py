@@ -81,6 +81,10 @@ class MetadataConflictError(MetadataError):
         self.actual = actual
 
 
+class MetadataMissingError(MetadataError):
+    """A store opened without creating found no store at its path (a missing, foreign or corrupt file)."""
+
+
 class MetadataUnavailableError(MetadataError):
     """The metadata store stayed locked or unreachable past its busy timeout."""
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, Literal, TypeVar
+from urllib.parse import quote
 
-from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
+from storage.errors import MetadataConflictError, MetadataError, MetadataMissingError, MetadataUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +67,10 @@ class SQLiteStoreBase(Generic[R, T]):
 
     def __init__(self, path: str | os.PathLike[str], schema: str, *, store: str, reader: type[R],
                  transaction: type[T], busy_timeout: float = 10.0,
-                 outcomes: Callable[[Outcome], None] = _ignore) -> None:
+                 outcomes: Callable[[Outcome], None] = _ignore, create: bool = True) -> None:
         self.path = os.fspath(path)
         self.transactions_committed = 0
-        self._db = SQLiteDatabase(self.path, schema, store=store, busy_timeout=busy_timeout)
+        self._db = SQLiteDatabase(self.path, schema, store=store, busy_timeout=busy_timeout, create=create)
         self._transaction_type = transaction
         self._outcomes = outcomes
         self._lock = threading.RLock()
@@ -149,12 +151,14 @@ class SQLiteDatabase:
     #: The exceptions the engine raises; the store maps each to a MetadataError.
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
 
-    def __init__(self, path: str, schema: str, *, store: str, busy_timeout: float) -> None:
+    def __init__(self, path: str, schema: str, *, store: str, busy_timeout: float, create: bool = True) -> None:
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
         self.store = store
+        if not create:
+            _require_store(path, schema, store)
         try:
-            self.connection = _open(path, schema, busy_timeout)
+            self.connection = _open(path, schema, busy_timeout, create)
             self.checkpointer = Checkpointer(path, store)
         except self.errors as exc:
             raise self.mapped(exc) from exc
@@ -272,7 +276,28 @@ os.register_at_fork(before=_CHECKPOINTING.acquire, after_in_parent=_CHECKPOINTIN
                     after_in_child=_after_fork_in_child)
 
 
-def _open(path: str, schema: str, busy_timeout: float) -> sqlite3.Connection:
+def _require_store(path: str, schema: str, store: str) -> None:
+    """Refuse, without creating anything, a path that is not an existing store with ``schema``'s tables."""
+    if not os.path.isfile(path):
+        raise MetadataMissingError(f"no {store} at {path}")
+    try:
+        conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise MetadataMissingError(f"{path} is not a readable {store}: {exc}") from exc
+    missing = sorted(set(_TABLE.findall(schema)) - tables)
+    if missing:
+        raise MetadataMissingError(f"{path} is not a reclaim {store} (no table {missing[0]})")
+
+
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)")
+
+
+def _open(path: str, schema: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
+    """A connection set up for reclaim; with ``create``, the schema is applied (and the file made) first."""
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
@@ -281,13 +306,13 @@ def _open(path: str, schema: str, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = FULL")
         # Checkpoints run on the store's checkpointer thread, not inside a commit.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
-        # The schema (statements separated by ";") is applied atomically.
-        conn.execute("BEGIN IMMEDIATE")
-        for statement in filter(str.strip, schema.split(";")):
-            conn.execute(statement)
-        conn.execute("COMMIT")
+        if create:
+            # The schema (statements separated by ";") is applied atomically.
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in filter(str.strip, schema.split(";")):
+                conn.execute(statement)
+            conn.execute("COMMIT")
     except BaseException:
         conn.close()
         raise
     return conn
-

@@ -150,6 +150,11 @@ class _Reader(Queries):
         records = (_mark_from_row(row) for row in self._many("marks", _MARK_COLUMNS, "mark_id", mark_ids))
         return {record.mark_id: record for record in records}
 
+    def binding_names(self) -> set[str]:
+        rows = self._conn.execute("SELECT DISTINCT json_extract(loc.value, '$.binding') "
+                                  "FROM chunks, json_each(chunks.locations) AS loc")
+        return {str(row[0]) for row in rows if row[0] is not None}
+
     def segment_names(self, prefix: str = "") -> list[str]:
         rows = self._conn.execute("SELECT name FROM segments WHERE substr(name, 1, ?) = ? ORDER BY name",
                                   (len(prefix), prefix))
@@ -234,9 +239,11 @@ class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
     seconds, then get :class:`MetadataUnavailableError`. One connection per store, guarded by a lock.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0, create: bool = True) -> None:
+        """Open (with ``create``, make) the store at ``path``; without ``create`` a path that holds no
+        metadata store raises :class:`~storage.errors.MetadataMissingError` and nothing is written."""
         super().__init__(path, _SCHEMA, store="metadata store", reader=_Reader, transaction=SQLiteTransaction,
-                         busy_timeout=busy_timeout, outcomes=_count_outcome)
+                         busy_timeout=busy_timeout, outcomes=_count_outcome, create=create)
 
     def get_segment(self, name: str) -> SegmentRecord | None:
         return self._read(lambda r: r.get_segment(name))
@@ -262,6 +269,10 @@ class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
 
     def segment_names(self, prefix: str = "") -> list[str]:
         return self._read(lambda r: r.segment_names(prefix))
+
+    def binding_names(self) -> set[str]:
+        """Every storage binding some chunk row has a copy on (one scan of the chunk rows)."""
+        return self._read(lambda r: r.binding_names())
 
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
         """Remove inactive chunk rows (after their storage delete) in one transaction; returns the removed."""

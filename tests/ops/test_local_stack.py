@@ -26,13 +26,13 @@ def reclaim(*args: str, state_dir: Path, check: bool = True) -> subprocess.Compl
 def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
     state = tmp_path / "state"
     reclaim("local", "up", state_dir=state)
-    status = json.loads(reclaim("local", "status", state_dir=state).stdout)
+    status = json.loads(reclaim("local", "status", "--json", state_dir=state).stdout)
     assert status["kafka"]["healthy"] and status["s3"]["healthy"]
     pids = [status["kafka"]["pid"], status["s3"]["pid"]]
 
     # up is idempotent: the same processes keep running.
     reclaim("local", "up", state_dir=state)
-    again = json.loads(reclaim("local", "status", state_dir=state).stdout)
+    again = json.loads(reclaim("local", "status", "--json", state_dir=state).stdout)
     assert [again["kafka"]["pid"], again["s3"]["pid"]] == pids
 
     created = reclaim("topics", "create", state_dir=state).stdout
@@ -45,7 +45,7 @@ def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
 
     reclaim("local", "down", state_dir=state)
     assert not any(pid_alive(pid) for pid in pids)
-    down = reclaim("local", "status", state_dir=state, check=False)
+    down = reclaim("local", "status", "--json", state_dir=state, check=False)
     assert down.returncode == 3
     assert not json.loads(down.stdout)["kafka"]["healthy"]
 

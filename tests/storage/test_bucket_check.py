@@ -25,6 +25,7 @@ from storage.errors import (
 )
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage, S3Settings
+from storage.sqlite_store import SQLiteMetadataStore
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 REPO = Path(__file__).resolve().parents[2]
@@ -171,6 +172,8 @@ def test_worker_refuses_to_start_on_a_missing_bucket(tmp_path: Path, s3_endpoint
     env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_S3_ENDPOINT": s3_endpoint.url,
            "RECLAIM_S3_BUCKET": bucket, "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}",
            "RECLAIM_FS_CREATE_ROOT": "true"}  # the filesystem binding is fine: only the bucket is missing
+    (tmp_path / "state").mkdir()
+    SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()  # the store a writer made
     done = subprocess.run([sys.executable, "-m", "ops.cli", "worker"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 2

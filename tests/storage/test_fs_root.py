@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from storage.errors import StorageMisconfiguredError
 from storage.filesystem import FileSystemChunkStorage
+from storage.sqlite_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 
 
@@ -39,6 +37,8 @@ def test_worker_and_audit_stop_on_a_missing_root_and_create_nothing(tmp_path: Pa
     mount_point.mkdir()
     env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state")}
     env.pop("RECLAIM_S3_ENDPOINT", None)
+    (tmp_path / "state").mkdir()
+    SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()  # the store a writer made
     result = run_reclaim(*command, "--fs-root", str(mount_point), env=env, timeout=60)
     assert result.returncode == 2, result.stderr
     assert f"root directory '{mount_point}'" in result.stderr.splitlines()[-1]
@@ -51,15 +51,11 @@ def test_the_worker_creates_a_missing_root_when_told_to(tmp_path: Path) -> None:
     root.mkdir()
     env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state")}
     env.pop("RECLAIM_S3_ENDPOINT", None)
-    # No broker answers on port 1: the worker makes its root, then waits on Kafka until stopped here.
-    worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--bootstrap", "127.0.0.1:1",
-                               "--fs-root", str(root), "--create-fs-root"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(root.iterdir())) < 3 and worker.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        worker.kill()
-        worker.wait()
+    (tmp_path / "state").mkdir()
+    SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()
+    # No broker answers on port 1: the worker makes its root, then stops on the broker check.
+    result = run_reclaim("worker", "--bootstrap", "127.0.0.1:1", "--fs-root", str(root), "--create-fs-root",
+                         env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "cannot reach a Kafka broker at 127.0.0.1:1" in result.stderr.splitlines()[-1]
     assert sorted(p.name for p in root.iterdir()) == ["chunks", "tags", "tmp"]

@@ -1,0 +1,67 @@
+"""Checks a command runs before its work: the broker answers, the topics exist, the endpoints answer.
+
+Each check is bounded in time and ends in one :class:`~ops.exits.Unavailable` line naming what was tried
+and what to do; librdkafka's own retries stay out of the terminal while it waits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata
+
+from ops import stack
+from ops.exits import Unavailable
+from ops.procs import StackError
+from ops.settings import Settings
+from producers.config import kafka_config
+from producers.kafka_errors import kafka_error_of
+
+BROKER_TIMEOUT_S = 10.0
+"""How long a command waits for the broker to answer before it gives up."""
+
+_QUIET = logging.getLogger("reclaim.rdkafka.preflight")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+def bootstrap(settings: Settings) -> str:
+    """The broker address a command uses, without contacting it (the configured one or the local stack's)."""
+    try:
+        return stack.require_bootstrap(settings)
+    except StackError as exc:
+        raise Unavailable(str(exc)) from exc
+
+
+def broker(settings: Settings, timeout_s: float = BROKER_TIMEOUT_S) -> str:
+    """The broker address, once a broker there has answered a metadata request."""
+    address = bootstrap(settings)
+    cluster_metadata(address, timeout_s)
+    return address
+
+
+def cluster_metadata(address: str, timeout_s: float = BROKER_TIMEOUT_S) -> ClusterMetadata:
+    """The cluster's topic metadata, or one line saying the broker at ``address`` did not answer."""
+    seen: list[KafkaError] = []
+    config = kafka_config(address, "admin")
+    # Only this answer matters here: librdkafka's events are kept for the message, not logged.
+    config.update({"logger": _QUIET, "error_cb": seen.append})
+    admin = AdminClient(config)
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        error = seen[-1] if seen else kafka_error_of(exc)
+        cause = error.str() if error is not None else str(exc)
+        raise Unavailable(f"cannot reach a Kafka broker at {address} within {timeout_s:g} s ({cause}): check "
+                          "--bootstrap / RECLAIM_BOOTSTRAP, or start the local stack with `reclaim local up`") from exc
+
+
+def require_topics(address: str, topics: Iterable[str], timeout_s: float = BROKER_TIMEOUT_S) -> None:
+    """Every topic in ``topics`` exists on the broker at ``address``; else one line naming the missing."""
+    existing = cluster_metadata(address, timeout_s).topics
+    missing = [topic for topic in topics if topic not in existing]
+    if missing:
+        raise Unavailable(f"missing topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} on {address}: "
+                          "run `reclaim topics create` (with the same --topic-prefix and retry delays)")
