@@ -21,6 +21,7 @@ from typing import Protocol
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from schemas.errors import ReclaimError
+from schemas.log_limit import LogLimiter
 
 log = logging.getLogger(__name__)
 
@@ -161,15 +162,11 @@ class KafkaErrorLog:
     def __init__(self, client: str, interval_s: float = ERROR_LOG_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic,
                  forward: Callable[[KafkaError], object] | None = None) -> None:
-        if interval_s < 0:
-            raise ValueError(f"interval_s must not be negative, got {interval_s}")
         self.client = client
         self.interval_s = interval_s
-        self._clock = clock
+        self._limiter = LogLimiter(interval_s, clock)
         self._forward = forward
         self._lock = threading.Lock()
-        self._last_logged: dict[Hashable, float] = {}
-        self._suppressed: dict[Hashable, int] = {}
         self._fatal: KafkaError | None = None
 
     @property
@@ -181,24 +178,17 @@ class KafkaErrorLog:
         if classify(error) is ErrorKind.FATAL:
             self.record_fatal(error)
         else:
-            suppressed = self.admit(error.code())
-            if suppressed is not None:
-                more = f" ({suppressed} more like it in the last {self.interval_s:g}s)" if suppressed else ""
-                log.warning("kafka client error: client=%s %s%s", self.client, describe(error), more)
+            held = self.admit(error.code())
+            if held is not None:
+                log.warning("kafka client error: client=%s %s%s", self.client, describe(error),
+                            self._limiter.suffix(held))
         if self._forward is not None:
             self._forward(error)
 
     def admit(self, key: Hashable) -> int | None:
         """Whether an event of ``key`` (an error code, a log facility) is logged now: the repeats
         suppressed since its last line, or ``None`` when this one is suppressed too."""
-        now = self._clock()
-        with self._lock:
-            last = self._last_logged.get(key)
-            if last is not None and now - last < self.interval_s:
-                self._suppressed[key] = self._suppressed.get(key, 0) + 1
-                return None
-            self._last_logged[key] = now
-            return self._suppressed.pop(key, 0)
+        return self._limiter.admit(key)
 
     def record_fatal(self, error: KafkaError) -> None:
         """Keep ``error`` as this client's fatal error unless one is kept already; log it once.

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 
+from schemas.log_limit import LogLimiter
 from storage.chunks import (
     ChunkHandle,
     ChunkInfo,
@@ -36,6 +37,7 @@ from storage.metrics import (
 )
 
 logger = logging.getLogger(__name__)
+_FAILURES = LogLimiter()
 
 #: Module-level alias: inside the class, ``list`` names the ``list`` verb, not the builtin.
 DeleteResults = list[DeleteResult]
@@ -98,9 +100,15 @@ class BaseChunkStorage(ABC):
             exc.binding = exc.binding or self._name
             exc.chunk = exc.chunk or chunk
             STORAGE_OPERATIONS.labels(self._name, operation, type(exc).__name__).inc()
-            # A failed check is reported by whoever asked for it (a command's one-line error).
-            level = logging.WARNING if exc.retryable and operation != "check" else logging.DEBUG
-            logger.log(level, "storage %s %s chunk=%s failed: %s", self._name, operation, chunk, exc)
+            # A failed check is reported by whoever asked for it (a command's one-line error); an
+            # endpoint that stays down is one warning per interval, not one per request.
+            held = _FAILURES.admit((self._name, operation, type(exc))) if exc.retryable and operation != "check" \
+                else None
+            if held is None:
+                logger.debug("storage %s %s chunk=%s failed: %s", self._name, operation, chunk, exc)
+            else:
+                logger.warning("storage %s %s chunk=%s failed: %s%s", self._name, operation, chunk, exc,
+                               _FAILURES.suffix(held))
             raise
         except Exception:
             STORAGE_OPERATIONS.labels(self._name, operation, "unexpected").inc()
