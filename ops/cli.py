@@ -149,6 +149,20 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import asdict
+
+    values = {name: (str(value) if isinstance(value, Path) else value) for name, value in asdict(settings).items()}
+    values["s3_secret_key"] = "********"
+    if args.json:
+        _print_json(values)
+    else:
+        for name, value in values.items():
+            shown = ",".join(map(str, value)) if isinstance(value, tuple | list) else value
+            print(f"{name} = {shown}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from ops.demo import run_demo
 
@@ -230,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     from ops.retention_job import register as register_retention_job
 
     register_retention_job(sub, _common)
+
+    config = sub.add_parser("config", help="show the settings in effect (flags, environment, config file, defaults)")
+    config.add_argument("action", choices=["show"])
+    config.add_argument("--json", action="store_true", help="print the settings as JSON")
+    _common(config)
+    config.set_defaults(run=cmd_config)
 
     demo = sub.add_parser("demo", help="the end-to-end demo on the embedded default stack")
     demo.add_argument("--keep-stack", action="store_true", help="leave the local stack running afterwards")

@@ -93,6 +93,8 @@ class Settings:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if self.poll_timeout_s <= 0 or self.mark_timeout_s <= 0:
             raise ValueError("poll_timeout_s and mark_timeout_s must be positive")
+        if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):
+            raise ValueError(f"retry_delays must be whole seconds >= 1, e.g. 10,60,600; got {self.retry_delays}")
         if self.record_every_s < 0:
             raise ValueError(f"record_every_s must not be negative, got {self.record_every_s}")
 

@@ -1,0 +1,225 @@
+"""The command line as an operator meets it: one line and a documented exit status for every expected
+failure, global options anywhere, the config file's precedence, and nothing created by a reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ops.exits import ExitCode
+from ops.procs import free_port
+from ops.s3_server import S3Endpoint
+from storage.chunks import ChunkLocation, ChunkTags, Tier
+from storage.metadata import ChunkRecord
+from storage.sqlite_store import SQLiteMetadataStore
+from tests.cli import run_reclaim
+
+TAGS = ChunkTags(component="c", stream="scope/stream", segment="scope/stream/0.E-1-O-0", writer_epoch=1)
+NOBODY = "127.0.0.1:1"  # no broker or endpoint ever answers on port 1
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
+    return {**env, "RECLAIM_STATE_DIR": str(tmp_path / "state"), **extra}
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
+    """The single ``reclaim: error:`` line of a failed run, after checking its exit status."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("reclaim: error: ")
+    return lines[0]
+
+
+def store_at(state: Path) -> SQLiteMetadataStore:
+    state.mkdir(parents=True, exist_ok=True)
+    return SQLiteMetadataStore(state / "metadata.db")
+
+
+def test_version(tmp_path: Path) -> None:
+    result = run_reclaim("--version", env=clean_env(tmp_path))
+    assert result.returncode == 0
+    assert result.stdout.startswith("reclaim ")
+
+
+@pytest.mark.parametrize("args", [
+    ["-q", "config", "show"], ["config", "show", "-q"],
+    ["--log-format", "json", "config", "show"], ["config", "show", "--log-format", "json"],
+])
+def test_global_options_go_before_or_after_the_command(tmp_path: Path, args: list[str]) -> None:
+    result = run_reclaim(*args, env=clean_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "bootstrap = None" in result.stdout
+
+
+def test_bad_usage_exits_64(tmp_path: Path) -> None:
+    result = run_reclaim("topics", "descrbe", env=clean_env(tmp_path))
+    assert result.returncode == ExitCode.USAGE
+    assert "invalid choice: 'descrbe'" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["worker", "--retry-delays", "10,abc"], {}, "--retry-delays: cannot read '10,abc' as whole seconds"),
+    (["worker", "--retry-delays", "10,0"], {}, "retry_delays must be whole seconds >= 1"),
+    (["config", "show"], {"RECLAIM_BATCH_SIZE": "many"}, "RECLAIM_BATCH_SIZE: cannot read 'many' as int"),
+    (["config", "show"], {"RECLAIM_PARTITIONS": "0"}, "partitions must be at least 1, got 0"),
+])
+def test_a_bad_setting_value_is_one_line_and_exit_64(tmp_path: Path, args: list[str], env: dict[str, str],
+                                                    message: str) -> None:
+    line = one_line_error(run_reclaim(*args, env=clean_env(tmp_path, **env)), ExitCode.USAGE)
+    assert message in line
+
+
+def test_config_file_precedence_is_flag_then_env_then_file_then_default(tmp_path: Path) -> None:
+    config = tmp_path / "reclaim.toml"
+    config.write_text('bootstrap = "file:1"\ntopic_prefix = "file."\nbatch_size = 7\n'
+                      's3_count_missing = false\nretry_delays = [5, 50]\n')
+    env = clean_env(tmp_path, RECLAIM_TOPIC_PREFIX="env.", RECLAIM_BATCH_SIZE="9")
+    result = run_reclaim("--config", str(config), "config", "show", "--json", "--topic-prefix", "flag.",
+                         "--bootstrap", "flag:1", env=env)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["bootstrap"] == "flag:1"  # flag over file
+    assert shown["topic_prefix"] == "flag."  # flag over env over file
+    assert shown["batch_size"] == 9  # env over file
+    assert shown["s3_count_missing"] is False and shown["retry_delays"] == [5, 50]  # file over default
+    assert shown["partitions"] == 4  # default
+    assert shown["s3_secret_key"] == "********"
+    # RECLAIM_CONFIG names the file when --config does not.
+    from_env = run_reclaim("config", "show", "--json", env={**env, "RECLAIM_CONFIG": str(config)})
+    assert json.loads(from_env.stdout)["bootstrap"] == "file:1"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('bootstrapp = "x"\n', "unknown setting 'bootstrapp' (did you mean 'bootstrap'?)"),
+    ("batch_size = [1\n", "config file"),
+    ('batch_size = "x"\n', "RECLAIM_BATCH_SIZE: cannot read 'x' as int"),
+    ("[bootstrap]\nhost = 'x'\n", "bootstrap cannot be a table"),
+    ("[s3]\nendpoint = 'x'\n", "unknown setting 's3'"),
+])
+def test_a_bad_config_file_is_one_line_and_exit_64(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "reclaim.toml"
+    config.write_text(text)
+    line = one_line_error(run_reclaim("config", "show", "--config", str(config), env=clean_env(tmp_path)),
+                          ExitCode.USAGE)
+    assert message in line
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    line = one_line_error(run_reclaim("--config", str(tmp_path / "nope.toml"), "config", "show",
+                                      env=clean_env(tmp_path)), ExitCode.USAGE)
+    assert f"config file {tmp_path / 'nope.toml'} does not exist" in line
+
+
+@pytest.mark.parametrize("args", [["topics", "describe"], ["topics", "create"], ["deletions", "inflight"]])
+def test_an_unreachable_broker_is_one_line_and_exit_2(tmp_path: Path, args: list[str]) -> None:
+    line = one_line_error(run_reclaim(*args, "--bootstrap", NOBODY, env=clean_env(tmp_path), timeout=60),
+                          ExitCode.UNAVAILABLE)
+    assert f"cannot reach a Kafka broker at {NOBODY} within 10 s" in line
+    assert not (tmp_path / "state").exists()  # a reader creates nothing
+
+
+def test_no_broker_configured_and_no_local_stack(tmp_path: Path) -> None:
+    line = one_line_error(run_reclaim("topics", "describe", env=clean_env(tmp_path)), ExitCode.UNAVAILABLE)
+    assert "no Kafka broker: set RECLAIM_BOOTSTRAP (or --bootstrap), or run `reclaim local up`" in line
+
+
+def test_the_worker_never_creates_a_metadata_store(tmp_path: Path) -> None:
+    line = one_line_error(run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", env=clean_env(tmp_path)),
+                          ExitCode.UNAVAILABLE)
+    assert f"no metadata store at {tmp_path / 'state' / 'metadata.db'}" in line
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("content", [b"this is not a database, just some bytes" * 200, b""])
+def test_a_corrupt_or_foreign_store_is_one_line(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "metadata.db").write_bytes(content)
+    line = one_line_error(run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", env=clean_env(tmp_path)),
+                          ExitCode.UNAVAILABLE)
+    assert "metadata.db" in line and "metadata store" in line
+    assert (tmp_path / "state" / "metadata.db").read_bytes() == content  # left exactly as it was
+
+
+def test_the_worker_stops_in_bounded_time_on_an_unreachable_broker(tmp_path: Path) -> None:
+    store_at(tmp_path / "state").close()
+    result = run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", env=clean_env(tmp_path), timeout=60)
+    line = one_line_error(result, ExitCode.UNAVAILABLE)
+    assert f"cannot reach a Kafka broker at {NOBODY}" in line
+
+
+def test_the_worker_stops_on_an_unreachable_s3_endpoint(tmp_path: Path) -> None:
+    store_at(tmp_path / "state").close()
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    result = run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", "--s3-endpoint", endpoint,
+                         env=clean_env(tmp_path), timeout=120)
+    line = one_line_error(result, ExitCode.UNAVAILABLE)
+    assert "storage binding 's3-tier2'" in line and "S3 endpoint unreachable" in line
+
+
+def test_the_worker_refuses_rows_on_a_binding_it_is_not_configured_with(tmp_path: Path) -> None:
+    """The store names s3-tier2 but no S3 endpoint is configured: its records would be dead-lettered
+    as unknown, so the worker does not start."""
+    store = store_at(tmp_path / "state")
+    location = ChunkLocation("s3-tier2", Tier.TIER2, "reclaim-tier2", "scope/stream/0.E-1-O-0.c0")
+    with store.transaction() as txn:
+        txn.put_chunk(ChunkRecord(name="scope/stream/0.E-1-O-0.c0", segment="scope/stream/0.E-1-O-0", start_offset=0,
+                                  length=1, tags=TAGS, locations=(location,)))
+    store.close()
+    line = one_line_error(run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", env=clean_env(tmp_path)),
+                          ExitCode.UNAVAILABLE)
+    assert "storage binding 's3-tier2', which is not configured" in line
+
+
+def test_a_closed_output_pipe_is_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "config", "show"], env=clean_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader went away before anything was written
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, stderr
+    assert stderr == ""
+
+
+@pytest.mark.integration
+def test_missing_topics_stop_the_worker(tmp_path: Path, kafka_bootstrap: str,
+                                        unique_name: Callable[[str], str]) -> None:
+    store_at(tmp_path / "state").close()
+    prefix = unique_name("absent") + "."
+    line = one_line_error(run_reclaim("worker", "--bootstrap", kafka_bootstrap, "--create-fs-root", "--topic-prefix",
+                                      prefix, env=clean_env(tmp_path), timeout=60), ExitCode.UNAVAILABLE)
+    assert f"missing topics {prefix}ledger-deletion" in line and "run `reclaim topics create`" in line
+
+
+@pytest.mark.integration
+def test_topics_create_reports_a_partition_mismatch(tmp_path: Path, kafka_bootstrap: str,
+                                                    unique_name: Callable[[str], str]) -> None:
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_TOPIC_PREFIX=unique_name("mismatch") + ".")
+    run_reclaim("topics", "create", "--partitions", "2", env=env, check=True)
+    again = run_reclaim("topics", "create", "--partitions", "3", "--json", env=env)
+    assert again.returncode == ExitCode.FINDINGS, again.stderr
+    rows = {row["topic"]: row for row in json.loads(again.stdout)}
+    deletion = next(row for topic, row in rows.items() if topic.endswith("ledger-deletion"))
+    assert deletion["outcome"] == "exists"
+    assert deletion["mismatch"] == "2 partitions, configured 3"
+    assert "differs from its configuration: 2 partitions, configured 3" in again.stderr
+    # The DLQ always has one partition: it matches whatever --partitions says.
+    assert next(row for topic, row in rows.items() if topic.endswith(".dlq"))["mismatch"] is None
+
+
+def test_s3_endpoint_settings_reach_the_worker_from_a_config_file(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    """The config file's S3 endpoint configures the binding the worker checks (its bucket is missing here)."""
+    store_at(tmp_path / "state").close()
+    config = tmp_path / "reclaim.toml"
+    config.write_text(f's3_endpoint = "{s3_endpoint.url}"\ns3_bucket = "no-such-bucket-here"\n')
+    line = one_line_error(run_reclaim("worker", "--config", str(config), "--bootstrap", NOBODY, "--create-fs-root",
+                                      env=clean_env(tmp_path), timeout=120), ExitCode.UNAVAILABLE)
+    assert "S3 bucket 'no-such-bucket-here' of storage binding 's3-tier2' does not exist" in line
