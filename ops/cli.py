@@ -300,7 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
     except CommandError as exc:
         return _fail(str(exc), exc.exit_code)
-    except (StackError, ReclaimError, KafkaException, OSError, ValueError) as exc:
+    except ValueError as exc:  # input that does not parse (a cut, a policy), raised where it is read
+        return _fail(_one_line(exc), ExitCode.USAGE)
+    except (StackError, ReclaimError, KafkaException, OSError) as exc:
         return _fail(_one_line(exc), ExitCode.UNAVAILABLE)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ops import runtime, stack
+from ops import preflight, runtime
 from ops.settings import Settings
 from producers.producer import RecordProducer
 from producers.publisher import ConfirmedPublisher
@@ -19,7 +19,7 @@ from storage.metadata import DEFAULT_MAX_ROLLING_LENGTH
 def stream_controller(settings: Settings, max_rolling_length: int | None = None
                       ) -> Iterator[tuple[StreamController, ConfirmedPublisher]]:
     """The controller over the configured stores (its garbage goes to phase 1) and a publisher on its producer."""
-    bootstrap = stack.require_bootstrap(settings)
+    bootstrap = preflight.broker(settings)
     store = runtime.metadata_store(settings)
     bindings = runtime.storage_bindings(settings, writer=True)
     producer = RecordProducer(bootstrap, "idempotent-producer")

@@ -22,6 +22,7 @@ from producers.kafka_errors import kafka_error_of
 BROKER_TIMEOUT_S = 10.0
 """How long a command waits for the broker to answer before it gives up."""
 
+log = logging.getLogger(__name__)
 _QUIET = logging.getLogger("reclaim.rdkafka.preflight")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -56,6 +57,18 @@ def cluster_metadata(address: str, timeout_s: float = BROKER_TIMEOUT_S) -> Clust
         cause = error.str() if error is not None else str(exc)
         raise Unavailable(f"cannot reach a Kafka broker at {address} within {timeout_s:g} s ({cause}): check "
                           "--bootstrap / RECLAIM_BOOTSTRAP, or start the local stack with `reclaim local up`") from exc
+
+
+def serve_metrics(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve Prometheus metrics on ``addr:port``; a port in use or an address not ours is one line."""
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port, addr=addr)
+    except OSError as exc:
+        raise Unavailable(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc} (choose another "
+                          "--metrics-port / RECLAIM_METRICS_PORT)") from exc
+    log.info("metrics on http://%s:%s/metrics", addr, port)
 
 
 def require_topics(address: str, topics: Iterable[str], timeout_s: float = BROKER_TIMEOUT_S) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from ops import runtime, stack
+from ops import preflight, runtime
 from ops.procs import stop_on_signals
 from ops.settings import Settings
 
@@ -66,7 +66,7 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
     from retention.spark_job import RetentionJobConfig
 
     return RetentionJobConfig(
-        bootstrap=stack.require_bootstrap(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
+        bootstrap=preflight.broker(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
         checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
         reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=settings.schema_registry_url,
         state_buckets=settings.state_buckets)
@@ -74,16 +74,13 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
 
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
     """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (exit 0)."""
-    from prometheus_client import start_http_server
-
     from retention.spark_job import RetentionJobError, run_available, start_retention_job
     from retention.spark_session import build_spark_session
 
     stop = stop_on_signals("stopping the retention query", log.info)
     config = job_config(settings, once)
     if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr=metrics_addr)
-        log.info("metrics on http://%s:%s/metrics", metrics_addr, settings.metrics_port)
+        preflight.serve_metrics(settings.metrics_port, metrics_addr)
     spark = build_spark_session("reclaim-retention-job", settings.cache_dir, master=settings.master,
                                 shuffle_partitions=settings.partitions)
     try:

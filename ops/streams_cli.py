@@ -8,11 +8,10 @@ import json
 import logging
 from collections.abc import Callable
 
-from prometheus_client import start_http_server
-
 from consumers.truncation_applier import ApplierConfig, TruncationApplier
-from ops import runtime, stack
+from ops import preflight, runtime
 from ops.controller_runtime import stream_controller
+from ops.exits import UsageError
 from ops.procs import stop_on_signals
 from ops.retention_recorder import RetentionRecorder
 from ops.settings import Settings
@@ -64,7 +63,7 @@ def require_admin(settings: Settings) -> str:
 
 def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
     if args.action != "record" and "/" not in args.stream:
-        raise ValueError(f"streams {args.action} needs a stream as 'scope/name'")
+        raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
     if args.action == "truncate":
         principal = require_admin(settings)  # before anything is opened: a refusal changes nothing
         cut = parse_cut(args.cut)
@@ -96,10 +95,10 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
     stop = stop_on_signals("finishing the event in hand, then stopping", log.info)
     if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr=args.metrics_addr)
+        preflight.serve_metrics(settings.metrics_port, args.metrics_addr)
     topics = runtime.topic_names(settings)
     with stream_controller(settings) as (controller, publisher):
-        config = ApplierConfig(stack.require_bootstrap(settings), topics.truncation, settings.truncation_group_id,
+        config = ApplierConfig(preflight.bootstrap(settings), topics.truncation, settings.truncation_group_id,
                                poll_timeout_s=settings.poll_timeout_s)
         applier = TruncationApplier(config, controller, runtime.codec(settings))
         tick: Callable[[], object] | None = None

@@ -87,7 +87,7 @@ def test_manual_truncation_is_for_admins_only_and_idempotent(kafka_bootstrap: st
     run_reclaim("topics", "create", env=env, check=True)
     run_reclaim("streams", "create", STREAM, "--segments", "2", env=env, check=True)
     policy = run_reclaim("streams", "set-policy", STREAM, "--type", "size", env=env)
-    assert policy.returncode == 2 and policy.stderr.strip().splitlines()[-1].startswith("reclaim: error: a SIZE")
+    assert policy.returncode == 64 and policy.stderr.strip().splitlines()[-1].startswith("reclaim: error: a SIZE")
     run_reclaim("streams", "set-policy", STREAM, "--type", "time", "--min", "60000", env=env, check=True)
     store = SQLiteMetadataStore(tmp_path / "state" / "metadata.db")
     segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "state" / "tier2", name="fs-tier2"),
@@ -110,6 +110,6 @@ def test_manual_truncation_is_for_admins_only_and_idempotent(kafka_bootstrap: st
     assert writer.head(STREAM) == cut(12, 7)
     assert writer.read_all(f"{STREAM}/0.#epoch.0") == b"y" * 18
     bad = run_reclaim("streams", "truncate", STREAM, "--cut", "[1, 2]", "--principal", "alice", env=env)
-    assert bad.returncode == 2 and "--cut must be a JSON object" in bad.stderr
+    assert bad.returncode == 64 and "--cut must be a JSON object" in bad.stderr
     writer.close()
     store.close()
