@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 
 from schemas.log_limit import LogLimiter
 from storage.chunks import (
@@ -34,16 +35,28 @@ from storage.metrics import (
     STORAGE_DELETED_CHUNKS,
     STORAGE_OPERATION_SECONDS,
     STORAGE_OPERATIONS,
+    snake,
 )
 
 logger = logging.getLogger(__name__)
 _FAILURES = LogLimiter()
 
-#: Module-level alias: inside the class, ``list`` names the ``list`` verb, not the builtin.
+#: Module-level aliases: inside the class, ``list`` names the ``list`` verb, not the builtin.
 DeleteResults = list[DeleteResult]
+ObjectPage = list["StoredObject"]
 
 #: ListObjectsV2 and DeleteObjects both stop at 1000 keys per request.
 MAX_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object as a listing sees it: its chunk name, size in bytes and last modification time
+    (seconds since the epoch, as the storage's own clock wrote it)."""
+
+    name: str
+    size: int
+    modified: float
 
 
 class BaseChunkStorage(ABC):
@@ -99,7 +112,7 @@ class BaseChunkStorage(ABC):
         except StorageError as exc:
             exc.binding = exc.binding or self._name
             exc.chunk = exc.chunk or chunk
-            STORAGE_OPERATIONS.labels(self._name, operation, type(exc).__name__).inc()
+            STORAGE_OPERATIONS.labels(self._name, operation, snake(type(exc).__name__)).inc()
             # A failed check is reported by whoever asked for it (a command's one-line error); an
             # endpoint that stays down is one warning per interval, not one per request.
             held = _FAILURES.admit((self._name, operation, type(exc))) if exc.retryable and operation != "check" \
@@ -151,7 +164,7 @@ class BaseChunkStorage(ABC):
         self._valid(handle.name)
         with self._observe("delete", handle.name):
             self._do_delete(handle.name)
-        STORAGE_DELETED_CHUNKS.labels(self._name, DeleteOutcome.DELETED.value).inc()
+        STORAGE_DELETED_CHUNKS.labels(self._name, snake(DeleteOutcome.DELETED.value)).inc()
 
     def delete_many(self, chunk_names: Sequence[str]) -> list[DeleteResult]:
         """Delete many chunks; one result per name in input order. Missing chunks count as gone."""
@@ -167,7 +180,7 @@ class BaseChunkStorage(ABC):
             for result in self._do_delete_many(unique) if unique else []:
                 results[result.name] = result
         for outcome, count in Counter(result.outcome for result in results.values()).items():
-            STORAGE_DELETED_CHUNKS.labels(self._name, outcome.value).inc(count)
+            STORAGE_DELETED_CHUNKS.labels(self._name, snake(outcome.value)).inc(count)
         return [results[name] for name in chunk_names]
 
     def present(self, chunk_names: Sequence[str]) -> set[str] | None:
@@ -237,6 +250,43 @@ class BaseChunkStorage(ABC):
                 return
             token = page.continuation
 
+    def iter_object_pages(self, prefix: str = "", *, page_size: int = MAX_PAGE_SIZE
+                          ) -> Iterator[ObjectPage]:
+        """Every object whose chunk name starts with ``prefix``, with its size and modification time, in
+        pages of at most ``page_size``; memory stays bounded by a page whatever the number of objects.
+
+        The order is the binding's: S3 lists in name order, a filesystem in directory order.
+        """
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be within 1..{MAX_PAGE_SIZE}")
+        pages = self._do_object_pages(prefix, page_size)
+        while True:
+            with self._observe("list_objects", prefix or "<all>"):
+                page = next(pages, None)
+            if page is None:
+                return
+            yield page
+
+    def iter_objects(self, prefix: str = "") -> Iterator[StoredObject]:
+        """Every object whose chunk name starts with ``prefix``, following :meth:`iter_object_pages`."""
+        for page in self.iter_object_pages(prefix):
+            yield from page
+
+    def exists_many(self, chunk_names: Sequence[str]) -> set[str]:
+        """Which of ``chunk_names`` have an object right now, exactly (unlike :meth:`present`, never None).
+
+        A name that is no valid chunk name never exists. S3 answers from listings, not a HEAD per name.
+        """
+        valid: list[str] = []
+        for name in chunk_names:
+            with suppress(InvalidChunkNameError):
+                valid.append(self._valid(name))
+        unique = list(dict.fromkeys(valid))
+        if not unique:
+            return set()
+        with self._observe("exists_many", f"<{len(unique)} chunks>"):
+            return self._do_exists_many(unique)
+
     def concat(self, chunks: Sequence[ConcatArgument]) -> int:
         """Append ``chunks[1:]`` to ``chunks[0]`` natively; returns the number of bytes concatenated."""
         if not self.supports_concat:
@@ -298,6 +348,13 @@ class BaseChunkStorage(ABC):
 
     @abstractmethod
     def _do_list(self, prefix: str, page_size: int, continuation: str | None) -> ChunkListPage: ...
+
+    @abstractmethod
+    def _do_object_pages(self, prefix: str, page_size: int) -> Iterator[ObjectPage]: ...
+
+    def _do_exists_many(self, names: Sequence[str]) -> set[str]:
+        """One existence check per name; a binding that can list many at once overrides this."""
+        return {name for name in names if self._do_exists(name)}
 
     def _do_concat(self, chunks: Sequence[ConcatArgument]) -> int:
         raise UnsupportedOperationError(f"{self._name} does not support concat", binding=self._name)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from storage.base import BaseChunkStorage
+from storage.base import BaseChunkStorage, StoredObject
 from storage.chunks import (
     ChunkInfo,
     ChunkListPage,
@@ -287,6 +287,58 @@ class FileSystemChunkStorage(BaseChunkStorage):
         page = names[:page_size]
         more = len(names) > page_size
         return ChunkListPage(tuple(page), page[-1] if more else None)
+
+    def _do_object_pages(self, prefix: str, page_size: int) -> Iterator[list[StoredObject]]:
+        self._do_check()
+        start = prefix.rpartition("/")[0] + "/" if "/" in prefix else ""
+        page: list[StoredObject] = []
+        for name, st in self._walk(start, prefix):
+            page.append(StoredObject(name, st.st_size, st.st_mtime))
+            if len(page) == page_size:
+                yield page
+                page = []
+        self._do_check()  # a root gone during the walk made its directories look empty: refuse, not report
+        if page:
+            yield page
+
+    def _walk(self, start: str, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
+        """The chunk files under ``chunks/<start>`` whose names start with ``prefix``, depth first.
+
+        One ``scandir`` iterator is open per level and entries are read as they come, never a whole
+        directory at once, so a directory of a million chunks costs no more memory than one of ten.
+        Files and directories removed while the walk runs (a worker deleting) are skipped.
+        """
+        stack: list[tuple[str, os._ScandirIterator[str]]] = []
+        try:
+            self._enter(stack, start)
+            while stack:
+                rel, entries = stack[-1]
+                entry = next(entries, None)
+                if entry is None:
+                    stack.pop()
+                    continue
+                name = rel + entry.name
+                with self._os_errors(name):
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if (name + "/").startswith(prefix) or prefix.startswith(name + "/"):
+                                self._enter(stack, name + "/")
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                if stat.S_ISREG(st.st_mode) and name.startswith(prefix):
+                    yield name, st
+        finally:
+            for _, entries in stack:
+                entries.close()
+
+    def _enter(self, stack: list[tuple[str, os._ScandirIterator[str]]], rel: str) -> None:
+        with self._os_errors(rel or "<all>"):
+            try:
+                stack.append((rel, os.scandir(self._data / rel if rel else self._data)))
+            except FileNotFoundError:
+                pass  # a directory pruned by a delete since its parent was read, or no chunk under the prefix
 
     def _append_from(self, fd: int, source: ConcatArgument) -> int:
         with self._os_errors(source.name), open(self.data_path(source.name), "rb") as src:

@@ -10,7 +10,7 @@ an empty object, ``write`` replaces it conditionally on its ETag) or is made in 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
@@ -20,7 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from storage.base import MAX_PAGE_SIZE, BaseChunkStorage
+from storage.base import MAX_PAGE_SIZE, BaseChunkStorage, ObjectPage, StoredObject
 from storage.chunks import (
     MAX_CHUNK_NAME_BYTES,
     ChunkInfo,
@@ -283,6 +283,40 @@ class S3ChunkStorage(BaseChunkStorage):
             return None
         by_key = {self.object_key(name): name for name in names}
         return {by_key[key] for key in present_keys(by_key, self._list_page)}
+
+    def _do_exists_many(self, names: Sequence[str]) -> set[str]:
+        """Listings over the names' parent prefixes, as :meth:`_do_present`; where a listing stopped at its
+        budget before reaching some names, a HEAD each, so every name is answered from the server."""
+        by_key = {self.object_key(name): name for name in names}
+        reached: dict[str, str] = {}
+
+        def list_page(prefix: str, start_after: str, continuation: str | None) -> tuple[list[str], str | None]:
+            keys, token = self._list_page(prefix, start_after, continuation)
+            if keys:
+                reached[prefix] = max(reached.get(prefix, ""), keys[-1])
+            return keys, token
+
+        claimed = present_keys(by_key, list_page)
+        unlisted = [key for key in claimed if key > reached.get(key[:key.rfind("/") + 1], "")]
+        found = {by_key[key] for key in claimed.difference(unlisted)}
+        return found | {by_key[key] for key in unlisted if self._do_exists(by_key[key])}
+
+    def _do_object_pages(self, prefix: str, page_size: int) -> Iterator[ObjectPage]:
+        """ListObjectsV2 pages, in name order, with each object's ``Size`` and ``LastModified``."""
+        cut = len(self._settings.key_prefix)
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix), "MaxKeys": page_size}
+            if token:
+                kwargs["ContinuationToken"] = token
+            response = self._call(prefix or None, "list_objects_v2", **kwargs)
+            page = [StoredObject(item["Key"][cut:], int(item.get("Size", 0)), item["LastModified"].timestamp())
+                    for item in response.get("Contents", [])]
+            if page:
+                yield page
+            token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+            if token is None:
+                return
 
     def _list_page(self, prefix: str, start_after: str, continuation: str | None) -> tuple[list[str], str | None]:
         kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": MAX_PAGE_SIZE}

@@ -142,6 +142,10 @@ class _Reader(Queries):
         sql += (" AND active = 1" if active_only else "") + " ORDER BY start_offset, name"
         return [_chunk_from_row(row) for row in self._conn.execute(sql, (segment,))]
 
+    def chunks_after(self, after: str, limit: int) -> list[ChunkRecord]:
+        sql = f"SELECT {', '.join(_CHUNK_COLUMNS)} FROM chunks WHERE name > ? ORDER BY name LIMIT ?"
+        return [_chunk_from_row(row) for row in self._conn.execute(sql, (after, limit))]
+
     def get_mark(self, mark_id: str) -> MarkRecord | None:
         row = self._one("marks", _MARK_COLUMNS, "mark_id", mark_id)
         return _mark_from_row(row) if row else None
@@ -258,6 +262,11 @@ class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
 
     def list_chunks(self, segment: str, *, active_only: bool = True) -> list[ChunkRecord]:
         return self._read(lambda r: r.list_chunks(segment, active_only=active_only))
+
+    def chunks_after(self, after: str, limit: int) -> list[ChunkRecord]:
+        """Up to ``limit`` chunk rows (active or not) whose names sort after ``after``, in name order:
+        every row, a page at a time (``after=""`` starts), by the primary key's index."""
+        return self._read(lambda r: r.chunks_after(after, limit))
 
     def get_mark(self, mark_id: str) -> MarkRecord | None:
         return self._read(lambda r: r.get_mark(mark_id))
