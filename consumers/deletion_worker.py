@@ -314,7 +314,7 @@ class DeletionWorker:
 def _count_outcomes(outcomes: Counter[Outcome], judged: Sequence[Judged]) -> None:
     """The outcome counters of one completed batch (each record counted once, by the batch it ended in)."""
     for outcome, count in outcomes.items():
-        metrics.OUTCOMES.labels(outcome.value).inc(count)
+        metrics.OUTCOMES.labels(metrics.snake(outcome.value)).inc(count)
     metrics.IN_USE_SKIPS.inc(outcomes[Outcome.IN_USE])
     metrics.MARK_PENDING_RETRIES.inc(outcomes[Outcome.MARK_PENDING])
     metrics.OWNERSHIP_MISMATCHES.inc(outcomes[Outcome.OWNERSHIP_MISMATCH])

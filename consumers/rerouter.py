@@ -42,7 +42,7 @@ def _count(polled: Polled, verdict: Verdict, routing: Routing) -> None:
         return
     if routing.exhausted:
         metrics.MAX_RETRIES_REACHED.inc()
-    metrics.DLQ_SENT.labels(verdict.outcome.value).inc()
+    metrics.DLQ_SENT.labels(metrics.snake(verdict.outcome.value)).inc()
     origin = polled.delivery
     log.warning("to DLQ: topic=%s partition=%s offset=%s outcome=%s reason=%s", origin.topic,
                 origin.partition, origin.offset, verdict.outcome.value, verdict.reason)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
-from prometheus_client import Counter
+from prometheus_client import Counter, disable_created_metrics
 
 from producers.config import kafka_config
 from schemas.codec import RecordCodec
@@ -26,7 +26,8 @@ from segments.stream_errors import StreamNotFoundError
 
 log = logging.getLogger(__name__)
 
-APPLIED = Counter("reclaim_truncations", "Truncation events by outcome", ["outcome"])
+disable_created_metrics()  # type: ignore[no-untyped-call]
+APPLIED = Counter("reclaim_truncations", "Truncation events by outcome (lower-case snake)", ["outcome"])
 
 
 class Truncator(Protocol):
@@ -49,6 +50,10 @@ class Applied(enum.Enum):
     @property
     def final(self) -> bool:
         return self is not Applied.RETRY
+
+
+for _applied in Applied:
+    APPLIED.labels(_applied.name.lower())  # every outcome's series from 0
 
 
 def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, topic: str, where: str) -> Applied:
@@ -108,7 +113,7 @@ class TruncationApplier:
             if partition in blocked:
                 continue
             outcome = apply_event(self.truncator, self.codec, message.value(), topic, f"{topic}[{partition}]@{offset}")
-            APPLIED.labels(outcome.value).inc()
+            APPLIED.labels(outcome.name.lower()).inc()
             outcomes.append(outcome)
             if outcome.final:
                 self.consumer.store_offsets(message)

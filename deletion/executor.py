@@ -110,9 +110,9 @@ class DeletionExecutor:
             elif not result.ok:
                 failed[(pending.info.ledger_type.name, verdict.error_class)] += 1
         for ledger_type, count in deleted.items():
-            metrics.DELETED.labels(ledger_type).inc(count)
+            metrics.DELETED.labels(metrics.snake(ledger_type)).inc(count)
         for (ledger_type, error_class), count in failed.items():
-            metrics.DELETE_FAILURES.labels(ledger_type, error_class).inc(count)
+            metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type), metrics.snake(error_class)).inc(count)
         return [concluded[i] if d is Proceed.DELETE else d for i, d in enumerate(plan.decisions)]
 
     def close(self) -> None:

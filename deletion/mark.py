@@ -125,7 +125,7 @@ class LedgerDeletionService:
         # A chunk's records count as sent only when all of them were confirmed, as the chunk is marked.
         sent = Counter(record.ledger_type for record in records if not failed or record.chunk_name not in failed)
         for ledger_type, count in sent.items():
-            metrics.PENDING_DELETES_SENT.labels(ledger_type.name).inc(count)
+            metrics.PENDING_DELETES_SENT.labels(metrics.snake(ledger_type.name)).inc(count)
         if failed:
             log.warning("mark %s: %d chunks not confirmed on the deletion topic; they stay live", mark_id, len(failed))
         return failed

@@ -1,8 +1,20 @@
-"""Prometheus metrics of the two-phase deletion protocol: PIP-186's Monitor section and reclaim's own."""
+"""Prometheus metrics of the two-phase deletion protocol: PIP-186's Monitor section and reclaim's own.
+
+Label values are lower-case snake (:func:`storage.metrics.snake`); every series whose label values are
+known is created at 0 — the enums' at import, the topics' and bindings' by :func:`initialise` — so
+``rate()`` and ``increase()`` see a counter's first increase.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from deletion.outcomes import ROUTES, Outcome, Route
+from schemas.ledger import LedgerType
+from storage.metrics import ERROR_OUTCOMES
+from storage.metrics import snake as snake  # the call sites' label values
 
 PENDING_DELETES_SENT = Counter(
     "reclaim_pending_deletes_sent", "PendingDeleteLedgerInfo records confirmed on the deletion topic",
@@ -29,3 +41,38 @@ DELETE_LATENCY = Histogram("reclaim_deletion_batch_delete_seconds",
                            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 INFLIGHT = Gauge("reclaim_estimated_inflight_deletions",
                  "Consumer-group lag over the deletion topic and its retry tiers")
+
+#: The label values of the enums, as the call sites write them.
+LEDGER_TYPES = tuple(snake(t.name) for t in LedgerType)
+MARK_RESULTS = ("complete", "partial", "failed")
+OUTCOME_LABELS = tuple(snake(o.value) for o in Outcome)
+#: A record reaches the DLQ with an outcome routed there, or with a retried one whose attempts ran out.
+DLQ_REASONS = tuple(snake(o.value) for o, route in ROUTES.items() if route is not Route.ACK)
+
+
+def _zero_known() -> None:
+    for ledger_type in LEDGER_TYPES:
+        PENDING_DELETES_SENT.labels(ledger_type)
+        DELETED.labels(ledger_type)
+        for reason in ERROR_OUTCOMES:
+            DELETE_FAILURES.labels(ledger_type, reason)
+    for result in MARK_RESULTS:
+        MARK_BATCHES.labels(result)
+    for outcome in OUTCOME_LABELS:
+        OUTCOMES.labels(outcome)
+    for reason in DLQ_REASONS:
+        DLQ_SENT.labels(reason)
+
+
+_zero_known()
+
+
+def initialise(input_topics: Iterable[str], retry_topics: Iterable[str], bindings: Iterable[str] = ()) -> None:
+    """Create the zero series a worker's configuration names: the topics it reads, its retry tiers and
+    the bindings it deletes from. The worker calls this at start, before its metrics are served."""
+    for topic in input_topics:
+        MESSAGES_RECEIVED.labels(topic)
+    for tier in retry_topics:
+        RETRIES_SENT.labels(tier)
+    for binding in bindings:
+        DELETE_LATENCY.labels(binding)

@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 
 #: Counters the demo prints at the end, with their labels.
 SHOWN_COUNTERS = [
-    ("reclaim_pending_deletes_sent_total", {"ledger_type": "OFFLOAD_LEDGER"}),
+    ("reclaim_pending_deletes_sent_total", {"ledger_type": "offload_ledger"}),
     ("reclaim_deletion_messages_received_total", None),
-    ("reclaim_ledgers_deleted_total", {"ledger_type": "OFFLOAD_LEDGER"}),
+    ("reclaim_ledgers_deleted_total", {"ledger_type": "offload_ledger"}),
     ("reclaim_deletion_messages_acked_total", {}),
     ("reclaim_deletion_retries_sent_total", None),
     ("reclaim_deletion_dlq_sent_total", None),

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, disable_created_metrics
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from schemas.rejects import RejectKind
@@ -29,10 +29,14 @@ log = logging.getLogger(__name__)
 OBSERVATION = "retention"
 """The name of the ``DataFrame.observe`` metrics on the stateful step's output."""
 
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no process of reclaim exports _created series
 INPUT_ROWS = Counter("reclaim_retention_input_rows", "Kafka messages the retention job read")
 STREAMS_DECIDED = Counter("reclaim_retention_streams_decided", "Streams whose truncation was decided, per batch")
 EVENTS_EMITTED = Counter("reclaim_retention_truncations_emitted", "TruncationEvents written to the truncation topic")
-REJECTS = Counter("reclaim_retention_rejects", "Inputs written to the rejects topic, by kind", ["kind"])
+REJECTS = Counter("reclaim_retention_rejects", "Inputs written to the rejects topic, by kind (lower-case snake)",
+                  ["kind"])
+for _kind in RejectKind:
+    REJECTS.labels(kind=_kind.name.lower())  # every kind's series from 0
 BATCH_DURATION = Histogram("reclaim_retention_batch_duration_seconds", "Duration of one retention micro-batch",
                            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
 
@@ -132,5 +136,5 @@ def record(summary: BatchSummary) -> None:
     STREAMS_DECIDED.inc(summary.streams_decided)
     EVENTS_EMITTED.inc(summary.events)
     for kind, count in summary.rejects.items():
-        REJECTS.labels(kind=kind).inc(count)
+        REJECTS.labels(kind=kind.lower()).inc(count)
     BATCH_DURATION.observe(summary.duration_ms / 1000)

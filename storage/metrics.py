@@ -1,8 +1,66 @@
-"""Prometheus metrics of the storage layer, defined once for every binding and the metadata store."""
+"""Prometheus metrics of the storage layer, defined once for every binding and the metadata store.
+
+Label values are lower-case snake (``ok``, ``already_gone``, ``storage_unavailable_error``); a label that
+names a thing reclaim does not name itself (a binding, a topic) carries that thing's name. No process of
+reclaim exports ``_created`` series: importing this module turns them off.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import functools
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    write_to_textfile,
+)
+
+from storage import errors
+from storage.chunks import DeleteOutcome
+
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+_WORD_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NOT_WORD = re.compile(r"[^a-z0-9]+")
+
+
+@functools.lru_cache(maxsize=1024)
+def snake(text: str) -> str:
+    """``text`` as a lower-case snake label value.
+
+    >>> snake("OFFLOAD_LEDGER"), snake("already-gone"), snake("ChunkNotFoundError")
+    ('offload_ledger', 'already_gone', 'chunk_not_found_error')
+    """
+    return _NOT_WORD.sub("_", _WORD_BREAK.sub("_", text).lower()).strip("_")
+
+
+def _error_classes(root: type[errors.StorageError]) -> list[type[errors.StorageError]]:
+    found = [root]
+    for sub in root.__subclasses__():
+        found += _error_classes(sub)
+    return found
+
+
+#: The ``outcome`` of a failed storage operation: its error class, snake-cased; ``unexpected`` for any
+#: exception outside the storage hierarchy.
+ERROR_OUTCOMES: tuple[str, ...] = (*dict.fromkeys(snake(c.__name__) for c in _error_classes(errors.StorageError)),
+                                   "unexpected")
+
+#: Every verb ``BaseChunkStorage`` observes.
+OPERATIONS = ("check", "exists", "create", "delete", "delete_many", "present", "open_read", "open_write",
+              "get_info", "read", "write", "list", "concat", "truncate", "set_read_only")
+
+#: The verbs phase 2 uses, whose failures the worker's dashboards and alerts read.
+DELETION_OPERATIONS = ("check", "present", "delete_many")
+
+METADATA_OUTCOMES = ("committed", "conflict", "rolled_back", "unavailable")
 
 STORAGE_OPERATIONS = Counter(
     "reclaim_storage_operations_total",
@@ -34,3 +92,47 @@ METADATA_TRANSACTIONS = Counter(
     "Metadata store transactions by outcome (committed, conflict, rolled_back, unavailable).",
     ["outcome"],
 )
+for _outcome in METADATA_OUTCOMES:
+    METADATA_TRANSACTIONS.labels(_outcome)
+
+
+def initialise(bindings: Iterable[str], operations: Iterable[str] = DELETION_OPERATIONS) -> None:
+    """Create the zero series of ``bindings``: every outcome of ``operations``, bytes, deleted chunks.
+
+    A counter that first appears at 1 loses that first increase to ``rate()``; a process calls this at
+    start with the bindings it serves.
+    """
+    operations = tuple(operations)
+    for binding in bindings:
+        for operation in operations:
+            STORAGE_OPERATION_SECONDS.labels(binding, operation)
+            for outcome in ("ok", *ERROR_OUTCOMES):
+                STORAGE_OPERATIONS.labels(binding, operation, outcome)
+        for direction in ("read", "written"):
+            STORAGE_BYTES.labels(binding, direction)
+        for deleted in DeleteOutcome:
+            STORAGE_DELETED_CHUNKS.labels(binding, snake(deleted.value))
+
+
+# The audit runs as a command, not a server: its gauges live in a registry of their own, written to a file
+# that node_exporter's textfile collector (or any static file server) exposes.
+AUDIT_REGISTRY = CollectorRegistry()
+AUDIT_ORPHANS = Gauge("reclaim_audit_orphans", "Tier-2 chunks the last audit found with no metadata row, by binding",
+                      ["binding"], registry=AUDIT_REGISTRY)
+AUDIT_LAST_RUN = Gauge("reclaim_audit_last_run_timestamp_seconds", "When the last audit finished (Unix time)",
+                       registry=AUDIT_REGISTRY)
+
+
+def write_textfile(path: str | Path, orphans_by_binding: Mapping[str, int], finished_at: float | None = None) -> None:
+    """Write the audit's gauges to ``path`` (replaced atomically) in the text exposition format.
+
+    ``orphans_by_binding`` names every binding audited, with 0 for a clean one: a binding left out
+    disappears from the file.
+    """
+    if any(count < 0 for count in orphans_by_binding.values()):
+        raise ValueError(f"orphan counts must be >= 0, got {dict(orphans_by_binding)}")
+    AUDIT_ORPHANS.clear()
+    for binding, count in orphans_by_binding.items():
+        AUDIT_ORPHANS.labels(binding).set(count)
+    AUDIT_LAST_RUN.set(time.time() if finished_at is None else finished_at)
+    write_to_textfile(str(path), AUDIT_REGISTRY)

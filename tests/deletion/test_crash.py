@@ -76,7 +76,7 @@ def test_sigterm_finishes_the_batch_and_commits_and_metrics_are_served(pipeline:
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
     # The counters follow once the batch is final (after its row cleanup), a poll after the files go.
-    deleted = 'reclaim_ledgers_deleted_total{ledger_type="OFFLOAD_LEDGER"} 20.0'
+    deleted = 'reclaim_ledgers_deleted_total{ledger_type="offload_ledger"} 20.0'
     while deleted not in (metrics := scrape(port)):
         assert time.monotonic() < deadline, metrics
         time.sleep(0.2)

@@ -62,11 +62,11 @@ def test_an_s3_key_already_missing_counts_as_already_gone(pipeline: Pipeline,
     chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 4)
     s3.client.delete_object(Bucket=s3.bucket, Key=s3.object_key(chunks[0].name))  # gone behind reclaim's back
     pipeline.service.mark(chunks)
-    before = counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER")
+    before = counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger")
     worker = pipeline.worker()
     reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 4)
     assert outcomes(reports) == {"deleted": 3, "already-gone": 1}
-    assert counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER") - before == 3
+    assert counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger") - before == 3
     assert not any(s3.exists(c.name) for c in chunks)
 
 
@@ -82,11 +82,11 @@ def test_copies_a_dead_worker_deleted_count_as_already_gone_when_read_again(
     dead.delete(dead.prepare([Pending(info) for info in records]))
     dead.close()
     assert all(row.locations for row in pipeline.store.get_chunks(c.name for c in chunks).values())
-    before = counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER")
+    before = counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger")
     worker = pipeline.worker()  # assigned after the records were written: each may have been handled
     reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 4)
     assert outcomes(reports) == {"already-gone": 4}
-    assert counter("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER") - before == 0
+    assert counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger") - before == 0
 
 
 def test_records_read_for_the_first_time_cost_no_listing(pipeline: Pipeline,

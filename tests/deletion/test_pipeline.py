@@ -40,7 +40,7 @@ def test_marked_chunks_are_deleted_and_offsets_committed(
         pipeline.bindings.register(binding)
     live = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 3)
     doomed = pipeline.write_chunks(binding, "scope/stream/1.#epoch.0", 40)
-    deleted_before = metric("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER")
+    deleted_before = metric("reclaim_ledgers_deleted_total", ledger_type="offload_ledger")
     tx_before = pipeline.store.transactions_committed
 
     result = pipeline.service.mark(doomed)
@@ -53,7 +53,7 @@ def test_marked_chunks_are_deleted_and_offsets_committed(
     assert not any(binding.exists(c.name) for c in doomed)
     assert all(binding.exists(c.name) for c in live)
     assert pipeline.store.get_chunks(c.name for c in doomed) == {}
-    assert metric("reclaim_ledgers_deleted_total", ledger_type="OFFLOAD_LEDGER") - deleted_before == 40
+    assert metric("reclaim_ledgers_deleted_total", ledger_type="offload_ledger") - deleted_before == 40
     worker.close()
     pipeline.workers.remove(worker)
     assert committed_offsets(pipeline, pipeline.topics.deletion) == 40
