@@ -193,7 +193,7 @@ class DeletionWorker:
             if (topic, partition) in held_now:
                 held += 1
                 continue
-            delivery = Delivery.of(topic, partition, offset, msg.headers())
+            delivery = Delivery.of(topic, partition, offset, msg.headers(), msg.timestamp()[1])
             retrying = topic in self._retry_topics
             if retrying and delivery.not_before_ms and delivery.not_before_ms > now_ms:
                 self._hold((topic, partition), offset, delivery.not_before_ms / 1000)
@@ -270,8 +270,8 @@ class DeletionWorker:
             log.debug("not acking this batch's records of %s: re-read from earlier", sorted(completed.dropped))
         outcomes = Counter(j.verdict.outcome for j in judged)
         _count_outcomes(outcomes, judged)
-        routings = [route(j.verdict, j.polled.delivery, self._tiers, self._config.topics.dlq, now_ms)
-                    for j in judged]
+        routings = [route(j.verdict, j.polled.delivery, self._tiers, self._config.topics.dlq, now_ms,
+                          self._config.group_id) for j in judged]
         sends = [(i, (j.polled, j.verdict, r)) for i, (j, r) in enumerate(zip(judged, routings, strict=True))
                  if r.route is not Route.ACK]
         unconfirmed = {sends[i][0] for i in self._rerouter.send([send for _, send in sends])}

@@ -16,9 +16,16 @@ H_OFFSET = "reclaim.original-offset"
 H_ERROR_CLASS = "reclaim.error-class"
 H_ERROR = "reclaim.error-message"
 H_OUTCOME = "reclaim.outcome"
+H_TIMESTAMP = "reclaim.original-timestamp-ms"
+"""The original record's timestamp (epoch millis), carried from the deletion topic through every tier."""
+H_GROUP = "reclaim.group"
+"""DLQ only: the consumer group whose worker dead-lettered the record."""
+H_STACK = "reclaim.error-stack"
+"""DLQ only, when an exception caused the verdict: where it was raised (a few frames, bounded)."""
 
 Headers = list[tuple[str, bytes]]
 MAX_ERROR_BYTES = 2000
+MAX_STACK_BYTES = 1000
 
 
 RawHeaders = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
@@ -46,7 +53,8 @@ def _int(values: dict[str, str], key: str) -> int | None:
 class Delivery:
     """Where a record came from and its retry history, read from its headers.
 
-    A record straight from the deletion topic is on attempt 1 and its origin is where it was read.
+    A record straight from the deletion topic is on attempt 1 and its origin is where it was read;
+    ``timestamp_ms`` is the origin record's timestamp, when known.
     """
 
     attempt: int
@@ -55,12 +63,16 @@ class Delivery:
     topic: str
     partition: int
     offset: int
+    timestamp_ms: int | None = None
 
     @classmethod
     def of(cls, topic: str, partition: int, offset: int,
-           headers: RawHeaders) -> Delivery:
+           headers: RawHeaders, timestamp_ms: int | None = None) -> Delivery:
+        """The delivery of a record read at ``topic[partition]@offset`` with ``headers`` and its own
+        ``timestamp_ms`` (a negative one, librdkafka's "not available", counts as unknown)."""
+        own_timestamp = timestamp_ms if timestamp_ms is not None and timestamp_ms >= 0 else None
         if not headers:
-            return cls(1, None, None, topic, partition, offset)
+            return cls(1, None, None, topic, partition, offset, own_timestamp)
         values = _header_map(headers)
         origin_partition = _int(values, H_PARTITION)
         origin_offset = _int(values, H_OFFSET)
@@ -72,6 +84,7 @@ class Delivery:
             topic=values[H_TOPIC] if retried else topic,
             partition=origin_partition if retried and origin_partition is not None else partition,
             offset=origin_offset if retried and origin_offset is not None else offset,
+            timestamp_ms=_int(values, H_TIMESTAMP) if retried else own_timestamp,
         )
 
 
@@ -107,8 +120,12 @@ class RetryTiers:
 
 
 def reroute_headers(delivery: Delivery, verdict: Verdict, now_ms: int, attempt: int,
-                    delay_s: int | None) -> Headers:
-    """Headers of a record sent to a retry tier (``delay_s`` set) or to the DLQ (``delay_s`` None)."""
+                    delay_s: int | None, group_id: str = "") -> Headers:
+    """Headers of a record sent to a retry tier (``delay_s`` set) or to the DLQ (``delay_s`` None).
+
+    A dead letter also names ``group_id``, the group that dead-lettered it, and the verdict's stack
+    summary when there is one.
+    """
     headers: Headers = [
         (H_ATTEMPT, str(attempt).encode()),
         (H_FIRST_FAILURE, str(delivery.first_failure_ms or now_ms).encode()),
@@ -119,6 +136,13 @@ def reroute_headers(delivery: Delivery, verdict: Verdict, now_ms: int, attempt: 
         (H_ERROR_CLASS, (verdict.error_class or verdict.outcome.name).encode()),
         (H_ERROR, verdict.reason.encode()[:MAX_ERROR_BYTES]),
     ]
+    if delivery.timestamp_ms is not None:
+        headers.append((H_TIMESTAMP, str(delivery.timestamp_ms).encode()))
     if delay_s is not None:
         headers.append((H_NOT_BEFORE, str(now_ms + delay_s * 1000).encode()))
+        return headers
+    if group_id:
+        headers.append((H_GROUP, group_id.encode()))
+    if verdict.stack:
+        headers.append((H_STACK, verdict.stack.encode()[:MAX_STACK_BYTES]))
     return headers

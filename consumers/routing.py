@@ -24,14 +24,16 @@ class Routing:
 ACK = Routing(Route.ACK)
 
 
-def route(verdict: Verdict, delivery: Delivery, tiers: RetryTiers, dlq_topic: str, now_ms: int) -> Routing:
-    """The routing of a record that got ``verdict`` on the attempt ``delivery`` describes."""
+def route(verdict: Verdict, delivery: Delivery, tiers: RetryTiers, dlq_topic: str, now_ms: int,
+          group_id: str = "") -> Routing:
+    """The routing of a record that got ``verdict`` on the attempt ``delivery`` describes; a dead letter
+    names ``group_id``, the consumer group routing it."""
     chosen = verdict.route
     if chosen is Route.ACK:
         return ACK
     exhausted = chosen is Route.RETRY and tiers.exhausted(delivery, verdict.outcome)
     if chosen is Route.DLQ or exhausted:
-        headers = reroute_headers(delivery, verdict, now_ms, delivery.attempt, None)
+        headers = reroute_headers(delivery, verdict, now_ms, delivery.attempt, None, group_id)
         return Routing(Route.DLQ, dlq_topic, headers, exhausted)
     delay, topic = tiers.tier_after(delivery.attempt, verdict.outcome)
     attempt = tiers.next_attempt(delivery, verdict.outcome)

@@ -9,7 +9,7 @@ Neither does any I/O, so both are tested as plain values.
 from __future__ import annotations
 
 from deletion.facts import Facts, Pending, Policy, Proceed
-from deletion.outcomes import Outcome, Verdict
+from deletion.outcomes import Outcome, Verdict, stack_summary
 from deletion.ownership import LEDGER_TYPES, component_of
 from schemas.ledger import PendingDeleteLedgerInfo
 from storage.chunks import ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
@@ -32,7 +32,8 @@ def missing_fields(info: PendingDeleteLedgerInfo) -> list[str]:
 
 def error_verdict(exc: StorageError) -> Verdict:
     """A storage error as a verdict: retried when the error says it may pass, dead-lettered otherwise."""
-    return Verdict(Outcome.RETRYABLE if exc.retryable else Outcome.FATAL, str(exc), type(exc).__name__)
+    return Verdict(Outcome.RETRYABLE if exc.retryable else Outcome.FATAL, str(exc), type(exc).__name__,
+                   stack_summary(exc))
 
 
 def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
@@ -66,7 +67,7 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
 
 def _unplaceable(info: PendingDeleteLedgerInfo, why: StorageError | None) -> Verdict:
     if isinstance(why, InvalidChunkNameError):
-        return Verdict(Outcome.FATAL, f"invalid chunk name: {why}", type(why).__name__)
+        return Verdict(Outcome.FATAL, f"invalid chunk name: {why}", type(why).__name__, stack_summary(why))
     if why is None or isinstance(why, StorageMisconfiguredError):
         return Verdict(Outcome.FATAL, f"unknown storage binding {info.storage_binding!r}", "UnknownBinding")
     return error_verdict(why)
