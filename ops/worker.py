@@ -10,10 +10,11 @@ from prometheus_client import start_http_server
 from consumers.deletion_worker import DeletionWorker, tune_interpreter
 from consumers.lag import estimated_inflight
 from deletion import metrics
-from ops import preflight, runtime, stack
+from ops import health, preflight, runtime, stack
 from ops.exits import Unavailable
 from ops.procs import stop_on_signals
 from ops.settings import Settings
+from storage import metrics as storage_metrics
 from storage.bindings import StorageBindings
 from storage.sqlite_store import SQLiteMetadataStore
 
@@ -22,14 +23,29 @@ INFLIGHT_REFRESH_S = 15.0
 
 
 def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
-    """Keep the estimated-inflight gauge current while the worker runs."""
+    """Keep the estimated-inflight gauge current while the worker runs, from its start: the estimate
+    ``reclaim deletions inflight`` prints (same function, group and topics)."""
     bootstrap = stack.require_bootstrap(settings)
     topics = runtime.topic_names(settings).deletion_inputs
-    while not stop.wait(INFLIGHT_REFRESH_S):
+    while not stop.is_set():
         try:
             metrics.INFLIGHT.set(estimated_inflight(bootstrap, settings.group_id, topics))
         except Exception as exc:  # noqa: BLE001 - a failed estimate must never stop the worker
             log.warning("could not estimate in-flight deletions: %s", exc)
+        stop.wait(INFLIGHT_REFRESH_S)
+
+
+def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threading.Event) -> None:
+    """Create the zero series of the worker's topics and bindings, serve every metric, and keep the
+    in-flight estimate and the dependency gauges current until ``stop``."""
+    topics = runtime.topic_names(settings)
+    probes, binding_names = health.worker_probes(settings)
+    metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
+    storage_metrics.initialise(binding_names)
+    start_http_server(port, addr=metrics_addr)
+    log.info("metrics on http://%s:%s/metrics", metrics_addr, port)
+    threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
+    health.HealthMonitor(probes).start(stop)
 
 
 def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
@@ -37,9 +53,7 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
     tune_interpreter()
     if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr=metrics_addr)
-        log.info("metrics on http://%s:%s/metrics", metrics_addr, settings.metrics_port)
-        threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
+        _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
     store, bindings = _checked_dependencies(settings)
     log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
              settings.metadata_file, settings.consumers)
