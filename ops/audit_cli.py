@@ -1,42 +1,182 @@
-"""``reclaim audit``: tier-2 listed against the metadata store."""
+"""``reclaim audit``: tier-2 listed against the metadata store; ``--repair`` sends orphans through phase 1."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ops.exits import ExitCode
 from ops.settings import Settings
+
+if TYPE_CHECKING:
+    from ops.audit import AuditReport, OrphanRepair, Sample
+    from storage.sqlite_store import SQLiteMetadataStore
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+
+
+def parse_grace(text: str) -> float:
+    """Seconds from a duration: ``90``, ``90s``, ``15m``, ``1h``, ``1.5d``; one line naming the input otherwise."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a duration, e.g. 3600, 90s, 15m, 1h or 2d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def human(seconds: float) -> str:
+    """A duration as the largest whole unit that states it exactly: 3600 -> ``1h``, 90 -> ``90s``."""
+    for unit in ("d", "h", "m"):
+        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from ops.audit import audit_binding
-    from ops.runtime import metadata_store, storage_bindings
+    from ops import runtime
+    from ops.audit import AuditHooks, audit, auditable
 
-    store, bindings = metadata_store(settings), storage_bindings(settings)
-    clean = True
+    # An audit only reads: never the root of a filesystem binding, whatever RECLAIM_FS_CREATE_ROOT says.
+    settings = replace(settings, fs_create_root=False)
+    with ExitStack() as stack:
+        store = runtime.metadata_store(settings, read_only=True)
+        stack.callback(store.close)
+        bindings = runtime.storage_bindings(settings)
+        stack.callback(bindings.close)
+        chosen = auditable(bindings)
+        repair = stack.enter_context(_repair(settings, store, args)) if args.repair else None
+        listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))
+        report = audit(store, chosen, bindings, grace_s=args.grace, limit=args.limit,
+                       hooks=AuditHooks(listed=listed, rows=rows, orphans=repair))
+    if args.json:
+        document = report.to_dict()
+        if repair is not None:
+            document["repair"] = repair.report.to_dict()
+        print(json.dumps(document, indent=2))
+    else:
+        _print_report(report, repair)
+    return ExitCode.OK if report.clean else ExitCode.FINDINGS
+
+
+@contextmanager
+def _repair(settings: Settings, store: SQLiteMetadataStore, args: argparse.Namespace) -> Iterator[OrphanRepair]:
+    """Phase 1 on an idempotent producer, the broker and the deletion topic proven first."""
+    from ops import preflight, runtime
+    from ops.audit import OrphanRepair
+    from producers.producer import RecordProducer
+
+    address = preflight.broker(settings)
+    preflight.require_topics(address, [runtime.topic_names(settings).deletion])
+    producer = RecordProducer(address, "idempotent-producer")
     try:
-        for name in bindings.names():
-            result = audit_binding(store, bindings, name)
-            clean = clean and result.clean
-            print(f"{name}: {result.live} live, {result.pending} pending deletion, {len(result.orphans)} orphans, "
-                  f"{len(result.missing)} missing")
-            for orphan in result.orphans[: args.limit]:
-                print(f"  orphan  {orphan}")
-            for missing in result.missing[: args.limit]:
-                print(f"  missing {missing}")
+        service = runtime.deletion_service(settings, store, producer)
+        on_sent = None if args.json else _print_sent
+        yield OrphanRepair(service.prepare, limit=args.limit, on_sent=on_sent)
     finally:
-        bindings.close()
-        store.close()
-    return 0 if clean else 1
+        producer.close()
+
+
+def _print_sent(binding: str, name: str) -> None:
+    print(f"sent     {binding} {name}", flush=True)
+
+
+Listed = Callable[[str, int], None] | None
+Walked = Callable[[int], None] | None
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[tuple[Listed, Walked]]:
+    """Progress on stderr while the listings and the row walk run: objects and rows counted so far."""
+    if not enabled:
+        yield None, None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,.0f}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        tasks: dict[str, TaskID] = {}
+
+        def advance(description: str, count: int) -> None:
+            if description not in tasks:
+                tasks[description] = progress.add_task(description, total=None)
+            progress.advance(tasks[description], count)
+
+        yield (lambda binding, count: advance(f"objects listed on {binding}", count),
+               lambda count: advance("chunk rows checked", count))
+
+
+def _print_report(report: AuditReport, repair: OrphanRepair | None) -> None:
+    grace = human(report.grace_s)
+    for result in report.bindings:
+        print(f"{result.binding}: {result.live} live, {result.pending} pending deletion, {result.orphans.count} "
+              f"orphans, {result.missing.count} missing, {result.dangling.count} dangling; within the {grace} "
+              f"grace: {result.recent} recent objects, {result.cleaning} rows in cleanup")
+        _print_names("orphan", result.orphans)
+        _print_names("missing", result.missing)
+        _print_names("dangling", result.dangling)
+    for where, rows in report.unconfigured.items():
+        print(f"{where}: not configured, {rows.count} chunk rows name it (dangling)")
+        _print_names("dangling", rows)
+    totals = report.totals()
+    print("total: " + ", ".join(f"{count} {name}" for name, count in totals.items()))
+    if repair is not None:
+        sent = repair.report
+        print(f"repair: {sent.sent.count} orphans sent through phase 1, {sent.unattributed.count} left (no "
+              f"readable reclaim ownership tags), {sent.failed.count} not confirmed by the broker")
+        _print_names("left", sent.unattributed)
+        _print_names("unsent", sent.failed)
+
+
+def _print_names(label: str, sample: Sample) -> None:
+    for name in sample.names:
+        print(f"  {label:8} {name}")
+    if sample.count > len(sample.names):
+        print(f"  ... and {sample.count - len(sample.names)} more (--limit)")
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
     audit = sub.add_parser(
-        "audit", help="list tier-2 against the metadata store: live, pending deletion, orphans, missing",
-        description="Exit 0 when every object is claimed by a chunk row and every live chunk has its object; "
-                    "1 otherwise. Objects whose row is inactive are pending deletion (phase 2 has them).")
-    audit.add_argument("--limit", type=int, default=20, help="orphans and missing chunks to list (default 20)")
+        "audit", help="list tier-2 against the metadata store: live, pending deletion, orphans, missing, dangling",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Every configured binding is listed against the chunk rows, and every chunk row checked "
+                    "against its binding.\n"
+                    "  orphan    an object no row claims, older than --grace (younger: 'recent', no finding)\n"
+                    "  missing   an active row whose object is gone\n"
+                    "  dangling  an inactive row whose object is gone and whose mark is older than --grace,\n"
+                    "            or a row naming a binding (or bucket) that is not configured\n"
+                    "Exit status: 0 clean; 1 findings; 2 a binding, the store or (--repair) the broker could "
+                    "not be used: nothing is reported then. The audit never creates or deletes anything; "
+                    "--repair only publishes pending deletes for the orphans (phase 1), which the worker "
+                    "deletes after its ownership checks.")
+    audit.add_argument("--limit", type=_limit, default=20, help="names listed per finding (default 20)")
+    audit.add_argument("--grace", type=parse_grace, default=3600.0, metavar="DURATION",
+                       help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "
+                            "2d (default 1h)")
+    audit.add_argument("--json", action="store_true", help="print one JSON document: per binding counts and "
+                       "names, the unconfigured bindings' rows, totals (and what --repair sent)")
+    audit.add_argument("--repair", action="store_true",
+                       help="send the orphans with reclaim ownership tags through phase 1 (needs the broker); "
+                            "nothing is deleted here")
+    audit.add_argument("--progress", action="store_true", help="progress on stderr even when it is no terminal")
     audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
     audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
     common(audit)

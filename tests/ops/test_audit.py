@@ -1,53 +1,249 @@
-"""``reclaim audit`` tells live, pending, orphaned and missing chunks apart, and fails on the last two."""
+"""``reclaim audit`` on a real filesystem tier-2 and the S3 endpoint: every finding, the grace, the JSON
+document, and the runs it refuses (exit 2, one line, nothing created)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ops.audit import audit_binding
+import pytest
+
+from ops.audit import AuditReport, audit, audit_binding
+from ops.exits import ExitCode
+from ops.s3_server import S3Endpoint
 from storage.bindings import StorageBindings
-from storage.chunks import ChunkTags
+from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, SegmentRecord
+from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
+from storage.s3 import S3ChunkStorage
 from storage.sqlite_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 
-TAGS = ChunkTags(component="segment", stream="s/a", segment="s/a/0.#epoch.0", writer_epoch=1)
+SEGMENT = "s/a/0.#epoch.0"
+TAGS = ChunkTags(component="segment", stream="s/a", segment=SEGMENT, writer_epoch=1)
+HOUR = 3600.0
+NOBODY = "http://127.0.0.1:1"  # nothing ever listens on port 1
 
 
-def chunk(binding: FileSystemChunkStorage, name: str, **fields: object) -> ChunkRecord:
-    binding.create_with_content(name, b"x", TAGS)
-    return replace(ChunkRecord(name=name, segment="s/a/0.#epoch.0", start_offset=0, length=1, tags=TAGS,
-                               locations=(binding.location(name),)), **fields)
+def name(i: int) -> str:
+    return f"{SEGMENT}.E-1-O-{i}.c{i}"
 
 
-def audit(tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_METADATA_PATH": str(tmp_path / "m.db"),
-           "RECLAIM_FS_ROOT": str(tmp_path / "tier2")}
-    env.pop("RECLAIM_S3_ENDPOINT", None)
-    return run_reclaim("audit", env=env, timeout=60)
+def aged(binding: FileSystemChunkStorage, chunk: str, seconds: float) -> None:
+    """Date a chunk's file ``seconds`` back, as if it had been written then."""
+    then = time.time() - seconds
+    os.utime(binding.data_path(chunk), (then, then))
 
 
-def test_audit_classifies_every_object(tmp_path: Path) -> None:
-    binding = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
-    store = SQLiteMetadataStore(tmp_path / "m.db")
+def put(store: SQLiteMetadataStore, *rows: ChunkRecord, marks: tuple[MarkRecord, ...] = ()) -> None:
     with store.transaction() as txn:
-        txn.put_segment(SegmentRecord(name="s/a/0.#epoch.0", stream="s/a"))
-        txn.put_chunk(chunk(binding, "s/a/0.#epoch.0.E-1-O-0.a"))
-        txn.put_chunk(chunk(binding, "s/a/0.#epoch.0.E-1-O-1.b", active=False, mark_id="m"))
-    assert audit(tmp_path).returncode == 0
+        if txn.get_segment(SEGMENT) is None:
+            txn.put_segment(SegmentRecord(name=SEGMENT, stream="s/a"))
+        for record in rows:
+            txn.put_chunk(record)
+        for mark in marks:
+            txn.put_mark(mark)
 
-    binding.create_with_content("s/a/0.#epoch.0.E-1-O-2.c", b"x", TAGS)  # no row claims it
-    binding.delete_many(["s/a/0.#epoch.0.E-1-O-0.a"])  # a live chunk's object is gone
-    result = audit_binding(store, StorageBindings([binding]), "fs-tier2")
-    assert (result.live, result.pending) == (0, 1)
-    assert result.orphans == ["s/a/0.#epoch.0.E-1-O-2.c"]
-    assert result.missing == ["s/a/0.#epoch.0.E-1-O-0.a"]
-    cli = audit(tmp_path)
-    assert cli.returncode == 1
-    assert "fs-tier2: 0 live, 1 pending deletion, 1 orphans, 1 missing" in cli.stdout
-    assert "orphan  s/a/0.#epoch.0.E-1-O-2.c" in cli.stdout
-    store.close()
+
+def chunk(binding: FileSystemChunkStorage | S3ChunkStorage | None, chunk_name: str, *, write: bool = True,
+          location: ChunkLocation | None = None, **fields: object) -> ChunkRecord:
+    """A chunk row (and, with ``write``, its object on ``binding``)."""
+    if write and binding is not None:
+        binding.create_with_content(chunk_name, b"x", TAGS)
+    where = location or binding.location(chunk_name)  # type: ignore[union-attr]
+    return replace(ChunkRecord(name=chunk_name, segment=SEGMENT, start_offset=0, length=1, tags=TAGS,
+                               locations=(where,)), **fields)
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> FileSystemChunkStorage:
+    return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteMetadataStore]:
+    (tmp_path / "state").mkdir()
+    made = SQLiteMetadataStore(tmp_path / "state" / "metadata.db")
+    yield made
+    made.close()
+
+
+def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
+    return {**env, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_FS_ROOT": str(tmp_path / "tier2"),
+            **extra}
+
+
+def run_audit(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return run_reclaim("audit", *args, env=env_for(tmp_path, **extra), timeout=120)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == ExitCode.UNAVAILABLE, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("reclaim: error: ")
+    assert result.stdout == "", "nothing is reported of an audit that could not run whole"
+    return lines[0]
+
+
+def findings_fixture(fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
+    """One of everything the audit tells apart, on the filesystem binding."""
+    old, new = time.time() - 2 * HOUR, time.time() - 60
+    put(store,
+        chunk(fs, name(0)),                                                    # live
+        chunk(fs, name(1), active=False, mark_id="m-old"),                      # pending deletion
+        chunk(fs, name(2), write=False),                                        # missing
+        chunk(fs, name(3), write=False, active=False, mark_id="m-old"),         # dangling: cleanup lost
+        chunk(fs, name(4), write=False, active=False, mark_id="m-new"),         # in cleanup, within the grace
+        chunk(None, name(5), write=False,                                       # dangling: binding not configured
+              location=ChunkLocation("old-tier2", Tier.TIER2, None, name(5))),
+        marks=(MarkRecord("m-old", MarkState.COMMITTED, old), MarkRecord("m-new", MarkState.COMMITTED, new)))
+    fs.create_with_content(name(6), b"x", TAGS)                                # orphan, past the grace
+    aged(fs, name(6), 2 * HOUR)
+    fs.create_with_content(name(7), b"x", TAGS)                                # recent: its row may be coming
+    fs.create_with_content("_reclaim_layouts/s/a/0/1.json", b"{}", None)       # a layout export: not a chunk
+
+
+def test_every_object_and_row_is_classified(fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
+    findings_fixture(fs, store)
+    report = audit(store, [fs], grace_s=HOUR)
+    (result,) = report.bindings
+    assert (result.live, result.pending, result.recent, result.cleaning) == (1, 1, 1, 1)
+    assert result.orphans.names == [name(6)]
+    assert result.missing.names == [name(2)]
+    assert result.dangling.names == [name(3)]
+    assert {where: s.names for where, s in report.unconfigured.items()} == {"old-tier2": [name(5)]}
+    assert not report.clean
+    # A grace of zero takes the young object for an orphan and the fresh cleanup for a lost one.
+    eager = audit(store, [fs], grace_s=0).bindings[0]
+    assert sorted(eager.orphans.names) == [name(6), name(7)]
+    assert sorted(eager.dangling.names) == [name(3), name(4)]
+
+
+def test_a_clean_store_is_clean_and_one_binding_can_be_audited_alone(fs: FileSystemChunkStorage,
+                                                                     store: SQLiteMetadataStore) -> None:
+    put(store, chunk(fs, name(0)), chunk(fs, name(1), active=False, mark_id="m"))
+    result = audit_binding(store, StorageBindings([fs]), "fs-tier2")
+    assert (result.live, result.pending, result.clean) == (1, 1, True)
+
+
+def test_the_command_reports_each_finding_and_exits_1(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                      store: SQLiteMetadataStore) -> None:
+    findings_fixture(fs, store)
+    result = run_audit(tmp_path)
+    assert result.returncode == ExitCode.FINDINGS, result.stderr
+    assert ("fs-tier2: 1 live, 1 pending deletion, 1 orphans, 1 missing, 1 dangling; within the 1h grace: "
+            "1 recent objects, 1 rows in cleanup") in result.stdout
+    for line in (f"  orphan   {name(6)}", f"  missing  {name(2)}", f"  dangling {name(3)}",
+                 "old-tier2: not configured, 1 chunk rows name it (dangling)", f"  dangling {name(5)}",
+                 "total: 1 live, 1 pending, 1 recent, 1 cleaning, 1 orphans, 1 missing, 2 dangling"):
+        assert line in result.stdout.splitlines(), result.stdout
+
+
+def test_json_is_one_document_with_counts_names_and_totals(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                           store: SQLiteMetadataStore) -> None:
+    findings_fixture(fs, store)
+    for i in range(8, 11):
+        fs.create_with_content(name(i), b"x", TAGS)
+        aged(fs, name(i), 3 * HOUR)
+    result = run_audit(tmp_path, "--json", "--limit", "2", "--grace", "90m")
+    assert result.returncode == ExitCode.FINDINGS, result.stderr
+    document = json.loads(result.stdout)
+    assert set(document) == {"clean", "grace_s", "bindings", "unconfigured", "totals"}
+    assert (document["clean"], document["grace_s"]) == (False, 5400.0)
+    fs_report = document["bindings"]["fs-tier2"]
+    assert fs_report["orphans"]["count"] == 4 and len(fs_report["orphans"]["names"]) == 2
+    assert set(fs_report["orphans"]["names"]) <= {name(i) for i in (6, 8, 9, 10)}
+    assert {key: fs_report[key] for key in ("live", "pending", "recent", "cleaning", "clean")} == \
+        {"live": 1, "pending": 1, "recent": 1, "cleaning": 1, "clean": False}
+    assert fs_report["missing"] == {"count": 1, "names": [name(2)]}
+    assert document["unconfigured"] == {"old-tier2": {"count": 1, "names": [name(5)]}}
+    assert document["totals"] == {"live": 1, "pending": 1, "recent": 1, "cleaning": 1, "orphans": 4,
+                                  "missing": 1, "dangling": 2}
+
+
+def test_a_clean_run_exits_0_and_progress_goes_to_stderr(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                         store: SQLiteMetadataStore) -> None:
+    put(store, chunk(fs, name(0)))
+    result = run_audit(tmp_path, "--progress")
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert "fs-tier2: 1 live, 0 pending deletion, 0 orphans, 0 missing, 0 dangling" in result.stdout
+    assert "objects listed on fs-tier2" in result.stderr and "chunk rows checked" in result.stderr
+    assert "objects listed" not in run_audit(tmp_path).stderr, "no progress when stderr is no terminal"
+
+
+def test_a_missing_metadata_store_is_exit_2_and_nothing_is_created(tmp_path: Path,
+                                                                   fs: FileSystemChunkStorage) -> None:
+    typo = tmp_path / "typo" / "metdata.db"
+    before = sorted(tmp_path.rglob("*"))
+    line = one_line_error(run_audit(tmp_path, "--metadata-path", str(typo)))
+    assert str(typo) in line
+    assert sorted(tmp_path.rglob("*")) == before, "the audit created a file or directory"
+
+
+def test_a_missing_filesystem_root_is_exit_2_and_not_created(tmp_path: Path, store: SQLiteMetadataStore) -> None:
+    root = tmp_path / "not-mounted"
+    line = one_line_error(run_audit(tmp_path, "--fs-root", str(root), RECLAIM_FS_CREATE_ROOT="true"))
+    assert "fs-tier2" in line and str(root) in line
+    assert not root.exists()
+
+
+def test_a_corrupt_metadata_store_is_exit_2_in_one_line(tmp_path: Path, fs: FileSystemChunkStorage) -> None:
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    before = corrupt.read_bytes()
+    line = one_line_error(run_audit(tmp_path, "--metadata-path", str(corrupt)))
+    assert str(corrupt) in line
+    assert corrupt.read_bytes() == before
+
+
+def test_an_s3_endpoint_that_does_not_answer_is_exit_2_naming_s3_tier2(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                                        store: SQLiteMetadataStore) -> None:
+    put(store, chunk(fs, name(0)))
+    line = one_line_error(run_audit(tmp_path, "--s3-endpoint", NOBODY))
+    assert "'s3-tier2'" in line and "127.0.0.1:1" in line
+
+
+def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
+    for args in (["--grace", "soon"], ["--limit", "-1"]):
+        result = run_audit(tmp_path, *args)
+        assert result.returncode == ExitCode.USAGE, result.stderr
+
+
+@pytest.mark.integration
+def test_s3_orphans_are_told_from_recent_objects_by_the_grace(
+        tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore, s3_endpoint: S3Endpoint,
+        make_tier2: Callable[[str], object]) -> None:
+    s3 = make_tier2("s3")
+    assert isinstance(s3, S3ChunkStorage)
+    put(store, chunk(s3, name(0)), chunk(s3, name(1), write=False), chunk(fs, name(2)))
+    s3.create_with_content(name(3), b"x", TAGS)  # no row: recent within an hour, an orphan with no grace
+    flags = ("--s3-endpoint", s3_endpoint.url, "--s3-bucket", str(s3.bucket), "--json")
+    within = json.loads(run_audit(tmp_path, *flags).stdout)
+    assert within["bindings"]["s3-tier2"] | {"clean": None} == {
+        "live": 1, "pending": 0, "recent": 1, "cleaning": 0, "orphans": {"count": 0, "names": []},
+        "missing": {"count": 1, "names": [name(1)]}, "dangling": {"count": 0, "names": []}, "clean": None}
+    assert within["bindings"]["fs-tier2"]["live"] == 1
+    eager = run_audit(tmp_path, *flags, "--grace", "0")
+    assert eager.returncode == ExitCode.FINDINGS
+    assert json.loads(eager.stdout)["bindings"]["s3-tier2"]["orphans"] == {"count": 1, "names": [name(3)]}
+
+
+@pytest.mark.integration
+def test_rows_on_a_bucket_the_binding_no_longer_has_are_dangling(
+        fs: FileSystemChunkStorage, store: SQLiteMetadataStore, make_tier2: Callable[[str], object]) -> None:
+    s3 = make_tier2("s3")
+    assert isinstance(s3, S3ChunkStorage)
+    elsewhere = ChunkLocation("s3-tier2", Tier.TIER2, "an-old-bucket", name(0))
+    put(store, chunk(s3, name(0), write=False, location=elsewhere), chunk(s3, name(1)))
+    report: AuditReport = audit(store, [fs, s3], grace_s=HOUR)
+    assert {where: s.names for where, s in report.unconfigured.items()} == {
+        "s3-tier2 (bucket an-old-bucket, TIER2)": [name(0)]}
+    assert report.bindings[1].live == 1 and report.bindings[1].missing.count == 0
