@@ -1,74 +1,144 @@
-"""``reclaim dlq list``: read the dead-letter topic without joining any group, one line per record."""
+"""Reading the dead-letter topic for ``reclaim dlq``: by assignment, no group joined, nothing committed.
+
+Every command reads the whole topic from each partition's low to its high watermark, so counts are of
+every record there. Duplicates (one record dead-lettered by two groups, or twice) are kept as read;
+:mod:`ops.dlq_select` counts them and shows each record once (see its docstring).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from consumers import retry
+from ops import preflight
+from ops.dlq_records import DeadLetter, dead_letter
+from ops.exits import Unavailable, UsageError
+from ops.settings import Settings
 from producers.config import kafka_config
 from schemas.codec import RecordCodec
-from schemas.errors import RecordDecodeError
-from schemas.ledger import PendingDeleteLedgerInfo
+
+READ_TIMEOUT_S = 10.0
+"""How long a read may go without a record before it gives up with one line."""
+
+READER_GROUP = "reclaim-dlq-reader"
+"""The group id librdkafka requires of a consumer; never joined (records are read by assignment)."""
+
+_QUIET = logging.getLogger("reclaim.rdkafka.dlq")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 
 
 @dataclass(frozen=True)
-class DeadLetter:
-    """One DLQ record: where it sits, why it is there, where it came from and which chunk it names."""
+class DlqScan:
+    """Every record of the DLQ as read, and each partition's ``(low, high)`` watermarks at the start."""
 
-    partition: int
-    offset: int
-    outcome: str
-    error_class: str
-    error: str
-    attempt: str
-    origin: str
-    chunk: str
+    topic: str
+    letters: tuple[DeadLetter, ...]
+    watermarks: dict[int, tuple[int, int]]
 
 
-def read_dlq(bootstrap: str, topic: str, codec: RecordCodec, limit: int = 100,
-             timeout_s: float = 5.0) -> Iterator[DeadLetter]:
-    """The first ``limit`` records of the DLQ, read by assignment (no group, no commits)."""
-    consumer = Consumer(kafka_config(bootstrap, "consumer", {"group.id": "reclaim-dlq-reader",
-                                                             "enable.auto.commit": False}))
+def connect(settings: Settings, topics: Iterable[str]) -> str:
+    """The broker address, once the broker has answered (bounded) and has every topic in ``topics``."""
+    address = preflight.bootstrap(settings)
+    preflight.require_topics(address, list(topics))
+    return address
+
+
+def reader(address: str) -> Consumer:
+    """A consumer that reads by assignment; librdkafka's log and error events are kept off the terminal."""
+    seen: list[KafkaError] = []
+    return Consumer(kafka_config(address, "consumer", {
+        "group.id": READER_GROUP, "enable.auto.commit": False, "logger": _QUIET, "error_cb": seen.append}))
+
+
+def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+    """Each partition's ``(low, high)`` watermarks."""
+    metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        raise Unavailable(f"DLQ topic {topic} does not exist: run `reclaim topics create`")
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            for p in sorted(metadata.partitions)}
+
+
+def scan(address: str, topic: str, codec: RecordCodec, timeout_s: float = READ_TIMEOUT_S) -> DlqScan:
+    """Read every record of the DLQ ``topic`` present when the read starts."""
+    messages, marks = read_all(address, topic, timeout_s)
+    return DlqScan(topic, tuple(_letter(msg, codec, topic) for msg in messages), marks)
+
+
+def read_all(address: str, topic: str, timeout_s: float = READ_TIMEOUT_S
+             ) -> tuple[list[Message], dict[int, tuple[int, int]]]:
+    """Every record of ``topic`` present when the read starts, and the watermarks it read between."""
+    consumer = reader(address)
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise ValueError(f"DLQ topic {topic!r} does not exist: run `reclaim topics create`")
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-                for p in metadata.partitions}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions])
-        seen = 0
-        remaining = {p for p, end in ends.items() if end > 0}
-        while remaining and seen < limit:
-            messages = consumer.consume(min(500, limit - seen), timeout_s)
-            if not messages:
-                break
-            for msg in messages:
-                if msg.error() is not None:
-                    continue
-                seen += 1
-                if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
-                    remaining.discard(msg.partition() or 0)
-                yield _dead_letter(msg, codec, topic)
+        marks = watermarks(consumer, topic, timeout_s)
+        return _read(consumer, topic, marks, timeout_s), marks
     finally:
         consumer.close()
 
 
-def _dead_letter(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
-    raw = msg.headers() or []
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    headers = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v or "") for k, v in pairs}
+def _read(consumer: Consumer, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float) -> list[Message]:
+    pending = {p: high for p, (low, high) in marks.items() if high > low}
+    consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in pending])
+    read: list[Message] = []
+    last_progress = time.monotonic()
+    while pending:
+        messages = consumer.consume(500, 0.5)
+        if messages:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > timeout_s:
+            where = ", ".join(f"partition {p} up to offset {end}" for p, end in sorted(pending.items()))
+            raise Unavailable(f"reading {topic} stalled for {timeout_s:g} s before {where}: is the broker up?")
+        for msg in messages:
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if _failed(msg) or partition not in pending:
+                continue
+            if offset < pending[partition]:
+                read.append(msg)
+            if offset + 1 >= pending[partition]:
+                del pending[partition]  # records that arrive after the read started are left out
+    return read
+
+
+def _failed(msg: Message) -> bool:
+    error = msg.error()
+    if error is None:
+        return False
+    if error.fatal():
+        raise KafkaException(error)
+    return True
+
+
+def _letter(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
+    return dead_letter(topic, msg.partition() or 0, msg.offset() or 0, msg.timestamp()[1], msg.key(), msg.value(),
+                       msg.headers(), codec)
+
+
+def read_one(address: str, topic: str, codec: RecordCodec, partition: int, offset: int,
+             timeout_s: float = READ_TIMEOUT_S) -> DeadLetter:
+    """The record at ``partition:offset``; one usage line when the DLQ holds no record there."""
+    consumer = reader(address)
     try:
-        chunk = codec.decode(msg.value() or b"", topic, PendingDeleteLedgerInfo).chunk_name
-    except RecordDecodeError as exc:
-        chunk = f"<undecodable: {exc.reason.value}>"
-    origin = "{}[{}]@{}".format(headers.get(retry.H_TOPIC, "?"), headers.get(retry.H_PARTITION, "?"),
-                                headers.get(retry.H_OFFSET, "?"))
-    return DeadLetter(
-        partition=msg.partition() or 0, offset=msg.offset() or 0,
-        outcome=headers.get(retry.H_OUTCOME, ""), error_class=headers.get(retry.H_ERROR_CLASS, ""),
-        error=headers.get(retry.H_ERROR, ""), attempt=headers.get(retry.H_ATTEMPT, ""), origin=origin, chunk=chunk,
-    )
+        marks = watermarks(consumer, topic, timeout_s)
+        if partition not in marks:
+            raise UsageError(f"{topic} has no partition {partition} (it has {len(marks)})")
+        low, high = marks[partition]
+        if not low <= offset < high:
+            held = f"offsets {low} to {high - 1}" if high > low else "no records"
+            raise UsageError(f"no record at {partition}:{offset}: partition {partition} of {topic} holds {held}")
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or _failed(msg):
+                continue
+            if msg.offset() != offset:
+                raise UsageError(f"no record at {partition}:{offset} of {topic} (the next is at offset {msg.offset()})")
+            return _letter(msg, codec, topic)
+        raise Unavailable(f"no answer reading {topic} at {partition}:{offset} within {timeout_s:g} s")
+    finally:
+        consumer.close()

@@ -35,6 +35,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.deletion, parts, deleting),
         *(TopicSpec(topic, parts, deleting) for topic in names.retry_topics),
         TopicSpec(names.dlq, 1, dead),
+        # Which dead letters `reclaim dlq replay` has sent back, keyed by their DLQ coordinates.
+        TopicSpec(dlq_replayed_topic(names), 1, COMPACTED),
         # Keyed by stream/subscriber or stream: only the latest value per key matters.
         TopicSpec(names.subscriber_cuts, parts, COMPACTED),
         TopicSpec(names.subscribers, parts, COMPACTED),
@@ -47,6 +49,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # Rejected retention inputs are for operators to look at, kept as long as the deletion records.
         TopicSpec(names.retention_rejects, parts, deleting),
     ]
+
+
+def dlq_replayed_topic(names: TopicNames) -> str:
+    """The compacted topic remembering replayed dead letters: ``<prefix>ledger-deletion.dlq-replayed``."""
+    return f"{names.dlq}-replayed"
 
 
 def admin_client(bootstrap: str) -> AdminClient:

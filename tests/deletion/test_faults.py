@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -158,8 +159,9 @@ def test_persistent_failure_ends_in_the_dlq_with_reason_and_origin(pipeline: Pip
 
     # What an operator sees: the DLQ listing names the chunk and the reason; nothing is in flight.
     env = {**os.environ, **pipeline.worker_env(tmp_path / "tier2")}
-    listing = run_reclaim("dlq", "list", env=env, timeout=60, check=True).stdout
-    assert chunks[0].name in listing and "StorageUnavailableError" in listing and "attempt=3" in listing
+    listing = json.loads(run_reclaim("dlq", "list", "--json", env=env, timeout=60, check=True).stdout)
+    [shown] = listing["records"]
+    assert (shown["chunk"], shown["error_class"], shown["attempt"]) == (chunks[0].name, "StorageUnavailableError", 3)
     worker.commit()
     inflight = run_reclaim("deletions", "inflight", env=env, timeout=60, check=True).stdout
     assert inflight.strip() == "0"

@@ -1,0 +1,136 @@
+"""Purge plans, replay memos and pacing, and the dead-letter headers, as values; no server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from consumers import retry
+from consumers.retry import Delivery, RetryTiers
+from consumers.routing import route
+from deletion.outcomes import Outcome, Verdict, stack_summary
+from ops.dlq_purge import plan_filtered, plan_up_to
+from ops.dlq_records import DeadLetter, dead_letter
+from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
+from ops.dlq_select import Filters
+from schemas.codec import build_codec
+
+from .test_dlq_units import NOW, letter
+
+TIERS = RetryTiers(((10, "t.retry-10s"), (60, "t.retry-60s")), max_attempts=3)
+
+
+def outcomes(*kinds: str) -> list[DeadLetter]:
+    """Dead letters at offsets 0.. of partition 0, fatal ("f") or retryable ("r")."""
+    verdicts = {"f": Verdict(Outcome.FATAL, "denied", "StorageAccessDeniedError"),
+                "r": Verdict(Outcome.RETRYABLE, "slow", "StorageUnavailableError")}
+    return [letter(i, verdict=verdicts[kind]) for i, kind in enumerate(kinds)]
+
+
+def test_a_filtered_purge_drops_the_longest_matching_prefix_and_says_why_the_rest_stays() -> None:
+    letters = outcomes("f", "f", "r", "f", "r")
+    [plan] = plan_filtered(letters, {0: (0, 5)}, Filters(reason="fatal"), NOW)
+    assert (plan.drop_to, plan.dropped, plan.kept, plan.matching_kept) == (2, 2, 3, 1)
+    assert plan.kept_because.startswith("offset 2 does not match (outcome 'retryable-error'")
+    assert plan.describe() == (
+        "partition 0: drop offsets 0..1 (2 record(s)); keep offsets 2..4 (3 record(s)): offset 2 does not match "
+        "(outcome 'retryable-error' and its error do not contain 'fatal'); 1 matching record(s) after it stay too, "
+        "since delete-records can only drop a partition's oldest records")
+
+
+def test_a_purge_plan_per_partition_from_its_low_watermark() -> None:
+    letters = [letter(o, partition=0) for o in (3, 4)] + [letter(o, partition=1, stream="scope/x") for o in (0, 1)]
+    plans = plan_filtered(letters, {0: (3, 5), 1: (0, 2), 2: (7, 7)}, Filters(stream="scope/stream"), NOW)
+    assert [(p.partition, p.low, p.drop_to, p.dropped, p.kept) for p in plans] == [
+        (0, 3, 5, 2, 0), (1, 0, 0, 0, 2), (2, 7, 7, 0, 0)]
+    assert plans[0].describe() == "partition 0: drop offsets 3..4 (2 record(s)); nothing stays"
+    assert plans[1].describe().startswith("partition 1: drop nothing; keep offsets 0..1 (2 record(s)): offset 0")
+
+
+def test_purge_up_to_an_offset_includes_it() -> None:
+    letters = outcomes("f", "r", "f", "r")
+    [plan] = plan_up_to(letters, {0: (0, 4)}, 0, 1)
+    assert (plan.drop_to, plan.dropped, plan.kept) == (2, 2, 2)
+    assert plan_up_to(letters, {0: (0, 4)}, 0, 3)[0].kept == 0
+    with pytest.raises(ValueError, match="holds offsets 0 to 3"):
+        plan_up_to(letters, {0: (0, 4)}, 0, 4)
+    with pytest.raises(ValueError, match="no partition 1"):
+        plan_up_to(letters, {0: (0, 4)}, 1, 0)
+
+
+def test_the_pacer_spaces_sends_by_the_rate() -> None:
+    clock = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    pacer = Pacer(4, clock=lambda: clock[0], sleep=sleep)
+    for _ in range(5):
+        pacer.wait()
+    assert slept == [0.25, 0.25, 0.25, 0.25] and clock[0] == 101.0
+    clock[0] += 10  # idle time is not made up for with a burst
+    pacer.wait()
+    pacer.wait()
+    assert slept[-1] == 0.25
+    with pytest.raises(ValueError, match="positive"):
+        Pacer(0)
+
+
+def test_a_replayed_record_names_its_dlq_coordinates_and_carries_no_retry_history() -> None:
+    dead = letter(4, origin_offset=9, attempt=3)
+    headers = dict(replay_headers(dead))
+    assert headers == {H_REPLAYED_FROM: b"t.ledger-deletion.dlq/0/4", H_REPLAYED_ORIGIN: b"t.ledger-deletion/0/9"}
+    fresh = Delivery.of("t.ledger-deletion", 1, 50, replay_headers(dead), 123)
+    assert (fresh.attempt, fresh.offset, fresh.first_failure_ms, fresh.timestamp_ms) == (1, 50, None, 123)
+
+
+def test_replay_memos_remember_by_coordinates_and_by_origin() -> None:
+    sent = letter(4, origin_offset=9)
+    key, value = memo(sent, NOW)
+    assert key == b"t.ledger-deletion.dlq/0/4" and json.loads(value)["origin"] == "t.ledger-deletion/0/9"
+    replayed = Replayed.of([(key, value), (b"junk", b"not json"), (None, b"{}")])
+    assert sent in replayed
+    assert letter(7, origin_offset=9) in replayed  # another copy of the same original record
+    assert letter(5, origin_offset=10) not in replayed
+    recreated = dead_letter(sent.topic, 0, 4, 5, sent.key, sent.value, [], build_codec())
+    assert recreated not in replayed  # same coordinates in a DLQ created again: another record
+
+
+def test_a_dead_letter_names_its_group_the_original_timestamp_and_where_the_error_was_raised() -> None:
+    empty: dict[str, int] = {}
+    try:
+        empty["missing"]  # noqa: B018 - raise a real error to summarise
+    except KeyError as exc:
+        summary = stack_summary(exc)
+    assert summary.startswith("KeyError at ops/test_dlq_plans.py:") and "test_a_dead_letter_names" in summary
+    verdict = Verdict(Outcome.FATAL, "boom", "KeyError", summary)
+    assert verdict == Verdict(Outcome.FATAL, "boom", "KeyError")  # verdicts compare without their stack
+    first = Delivery.of("t", 0, 8, None, 1_700_000_000_000)
+    retried = route(Verdict(Outcome.RETRYABLE, "slow", "X", summary), first, TIERS, "t.dlq", NOW, "g")
+    sent = dict(retried.headers or [])
+    assert sent[retry.H_TIMESTAMP] == b"1700000000000"
+    assert retry.H_GROUP not in sent and retry.H_STACK not in sent  # retry tiers stay lean
+    again = Delivery.of("t.retry-10s", 0, 3, retried.headers, NOW)
+    assert again.timestamp_ms == 1_700_000_000_000  # the original's, not the retry record's
+    dead = dict(route(verdict, again, TIERS, "t.dlq", NOW, "g").headers or [])
+    assert dead[retry.H_GROUP] == b"g" and dead[retry.H_STACK] == summary.encode()
+    assert dead[retry.H_TIMESTAMP] == b"1700000000000"
+
+
+def test_a_stack_summary_is_bounded_and_empty_for_an_error_never_raised() -> None:
+    def deep(n: int) -> None:
+        if n:
+            deep(n - 1)
+        raise RuntimeError("x")
+
+    try:
+        deep(50)
+    except RuntimeError as exc:
+        summary = stack_summary(exc, frames=3)
+        assert summary.count(" < ") == 2
+        assert len(stack_summary(exc, frames=50, limit=120)) == 120
+    assert stack_summary(ValueError("never raised")) == ""
+    assert Delivery.of("t", 0, 1, None, -1).timestamp_ms is None  # librdkafka's "no timestamp"

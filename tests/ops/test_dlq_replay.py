@@ -1,0 +1,134 @@
+"""``reclaim dlq replay`` and ``purge`` against a real broker: a replay sends each record once, ever; a
+purge drops exactly what its plan said; a record replayed once its cause is fixed ends deleted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Message
+
+from ops.dlq import read_all, reader, watermarks
+from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
+from ops.exits import ExitCode
+from ops.s3_server import S3Endpoint
+from storage.s3 import S3ChunkStorage
+from tests.cli import run_reclaim
+from tests.deletion.conftest import Pipeline, outcomes
+
+from .test_dlq_cli import FATAL, SLOW, dead_letter, dlq, env_of, flush, one_line_error, pipe
+
+__all__ = ["pipe"]  # the fixture, shared with test_dlq_cli
+
+pytestmark = pytest.mark.integration
+
+
+def deletion_records(pipeline: Pipeline) -> list[Message]:
+    messages, _ = read_all(pipeline.bootstrap, pipeline.topics.deletion)
+    return messages
+
+
+def dlq_watermarks(pipeline: Pipeline) -> tuple[int, int]:
+    consumer = reader(pipeline.bootstrap)
+    try:
+        return watermarks(consumer, pipeline.topics.dlq)[0]
+    finally:
+        consumer.close()
+
+
+def test_a_replay_sends_each_record_once_however_often_it_runs(pipe: Pipeline, tmp_path: Path) -> None:
+    dead_letter(pipe, 3, FATAL, "group-a")
+    dead_letter(pipe, 4, SLOW, "group-a")
+    dead_letter(pipe, 5, FATAL, "group-a")
+    dead_letter(pipe, 3, FATAL, "group-b")  # a copy of the first, from another group
+    flush(pipe)
+
+    dry = dlq(pipe, tmp_path, "replay", "--reason", "fatal", "--dry-run")
+    assert (dry["to_send"], dry["duplicates"], [r["offset"] for r in dry["records"]]) == (2, 1, [0, 2])
+    assert deletion_records(pipe) == []  # a dry run sends nothing
+
+    first = dlq(pipe, tmp_path, "replay", "--reason", "fatal", "--rate", "50")
+    assert (first["sent"], first["already_replayed"]) == (2, 0)
+    sent = deletion_records(pipe)
+    assert {m.key() for m in sent} == {b"scope/stream/0.#epoch.0.E-1-O-3.forged",
+                                       b"scope/stream/0.#epoch.0.E-1-O-5.forged"}
+    headers = [dict(m.headers() or []) for m in sent]
+    assert {h[H_REPLAYED_FROM] for h in headers} == {f"{pipe.topics.dlq}/0/0".encode(),
+                                                     f"{pipe.topics.dlq}/0/2".encode()}
+    assert {h[H_REPLAYED_ORIGIN] for h in headers} == {f"{pipe.topics.deletion}/0/3".encode(),
+                                                       f"{pipe.topics.deletion}/0/5".encode()}
+    assert all(set(h) == {H_REPLAYED_FROM, H_REPLAYED_ORIGIN} for h in headers)  # no retry history
+
+    again = dlq(pipe, tmp_path, "replay", "--reason", "fatal")
+    assert (again["sent"], again["already_replayed"]) == (0, 2)
+    everything = dlq(pipe, tmp_path, "replay")  # the rest, and nothing twice
+    assert (everything["sent"], everything["already_replayed"]) == (1, 2)
+    assert len(deletion_records(pipe)) == 3
+
+    text = run_reclaim("dlq", "replay", env=env_of(pipe, tmp_path), timeout=120, check=True).stdout
+    assert text.startswith(f"sent 0 record(s) to {pipe.topics.deletion} (3 already replayed, skipped)")
+
+
+def test_a_purge_drops_exactly_what_its_plan_says(pipe: Pipeline, tmp_path: Path) -> None:
+    for offset, verdict in enumerate((FATAL, FATAL, SLOW, FATAL, SLOW)):
+        dead_letter(pipe, offset, verdict, "group-a")
+    flush(pipe)
+    env = env_of(pipe, tmp_path)
+
+    refused = run_reclaim("dlq", "purge", "--reason", "fatal", env=env, timeout=120)  # no terminal, no --yes
+    assert "confirm with --yes" in one_line_error(refused, ExitCode.USAGE)
+    assert "partition 0: drop offsets 0..1 (2 record(s)); keep offsets 2..4 (3 record(s)): offset 2 does not " \
+           "match" in refused.stdout and "1 matching record(s) after it stay too" in refused.stdout
+    assert dlq_watermarks(pipe) == (0, 5)
+
+    plan = dlq(pipe, tmp_path, "purge", "--reason", "fatal", "--yes")
+    [partition] = plan["partitions"]
+    assert (plan["dropped"], plan["kept"], partition["drop_to"], partition["matching_kept"]) == (2, 3, 2, 1)
+    assert dlq_watermarks(pipe) == (2, 5)
+    left = dlq(pipe, tmp_path, "list", "--oldest-first")
+    assert [r["offset"] for r in left["records"]] == [2, 3, 4] and left["total"] == 3
+
+    # Nothing matches at the start any more: nothing is dropped.
+    assert dlq(pipe, tmp_path, "purge", "--reason", "fatal", "--yes")["dropped"] == 0
+    up_to = run_reclaim("dlq", "purge", "--up-to", "0:3", "--yes", env=env, timeout=120, check=True).stdout
+    assert up_to.splitlines() == [
+        "partition 0: drop offsets 2..3 (2 record(s)); keep offsets 4..4 (1 record(s)): only offsets up to 3 were "
+        "asked for",
+        f"purged partition 0 of {pipe.topics.dlq}: it now starts at offset 4"]
+    assert dlq_watermarks(pipe) == (4, 5)
+    assert [r["offset"] for r in dlq(pipe, tmp_path, "list")["records"]] == [4]
+
+
+def test_a_record_replayed_once_its_cause_is_fixed_ends_deleted_and_the_audit_is_clean(
+        pipe: Pipeline, tmp_path: Path, make_tier2: Callable[[str], object], s3_endpoint: S3Endpoint,
+        s3_bucket: str) -> None:
+    s3 = make_tier2("s3")
+    assert isinstance(s3, S3ChunkStorage)
+    chunks = pipe.write_chunks(s3, "scope/stream/0.#epoch.0", 1)
+    pipe.service.mark(chunks)
+    # The worker is not configured with the S3 binding the record names: a fatal dead letter.
+    first = pipe.worker()
+    reports = pipe.drain(first, lambda rs: sum(r.dead_lettered for r in rs) >= 1)
+    assert outcomes(reports) == {"fatal": 1}
+    pipe.workers.remove(first)
+    first.close()
+    assert s3.exists(chunks[0].name)
+    [dead] = dlq(pipe, tmp_path, "list", "--error-class", "UnknownBinding")["records"]
+    assert dead["chunk"] == chunks[0].name
+
+    # The fix: the worker gets the binding. Then the replay, and the worker deletes the chunk.
+    pipe.bindings.register(s3)
+    replayed = dlq(pipe, tmp_path, "replay", "--error-class", "UnknownBinding")
+    assert replayed["sent"] == 1
+    second = pipe.worker()
+    reports = pipe.drain(second, lambda rs: outcomes(rs).get("deleted", 0) >= 1)
+    assert outcomes(reports) == {"deleted": 1}
+    second.commit()
+    assert not s3.exists(chunks[0].name)
+
+    audit_env = env_of(pipe, tmp_path, RECLAIM_S3_ENDPOINT=s3_endpoint.url, RECLAIM_S3_BUCKET=s3_bucket)
+    audit = run_reclaim("audit", "--json", env=audit_env, timeout=120)
+    assert audit.returncode == ExitCode.OK, (audit.stdout, audit.stderr)
+    assert json.loads(audit.stdout)["clean"] is True

@@ -1,0 +1,154 @@
+"""Dead letters as values, no server: parsing a record's parts, ages, filters, duplicates, order and stats."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers import retry
+from consumers.retry import Delivery, RetryTiers
+from consumers.routing import route
+from deletion.outcomes import Outcome, Verdict
+from ops.dlq_records import UNDECODABLE_STREAM, DeadLetter, dead_letter
+from ops.dlq_select import (
+    Filters,
+    age_bucket,
+    dedupe,
+    parse_age,
+    parse_coordinates,
+    select,
+    stats,
+)
+from schemas.codec import build_codec
+from schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
+
+CODEC = build_codec()
+NOW = 1_800_000_000_000
+HOUR = 3_600_000
+TIERS = RetryTiers(((10, "t.ledger-deletion.retry-10s"),), max_attempts=3)
+
+
+def info(chunk: str = "scope/stream/0.#epoch.0.E-1-O-0.a", stream: str = "scope/stream") -> PendingDeleteLedgerInfo:
+    return PendingDeleteLedgerInfo(stream, LedgerComponent.SEGMENT, LedgerType.LEDGER, ledger_id_for(chunk), chunk,
+                                   f"{stream}/0.#epoch.0", "fs-tier2", ChunkLocation(chunk), "mark-1", NOW - HOUR)
+
+
+def letter(offset: int, *, origin_offset: int | None = None, verdict: Verdict | None = None, age_ms: int = 0,
+           attempt: int = 1, group: str = "g1", value: bytes | None = None, stream: str = "scope/stream",
+           partition: int = 0) -> DeadLetter:
+    """A dead letter with the headers the worker's routing writes."""
+    delivery = Delivery(attempt, NOW - 2 * HOUR, None, "t.ledger-deletion", 0,
+                        offset if origin_offset is None else origin_offset, NOW - 3 * HOUR)
+    routing = route(verdict or Verdict(Outcome.FATAL, "access denied", "StorageAccessDeniedError"), delivery,
+                    TIERS, "t.ledger-deletion.dlq", NOW, group)
+    data = value if value is not None else CODEC.encode(info(f"{stream}/0.#epoch.0.E-1-O-{offset}.a", stream), "")
+    return dead_letter("t.ledger-deletion.dlq", partition, offset, NOW - age_ms, b"key", data, routing.headers, CODEC)
+
+
+def test_a_dead_letter_reads_every_header_the_worker_writes() -> None:
+    dead = letter(7, attempt=3, verdict=Verdict(Outcome.RETRYABLE, "slow", "StorageUnavailableError"))
+    assert (dead.outcome, dead.error_class, dead.error, dead.attempt) == (
+        "retryable-error", "StorageUnavailableError", "slow", 3)
+    assert str(dead.origin) == "t.ledger-deletion[0]@7"
+    assert (dead.original_timestamp_ms, dead.group, dead.coordinates) == (NOW - 3 * HOUR, "g1", "0:7")
+    assert dead.stream == "scope/stream" and dead.chunk.endswith("E-1-O-7.a")
+    assert dead.detail()["record"]["mark_id"] == "mark-1"
+    assert {h["key"] for h in dead.detail()["headers"]} >= {retry.H_OUTCOME, retry.H_GROUP, retry.H_TIMESTAMP}
+
+
+def test_undecodable_bytes_are_a_dead_letter_with_the_decode_error() -> None:
+    dead = dead_letter("dlq", 0, 3, -1, None, b"not avro", [(retry.H_OUTCOME, b"undecodable")], CODEC)
+    assert dead.info is None and dead.stream == UNDECODABLE_STREAM
+    assert dead.decode_error.startswith("wrong marker bytes")
+    assert dead.timestamp_ms is None and dead.origin is None and dead.attempt is None
+    assert dead.detail()["decode_error"] == dead.decode_error and dead.detail()["record"] is None
+
+
+@pytest.mark.parametrize(("text", "millis"), [("90s", 90_000), ("10m", 600_000), ("2h", 7_200_000),
+                                              ("3d", 259_200_000), ("1W", 604_800_000), (" 5m ", 300_000)])
+def test_ages(text: str, millis: int) -> None:
+    assert parse_age(text) == millis
+
+
+@pytest.mark.parametrize("text", ["", "5", "m", "-5m", "0h", "1.5h", "2y", "10 m"])
+def test_bad_ages_are_refused_with_an_example(text: str) -> None:
+    with pytest.raises(ValueError, match="e.g. 10m, 2h, 3d"):
+        parse_age(text)
+
+
+def test_coordinates() -> None:
+    assert parse_coordinates("0:42") == (0, 42)
+    for bad in ("0", "0:", ":4", "a:1", "0:-1", "0:1:2"):
+        with pytest.raises(ValueError, match="PARTITION:OFFSET"):
+            parse_coordinates(bad)
+
+
+@pytest.mark.parametrize(("age", "bucket"), [(0, "<1h"), (HOUR - 1, "<1h"), (HOUR, "<1d"), (24 * HOUR, "<7d"),
+                                             (7 * 24 * HOUR, "older"), (None, "unknown")])
+def test_age_buckets(age: int | None, bucket: str) -> None:
+    assert age_bucket(age) == bucket
+
+
+def test_each_filter_chooses_what_it_says() -> None:
+    fatal = letter(0, age_ms=3 * HOUR, attempt=1)
+    slow = letter(1, age_ms=10 * 60_000, attempt=4,
+                  verdict=Verdict(Outcome.RETRYABLE, "injected: endpoint unavailable", "StorageUnavailableError"))
+    other = letter(2, stream="scope/other", partition=1)
+    all_three = [fatal, slow, other]
+
+    def chosen(**given: object) -> list[str]:
+        found = [d for d in all_three if Filters(**given).matches(d, NOW)]  # type: ignore[arg-type]
+        return [d.coordinates for d in found]
+
+    assert chosen() == ["0:0", "0:1", "1:2"] and not Filters().active
+    assert chosen(stream="scope/other") == ["1:2"]
+    assert chosen(reason="RETRYABLE") == ["0:1"]  # the outcome, any case
+    assert chosen(reason="endpoint unavail") == ["0:1"]  # the error message
+    assert chosen(error_class="StorageAccessDeniedError") == ["0:0", "1:2"]
+    assert chosen(older_than_ms=parse_age("2h")) == ["0:0"]
+    assert chosen(newer_than_ms=parse_age("1h")) == ["0:1", "1:2"]
+    assert chosen(min_attempt=2) == ["0:1"]
+    assert chosen(partition=1) == ["1:2"]
+    assert chosen(from_offset=1, to_offset=1) == ["0:1"]
+    assert chosen(stream="scope/stream", min_attempt=2, newer_than_ms=HOUR) == ["0:1"]
+    assert Filters(min_attempt=2).mismatch(fatal, NOW) == "attempt 1 is below 2"
+
+
+def test_a_record_without_a_timestamp_matches_no_age_filter() -> None:
+    undated = dead_letter("dlq", 0, 0, None, None, b"x", [], CODEC)
+    assert not Filters(older_than_ms=1).matches(undated, NOW)
+    assert not Filters(newer_than_ms=10 * HOUR).matches(undated, NOW)
+
+
+def test_copies_of_one_record_dead_lettered_by_two_groups_count_once() -> None:
+    first = letter(0, origin_offset=5, group="group-a", age_ms=2000)
+    again = letter(1, origin_offset=5, group="group-b", age_ms=1000)
+    alone = letter(2, origin_offset=6)
+    unique, copies = dedupe([again, alone, first])
+    assert [d.coordinates for d in unique] == ["0:0", "0:2"] and copies == 1
+    assert first.group == "group-a"
+
+
+def test_select_orders_limits_and_counts() -> None:
+    letters = [letter(i, age_ms=(10 - i) * 1000) for i in range(6)] + [letter(6, origin_offset=0)]
+    newest = select(letters, Filters(), NOW, limit=2)
+    assert [d.offset for d in newest.records] == [5, 4]
+    assert newest.counts() == {"total": 7, "matching": 7, "unique": 6, "duplicates": 1, "shown": 2}
+    oldest = select(letters, Filters(from_offset=3), NOW, newest_first=False)
+    assert [d.offset for d in oldest.records] == [3, 4, 5, 6]  # offset 6's first copy is not chosen
+    assert (oldest.matching, oldest.duplicates) == (4, 0)
+
+
+def test_stats_count_each_record_once_by_outcome_class_stream_and_age() -> None:
+    letters = [
+        letter(0, age_ms=10 * 24 * HOUR), letter(1, age_ms=2 * HOUR), letter(2, age_ms=60_000),
+        letter(3, origin_offset=2, age_ms=30_000),  # a second copy of offset 2's record
+        letter(4, verdict=Verdict(Outcome.RETRYABLE, "slow", "StorageUnavailableError"), stream="scope/b"),
+        dead_letter("dlq", 0, 5, NOW - 3 * 24 * HOUR, None, b"junk", [(retry.H_OUTCOME, b"undecodable")], CODEC),
+    ]
+    counted = stats(letters, Filters(), NOW).as_json()
+    assert (counted["total"], counted["unique"], counted["duplicates"]) == (6, 5, 1)
+    assert counted["by_outcome"] == {"fatal": 3, "retryable-error": 1, "undecodable": 1}
+    assert counted["by_error_class"] == {"StorageAccessDeniedError": 3, "(none)": 1, "StorageUnavailableError": 1}
+    assert counted["by_stream"] == {"scope/stream": 3, "(undecodable)": 1, "scope/b": 1}
+    assert counted["by_age"] == {"<1h": 2, "<1d": 1, "<7d": 1, "older": 1}
+    assert stats(letters, Filters(reason="slow"), NOW).as_json()["by_outcome"] == {"retryable-error": 1}
