@@ -3,51 +3,30 @@
 ``python -m benchmarks.minio build`` installs the pinned module into ``<cache>/bin/minio`` (once; it
 takes minutes); ``python -m benchmarks.minio start`` runs a server on a free port with a temporary data
 directory, prints the ``RECLAIM_S3_*`` variables that point reclaim at it and runs until SIGTERM or
-SIGINT. The Go module proxy serves neither MinIO's ``RELEASE.*`` tags nor their commits, so the pin is
-the pseudo-version ``@latest`` resolves to: the module's commit of 2026-02-12.
+SIGINT. The pinned version is :data:`ops.gotools.MINIO`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ops import gotools
 from ops.procs import StackError, free_port, pid_alive, spawn, stop_on_signals, stop_pid, wait_until
 from ops.s3_server import S3Endpoint
 from ops.settings import Settings
 
-MODULE = "github.com/minio/minio"
-VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 ROOT_USER = "reclaim-minio"
 ROOT_PASSWORD = "reclaim-minio-secret"
 
 
-def binary(cache_dir: Path) -> Path:
-    return cache_dir / "bin" / "minio"
-
-
 def build(cache_dir: Path) -> Path:
-    """The MinIO binary of the pinned version, installed with ``go install`` unless it is there already."""
-    target, stamp = binary(cache_dir), cache_dir / "bin" / "minio.version"
-    if target.is_file() and stamp.is_file() and stamp.read_text().strip() == VERSION:
-        return target
-    go = shutil.which("go")
-    if go is None:
-        raise StackError("cannot build MinIO: no `go` on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOBIN": str(target.parent), "CGO_ENABLED": "0"}
-    done = subprocess.run(["nice", "-n", "19", go, "install", f"{MODULE}@{VERSION}"], env=env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise StackError(f"go install {MODULE}@{VERSION} failed:\n{done.stderr[-3000:]}")
-    stamp.write_text(VERSION + "\n")
-    return target
+    """The MinIO binary of the pinned version (:data:`ops.gotools.MINIO`), built unless it is there already."""
+    return gotools.build(gotools.MINIO, cache_dir).path
 
 
 def _ready(url: str) -> bool:

@@ -1,0 +1,123 @@
+"""Prometheus's own tools for the deploy tests, built from their Go module on first use, and a real
+Prometheus server scraping real reclaim processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ops import gotools
+from ops.procs import StackError, free_port, spawn, stop_pid, wait_until
+from ops.settings import Settings
+from tests.conftest import server_unavailable
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+log = logging.getLogger(__name__)
+
+
+def built(tool: gotools.GoTool) -> Path:
+    """The tool's binary, built on first use; a build that fails fails the run under CI, else skips."""
+    try:
+        result = gotools.build(tool, Settings.from_env().cache_dir)
+    except StackError as exc:
+        server_unavailable(f"{tool.name} {tool.version}", exc)
+        raise AssertionError("unreachable") from exc
+    if result.seconds:
+        log.warning("built %s %s in %.0f s", tool.name, tool.version, result.seconds)
+    return result.path
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    return built(gotools.PROMTOOL)
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> Path:
+    return built(gotools.PROMETHEUS)
+
+
+@dataclass
+class PrometheusServer:
+    """A running Prometheus and its HTTP API."""
+
+    url: str
+    pid: int
+    log: Path
+
+    def api(self, path: str, **params: str) -> Any:
+        """``GET /api/v1/<path>``; the decoded body, whether Prometheus answered success or error."""
+        query = urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=10) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:  # 400/422: a query Prometheus refused, with its reason
+            return json.load(exc)
+
+    def query(self, expr: str) -> Any:
+        return self.api("query", query=expr)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+StartPrometheus = Callable[[dict[str, list[str]]], PrometheusServer]
+
+
+@pytest.fixture
+def start_prometheus(prometheus_binary: Path, tmp_path: Path) -> Iterator[StartPrometheus]:
+    """A factory: a Prometheus scraping ``{job: [host:port, ...]}`` every second, with reclaim's alert rules."""
+    started: list[PrometheusServer] = []
+
+    def start(jobs: dict[str, list[str]]) -> PrometheusServer:
+        work = tmp_path / f"prometheus-{len(started)}"
+        work.mkdir()
+        (work / "alerts.yml").write_bytes((DEPLOY / "prometheus" / "alerts.yml").read_bytes())
+        config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                  "rule_files": ["alerts.yml"],
+                  "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}
+                                     for job, targets in jobs.items()]}
+        (work / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        port = free_port()
+        proc = spawn([str(prometheus_binary), f"--config.file={work / 'prometheus.yml'}",
+                      f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                      "--log.level=warn"], work / "prometheus.log")
+        server = PrometheusServer(f"http://127.0.0.1:{port}", proc.pid, work / "prometheus.log")
+        started.append(server)
+        wait_until(lambda: _ready(server.url), 60, "Prometheus", proc, server.log)
+        return server
+
+    yield start
+    for server in started:
+        stop_pid(server.pid)
+
+
+def run_promtool(promtool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(promtool), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` and the last answer."""
+    deadline = time.monotonic() + timeout_s
+    last = check()
+    while not last:
+        assert time.monotonic() < deadline, f"{what}: still {last!r} after {timeout_s:g} s"
+        time.sleep(0.5)
+        last = check()
+    return last

@@ -1,0 +1,55 @@
+"""What ``reclaim truncation-applier --metrics-port`` serves: every outcome from 0, snake values, no ``_created``."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ops.procs import free_port
+from tests.cli import run_reclaim
+
+from .conftest import wait_for
+
+pytestmark = [pytest.mark.integration]
+
+
+def scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return None
+
+
+def test_the_truncation_applier_serves_its_outcomes(kafka_bootstrap: str, tmp_path: Path,
+                                                    unique_name: Callable[[str], str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
+    env.update(RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_STATE_DIR=str(tmp_path / "state"),
+               RECLAIM_TOPIC_PREFIX=unique_name("t") + ".", RECLAIM_PARTITIONS="1")
+    run_reclaim("topics", "create", env=env, check=True)
+    port, log = free_port(), tmp_path / "applier.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "truncation-applier", "--record-every-s", "0",
+                                 "--metrics-port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def served() -> str | None:
+            assert proc.poll() is None, log.read_text()
+            return scrape(port)
+
+        text = wait_for(served, "the applier's metrics endpoint")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    outcomes = {s.labels["outcome"]: s.value for family in text_string_to_metric_families(text)
+                for s in family.samples if s.name == "reclaim_truncations_total"}
+    assert outcomes == {"truncated": 0.0, "no_op": 0.0, "unknown_stream": 0.0, "invalid": 0.0, "retry": 0.0}
+    assert re.search(r"^reclaim_\w+_created", text, re.MULTILINE) is None
