@@ -48,11 +48,22 @@ def connect(settings: Settings, topics: Iterable[str]) -> str:
     return address
 
 
-def reader(address: str) -> Consumer:
-    """A consumer that reads by assignment; librdkafka's log and error events are kept off the terminal."""
-    seen: list[KafkaError] = []
-    return Consumer(kafka_config(address, "consumer", {
-        "group.id": READER_GROUP, "enable.auto.commit": False, "logger": _QUIET, "error_cb": seen.append}))
+class Reader:
+    """A consumer that reads by assignment; librdkafka's log and error events are kept off the terminal,
+    the error events in :attr:`errors` for the message of a read that fails."""
+
+    def __init__(self, address: str) -> None:
+        self.errors: list[KafkaError] = []
+        self.consumer = Consumer(kafka_config(address, "consumer", {
+            "group.id": READER_GROUP, "enable.auto.commit": False, "logger": _QUIET,
+            "error_cb": self.errors.append}))
+
+    def cause(self) -> str:
+        """`` (the last error librdkafka reported)``, or nothing."""
+        return f" ({self.errors[-1].str()})" if self.errors else ""
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S) -> dict[int, tuple[int, int]]:
@@ -73,26 +84,27 @@ def scan(address: str, topic: str, codec: RecordCodec, timeout_s: float = READ_T
 def read_all(address: str, topic: str, timeout_s: float = READ_TIMEOUT_S
              ) -> tuple[list[Message], dict[int, tuple[int, int]]]:
     """Every record of ``topic`` present when the read starts, and the watermarks it read between."""
-    consumer = reader(address)
+    reading = Reader(address)
     try:
-        marks = watermarks(consumer, topic, timeout_s)
-        return _read(consumer, topic, marks, timeout_s), marks
+        marks = watermarks(reading.consumer, topic, timeout_s)
+        return _read(reading, topic, marks, timeout_s), marks
     finally:
-        consumer.close()
+        reading.close()
 
 
-def _read(consumer: Consumer, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float) -> list[Message]:
+def _read(reading: Reader, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float) -> list[Message]:
     pending = {p: high for p, (low, high) in marks.items() if high > low}
-    consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in pending])
+    reading.consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in pending])
     read: list[Message] = []
     last_progress = time.monotonic()
     while pending:
-        messages = consumer.consume(500, 0.5)
+        messages = reading.consumer.consume(500, 0.5)
         if messages:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > timeout_s:
             where = ", ".join(f"partition {p} up to offset {end}" for p, end in sorted(pending.items()))
-            raise Unavailable(f"reading {topic} stalled for {timeout_s:g} s before {where}: is the broker up?")
+            raise Unavailable(f"reading {topic} stalled for {timeout_s:g} s before {where}{reading.cause()}: "
+                              "is the broker up?")
         for msg in messages:
             partition, offset = msg.partition() or 0, msg.offset() or 0
             if _failed(msg) or partition not in pending:
@@ -121,24 +133,25 @@ def _letter(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
 def read_one(address: str, topic: str, codec: RecordCodec, partition: int, offset: int,
              timeout_s: float = READ_TIMEOUT_S) -> DeadLetter:
     """The record at ``partition:offset``; one usage line when the DLQ holds no record there."""
-    consumer = reader(address)
+    reading = Reader(address)
     try:
-        marks = watermarks(consumer, topic, timeout_s)
+        marks = watermarks(reading.consumer, topic, timeout_s)
         if partition not in marks:
             raise UsageError(f"{topic} has no partition {partition} (it has {len(marks)})")
         low, high = marks[partition]
         if not low <= offset < high:
             held = f"offsets {low} to {high - 1}" if high > low else "no records"
             raise UsageError(f"no record at {partition}:{offset}: partition {partition} of {topic} holds {held}")
-        consumer.assign([TopicPartition(topic, partition, offset)])
+        reading.consumer.assign([TopicPartition(topic, partition, offset)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
+            msg = reading.consumer.poll(0.5)
             if msg is None or _failed(msg):
                 continue
             if msg.offset() != offset:
                 raise UsageError(f"no record at {partition}:{offset} of {topic} (the next is at offset {msg.offset()})")
             return _letter(msg, codec, topic)
-        raise Unavailable(f"no answer reading {topic} at {partition}:{offset} within {timeout_s:g} s")
+        raise Unavailable(f"no answer reading {topic} at {partition}:{offset} within {timeout_s:g} s"
+                          f"{reading.cause()}")
     finally:
-        consumer.close()
+        reading.close()

@@ -81,18 +81,23 @@ def print_show(letter: DeadLetter) -> None:
     table.add_column("value", overflow="fold")
     where: tuple[tuple[str, object], ...] = (
         ("record", letter.coordinates), ("topic", letter.topic),
-        ("dead-lettered at", f"{iso(letter.timestamp_ms)} ({letter.timestamp_ms})"), ("key", text(letter.key)))
+        ("dead-lettered at", _when(letter.timestamp_ms)), ("key", text(letter.key)))
     why: tuple[tuple[str, object], ...] = (
         ("outcome", letter.outcome), ("error class", letter.error_class), ("error", letter.error),
         ("attempt", letter.attempt), ("origin", letter.origin),
-        ("original timestamp", iso(letter.original_timestamp_ms)), ("group", letter.group), ("stack", letter.stack))
+        ("original timestamp", _when(letter.original_timestamp_ms)), ("group", letter.group), ("stack", letter.stack))
     decoded = _flat(record_fields(letter.info)) if letter.info is not None else [("decode error", letter.decode_error)]
     headers = [(f"header {key}", text(data)) for key, data in letter.headers]
-    for section in (where, why, decoded, headers):
+    for index, section in enumerate((where, why, decoded, headers)):
+        if index:
+            table.add_row()
         for name, value in section:
             table.add_row(name, Text("" if value is None else str(value)))
-        table.add_section()
     console().print(table)
+
+
+def _when(millis: int | None) -> str:
+    return "unknown" if millis is None else f"{iso(millis)} ({millis})"
 
 
 def _flat(fields: Mapping[str, object], prefix: str = "") -> list[tuple[str, str]]:

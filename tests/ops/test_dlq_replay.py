@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message
 
-from ops.dlq import read_all, reader, watermarks
+from ops.dlq import Reader, read_all, watermarks
 from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
 from ops.exits import ExitCode
 from ops.s3_server import S3Endpoint
@@ -31,11 +31,11 @@ def deletion_records(pipeline: Pipeline) -> list[Message]:
 
 
 def dlq_watermarks(pipeline: Pipeline) -> tuple[int, int]:
-    consumer = reader(pipeline.bootstrap)
+    reading = Reader(pipeline.bootstrap)
     try:
-        return watermarks(consumer, pipeline.topics.dlq)[0]
+        return watermarks(reading.consumer, pipeline.topics.dlq)[0]
     finally:
-        consumer.close()
+        reading.close()
 
 
 def test_a_replay_sends_each_record_once_however_often_it_runs(pipe: Pipeline, tmp_path: Path) -> None:
