@@ -157,16 +157,15 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     audit = sub.add_parser(
         "audit", help="list tier-2 against the metadata store: live, pending deletion, orphans, missing, dangling",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Every configured binding is listed against the chunk rows, and every chunk row checked "
-                    "against its binding.\n"
+        description="Every configured binding is listed against the chunk rows, and every chunk row is checked\n"
+                    "against its binding:\n"
                     "  orphan    an object no row claims, older than --grace (younger: 'recent', no finding)\n"
                     "  missing   an active row whose object is gone\n"
                     "  dangling  an inactive row whose object is gone and whose mark is older than --grace,\n"
                     "            or a row naming a binding (or bucket) that is not configured\n"
-                    "Exit status: 0 clean; 1 findings; 2 a binding, the store or (--repair) the broker could "
-                    "not be used: nothing is reported then. The audit never creates or deletes anything; "
-                    "--repair only publishes pending deletes for the orphans (phase 1), which the worker "
-                    "deletes after its ownership checks.")
+                    "Exit status: 0 clean; 1 findings; 2 a binding, the store or (--repair) the broker could not\n"
+                    "be used, and nothing is reported. The audit creates and deletes nothing; --repair publishes\n"
+                    "pending deletes for the orphans (phase 1), which the worker deletes after its checks.")
     audit.add_argument("--limit", type=_limit, default=20, help="names listed per finding (default 20)")
     audit.add_argument("--grace", type=parse_grace, default=3600.0, metavar="DURATION",
                        help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "
