@@ -46,7 +46,7 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     # An audit only reads: never the root of a filesystem binding, whatever RECLAIM_FS_CREATE_ROOT says.
     settings = replace(settings, fs_create_root=False)
     with ExitStack() as stack:
-        store = runtime.metadata_store(settings, read_only=True)
+        store = runtime.metadata_store(settings, create=False)
         stack.callback(store.close)
         bindings = runtime.storage_bindings(settings)
         stack.callback(bindings.close)
