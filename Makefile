@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/reclaim demo
 
 test: $(STAMP)
+	$(PY) -m ops.gotools prometheus promtool  # built from their Go modules once (minutes), then cached
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from prometheus_client import start_http_server
-
 from consumers.deletion_worker import DeletionWorker, tune_interpreter
 from consumers.lag import estimated_inflight
 from deletion import metrics
@@ -42,8 +40,7 @@ def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threa
     probes, binding_names = health.worker_probes(settings)
     metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
     storage_metrics.initialise(binding_names)
-    start_http_server(port, addr=metrics_addr)
-    log.info("metrics on http://%s:%s/metrics", metrics_addr, port)
+    preflight.serve_metrics(port, metrics_addr)
     threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
     health.HealthMonitor(probes).start(stop)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -222,3 +223,13 @@ def test_s3_endpoint_settings_reach_the_worker_from_a_config_file(tmp_path: Path
     line = one_line_error(run_reclaim("worker", "--config", str(config), "--bootstrap", NOBODY, "--create-fs-root",
                                       env=clean_env(tmp_path), timeout=120), ExitCode.UNAVAILABLE)
     assert "S3 bucket 'no-such-bucket-here' of storage binding 's3-tier2' does not exist" in line
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_reclaim("worker", "--bootstrap", NOBODY, "--metrics-port", str(port), env=clean_env(tmp_path))
+    line = one_line_error(result, ExitCode.UNAVAILABLE)
+    assert f"cannot serve metrics on 127.0.0.1:{port}: Address already in use" in line
