@@ -55,6 +55,10 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
         listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))
         report = audit(store, chosen, bindings, grace_s=args.grace, limit=args.limit,
                        hooks=AuditHooks(listed=listed, rows=rows, orphans=repair))
+    if args.metrics_file is not None:
+        from storage.metrics import write_textfile
+
+        write_textfile(args.metrics_file, {b.binding: b.orphans.count for b in report.bindings})
     if args.json:
         document = report.to_dict()
         if repair is not None:
@@ -175,6 +179,9 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     audit.add_argument("--repair", action="store_true",
                        help="send the orphans with reclaim ownership tags through phase 1 (needs the broker); "
                             "nothing is deleted here")
+    audit.add_argument("--metrics-file", type=Path, metavar="PATH",
+                       help="also write reclaim_audit_orphans{binding} and reclaim_audit_last_run_timestamp_seconds "
+                            "to PATH (replaced atomically) for node_exporter's textfile collector")
     audit.add_argument("--progress", action="store_true", help="progress on stderr even when it is no terminal")
     audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
     audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")

@@ -147,6 +147,17 @@ def test_the_command_reports_each_finding_and_exits_1(tmp_path: Path, fs: FileSy
         assert line in result.stdout.splitlines(), result.stdout
 
 
+def test_the_metrics_file_holds_the_orphans_per_binding(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                        store: SQLiteMetadataStore) -> None:
+    findings_fixture(fs, store)
+    textfile = tmp_path / "reclaim_audit.prom"
+    result = run_audit(tmp_path, "--metrics-file", str(textfile))
+    assert result.returncode == ExitCode.FINDINGS, result.stderr
+    text = textfile.read_text()
+    assert 'reclaim_audit_orphans{binding="fs-tier2"} 1.0' in text
+    assert "reclaim_audit_last_run_timestamp_seconds " in text
+
+
 def test_json_is_one_document_with_counts_names_and_totals(tmp_path: Path, fs: FileSystemChunkStorage,
                                                            store: SQLiteMetadataStore) -> None:
     findings_fixture(fs, store)
