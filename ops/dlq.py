@@ -7,7 +7,6 @@ every record there. Duplicates (one record dead-lettered by two groups, or twice
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from ops import preflight
 from ops.dlq_records import DeadLetter, dead_letter
 from ops.exits import Unavailable, UsageError
 from ops.settings import Settings
-from producers.config import kafka_config
+from producers.config import kafka_config, quiet_logger
 from schemas.codec import RecordCodec
 
 READ_TIMEOUT_S = 10.0
@@ -27,9 +26,7 @@ READ_TIMEOUT_S = 10.0
 READER_GROUP = "reclaim-dlq-reader"
 """The group id librdkafka requires of a consumer; never joined (records are read by assignment)."""
 
-_QUIET = logging.getLogger("reclaim.rdkafka.dlq")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+_QUIET = quiet_logger("dlq")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ dropped.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -20,14 +19,12 @@ from confluent_kafka.admin import AdminClient
 from ops.dlq_records import DeadLetter
 from ops.dlq_select import Filters
 from ops.exits import Unavailable
-from producers.config import kafka_config
+from producers.config import kafka_config, quiet_logger
 from producers.kafka_errors import kafka_error_of
 
 PURGE_TIMEOUT_S = 30.0
 
-_QUIET = logging.getLogger("reclaim.rdkafka.dlq-purge")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+_QUIET = quiet_logger("dlq-purge")
 
 
 @dataclass(frozen=True)

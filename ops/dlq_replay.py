@@ -19,7 +19,6 @@ finds the copy gone: ``already-gone``).
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from confluent_kafka import KafkaError
 from ops.dlq import read_all
 from ops.dlq_records import DeadLetter
 from ops.exits import Unavailable
+from producers.config import quiet_logger
 from producers.producer import DeliveryTracker, RecordProducer
 
 H_REPLAYED_FROM = "reclaim.replayed-from"
@@ -40,9 +40,7 @@ CONFIRM_EVERY = 500
 """Most records sent before their deliveries are awaited and remembered."""
 DELIVERY_TIMEOUT_S = 30.0
 
-_QUIET = logging.getLogger("reclaim.rdkafka.dlq-replay")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+_QUIET = quiet_logger("dlq-replay")
 
 
 def dlq_coordinates(letter: DeadLetter) -> str:

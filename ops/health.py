@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 
 from ops import preflight, runtime
 from ops.settings import Settings
-from producers.config import kafka_config
+from producers.config import kafka_config, quiet_logger
 from storage.sqlite_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,7 @@ PROBE_TIMEOUT_S = 5.0
 #: A mark id no mark ever has: the metadata store's probe is one keyed read that finds nothing.
 PROBE_MARK_ID = "reclaim-health-probe"
 
-_QUIET = logging.getLogger("reclaim.rdkafka.health")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+_QUIET = quiet_logger("health")
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,14 @@ from ops import stack
 from ops.exits import Unavailable
 from ops.procs import StackError
 from ops.settings import Settings
-from producers.config import kafka_config
+from producers.config import kafka_config, quiet_logger
 from producers.kafka_errors import kafka_error_of
 
 BROKER_TIMEOUT_S = 10.0
 """How long a command waits for the broker to answer before it gives up."""
 
 log = logging.getLogger(__name__)
-_QUIET = logging.getLogger("reclaim.rdkafka.preflight")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+_QUIET = quiet_logger("preflight")
 
 
 def bootstrap(settings: Settings) -> str:

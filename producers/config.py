@@ -42,6 +42,16 @@ def kafka_config(bootstrap: str, role: Role, overrides: Mapping[str, Any] | None
     return config
 
 
+def quiet_logger(purpose: str) -> logging.Logger:
+    """A ``logger`` for a client whose failures its owner reports itself (a command's one-line error):
+    librdkafka's lines go nowhere, not even to the root logger."""
+    quiet = logging.getLogger(f"reclaim.rdkafka.{purpose}")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    return quiet
+
+
 def error_log(config: Mapping[str, Any]) -> KafkaErrorLog:
     """The :class:`KafkaErrorLog` that :func:`kafka_config` installed in ``config``."""
     errors = config.get("error_cb")
