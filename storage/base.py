@@ -181,7 +181,20 @@ class BaseChunkStorage(ABC):
                 results[result.name] = result
         for outcome, count in Counter(result.outcome for result in results.values()).items():
             STORAGE_DELETED_CHUNKS.labels(self._name, snake(outcome.value)).inc(count)
+        self._log_failures(list(results.values()))
         return [results[name] for name in chunk_names]
+
+    def _log_failures(self, results: list[DeleteResult]) -> None:
+        """A batched delete reports failures per key, not by raising: the retryable ones (an endpoint
+        down) are one warning per binding and error per interval, with the count held back."""
+        failed = [r.error for r in results if r.error is not None and r.error.retryable]
+        if not failed:
+            return
+        first = failed[0]
+        held = _FAILURES.admit((self._name, "delete_many", type(first)))
+        if held is not None:
+            logger.warning("storage %s delete_many: %d of %d chunks failed, will be retried: %s%s", self._name,
+                           len(failed), len(results), first, _FAILURES.suffix(held))
 
     def present(self, chunk_names: Sequence[str]) -> set[str] | None:
         """Which of ``chunk_names`` have an object right now; None when this binding's own deletes already

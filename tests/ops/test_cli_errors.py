@@ -15,6 +15,7 @@ import pytest
 
 from ops.exits import ExitCode
 from ops.s3_server import S3Endpoint
+from ops.stack import StackState
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.metadata import ChunkRecord
 from storage.sqlite_store import SQLiteMetadataStore
@@ -162,6 +163,17 @@ def test_the_worker_stops_on_an_unreachable_s3_endpoint(tmp_path: Path) -> None:
     result = run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", "--s3-endpoint", endpoint,
                          env=clean_env(tmp_path), timeout=120)
     line = one_line_error(result, ExitCode.UNAVAILABLE)
+    assert "storage binding 's3-tier2'" in line and "S3 endpoint unreachable" in line
+
+
+def test_the_local_stacks_s3_endpoint_down_stops_the_worker(tmp_path: Path) -> None:
+    """The local stack's state names an S3 endpoint that no longer answers: the binding is configured
+    all the same (its records must wait, not be dead-lettered as unknown), so the worker stops in one line."""
+    state = tmp_path / "state"
+    store_at(state).close()
+    StackState(s3_url=f"http://{NOBODY}", s3_bucket="reclaim-tier2").save(state)
+    line = one_line_error(run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", env=clean_env(tmp_path),
+                                      timeout=120), ExitCode.UNAVAILABLE)
     assert "storage binding 's3-tier2'" in line and "S3 endpoint unreachable" in line
 
 
