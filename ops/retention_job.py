@@ -66,7 +66,7 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
     from retention.spark_job import RetentionJobConfig
 
     return RetentionJobConfig(
-        bootstrap=preflight.broker(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
+        bootstrap=preflight.bootstrap(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
         checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
         reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=settings.schema_registry_url,
         state_buckets=settings.state_buckets)
@@ -78,6 +78,7 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     from retention.spark_session import build_spark_session
 
     stop = stop_on_signals("stopping the retention query", log.info)
+    preflight.broker(settings)  # bounded and in one line, before Spark starts
     config = job_config(settings, once)
     if settings.metrics_port is not None:
         preflight.serve_metrics(settings.metrics_port, metrics_addr)
