@@ -306,27 +306,30 @@ class S3ChunkStorage(BaseChunkStorage):
         cut = len(self._settings.key_prefix)
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix), "MaxKeys": page_size}
-            if token:
-                kwargs["ContinuationToken"] = token
-            response = self._call(prefix or None, "list_objects_v2", **kwargs)
+            contents, token = self._list_objects(prefix or None, self.object_key(prefix), page_size, token)
             page = [StoredObject(item["Key"][cut:], int(item.get("Size", 0)), item["LastModified"].timestamp())
-                    for item in response.get("Contents", [])]
+                    for item in contents]
             if page:
                 yield page
-            token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
             if token is None:
                 return
 
     def _list_page(self, prefix: str, start_after: str, continuation: str | None) -> tuple[list[str], str | None]:
-        kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": MAX_PAGE_SIZE}
+        contents, token = self._list_objects(None, prefix, MAX_PAGE_SIZE, continuation, start_after)
+        return [item["Key"] for item in contents], token
+
+    def _list_objects(self, name: str | None, key_prefix: str, page_size: int, continuation: str | None,
+                      start_after: str = "") -> tuple[list[dict[str, Any]], str | None]:
+        """One ListObjectsV2 page under ``key_prefix``: its entries, and the token of the next page (None
+        at the end). ``start_after`` applies to a first page only, as S3 has it."""
+        kwargs: dict[str, Any] = {"Prefix": key_prefix, "MaxKeys": page_size}
         if continuation:
             kwargs["ContinuationToken"] = continuation
-        else:
+        elif start_after:
             kwargs["StartAfter"] = start_after
-        response = self._call(None, "list_objects_v2", **kwargs)
-        keys = [item["Key"] for item in response.get("Contents", [])]
-        return keys, response.get("NextContinuationToken") if response.get("IsTruncated") else None
+        response = self._call(name, "list_objects_v2", **kwargs)
+        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
+        return list(response.get("Contents", [])), token
 
     def _do_get_info(self, name: str) -> ChunkInfo:
         head = self._head(name)
@@ -365,14 +368,9 @@ class S3ChunkStorage(BaseChunkStorage):
         return len(data)
 
     def _do_list(self, prefix: str, page_size: int, continuation: str | None) -> ChunkListPage:
-        kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix), "MaxKeys": page_size}
-        if continuation:
-            kwargs["ContinuationToken"] = continuation
-        response = self._call(prefix, "list_objects_v2", **kwargs)
+        contents, token = self._list_objects(prefix, self.object_key(prefix), page_size, continuation)
         cut = len(self._settings.key_prefix)
-        names = tuple(item["Key"][cut:] for item in response.get("Contents", []))
-        token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
-        return ChunkListPage(names, token)
+        return ChunkListPage(tuple(item["Key"][cut:] for item in contents), token)
 
     def close(self) -> None:
         if self._client is not None:
