@@ -130,10 +130,11 @@ class DeletionWorker:
         """
         return len(self._assigned)
 
-    def wait_for_assignment(self, timeout_s: float = 30.0) -> bool:
-        """Poll (handling whatever arrives) until the group has given this worker partitions."""
+    def wait_for_assignment(self, timeout_s: float = 30.0, partitions: int = 1) -> bool:
+        """Poll (handling whatever arrives) until the group has given this worker at least ``partitions``
+        partitions. A group whose topics are new may first assign only those it has metadata for."""
         deadline = time.monotonic() + timeout_s
-        while not self.assigned:
+        while self.assigned < partitions:
             if time.monotonic() >= deadline:
                 return False
             self.run_once()

@@ -75,12 +75,13 @@ def test_sigterm_finishes_the_batch_and_commits_and_metrics_are_served(pipeline:
     while any(binding.exists(c.name) for c in chunks):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
-    # The counters follow once the batch is final (after its row cleanup), a poll after the files go.
-    deleted = 'reclaim_ledgers_deleted_total{ledger_type="offload_ledger"} 20.0'
-    while deleted not in (metrics := scrape(port)):
+    # The counters follow once the batch is final: the deletions when its row cleanup is done, the outcomes
+    # when the main thread settles it a moment later, so a scrape may fall between the two.
+    expected = ('reclaim_ledgers_deleted_total{ledger_type="offload_ledger"} 20.0',
+                'reclaim_deletion_outcomes_total{outcome="deleted"} 20.0')
+    while not all(line in (metrics := scrape(port)) for line in expected):
         assert time.monotonic() < deadline, metrics
         time.sleep(0.2)
-    assert 'reclaim_deletion_outcomes_total{outcome="deleted"} 20.0' in metrics
     assert "reclaim_deletion_batch_delete_seconds_bucket" in metrics
     assert "reclaim_estimated_inflight_deletions" in metrics
     proc.send_signal(signal.SIGTERM)

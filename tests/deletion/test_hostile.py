@@ -14,6 +14,7 @@ from deletion.executor import DeletionExecutor
 from deletion.facts import Pending
 from deletion.records import pending_deletes_for
 from ops.s3_server import S3Endpoint
+from ops.topics import admin_client
 from schemas import millis_now
 from storage.s3 import S3ChunkStorage
 
@@ -94,7 +95,11 @@ def test_records_read_for_the_first_time_cost_no_listing(pipeline: Pipeline,
     s3 = make_tier2("s3")
     pipeline.bindings.register(s3)
     worker = pipeline.worker()
-    assert worker.wait_for_assignment()
+    # Every partition of every input: a later rebalance would read the partitions' ends again, past
+    # the records below, and list them as possibly handled by an earlier owner.
+    metadata = admin_client(pipeline.bootstrap).list_topics(timeout=10).topics
+    inputs = sum(len(metadata[topic].partitions) for topic in pipeline.topics.deletion_inputs)
+    assert worker.wait_for_assignment(partitions=inputs)
     chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 6)
     pipeline.service.mark(chunks)  # produced after the worker owned every partition
     listings = counter("reclaim_storage_operations_total", binding="s3-tier2", operation="present", outcome="ok")
