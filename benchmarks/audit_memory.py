@@ -31,7 +31,7 @@ from pathlib import Path
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 STREAM = "bench/stream"
 #: Chunks laid out and stored at a time, so the benchmark's own memory stays bounded.

@@ -72,7 +72,7 @@ from storage.base import BaseChunkStorage  # noqa: E402
 from storage.bindings import StorageBindings  # noqa: E402
 from storage.filesystem import FileSystemChunkStorage  # noqa: E402
 from storage.s3 import S3ChunkStorage  # noqa: E402
-from storage.sqlite_store import SQLiteMetadataStore  # noqa: E402
+from storage.sql_store import SQLiteMetadataStore  # noqa: E402
 
 PARTS = ("s3", "phase1", "fs", "memory")
 #: The ratio the pipeline must reach against raw ``DeleteObjects``, by S3 server.

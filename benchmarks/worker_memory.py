@@ -32,7 +32,7 @@ from deletion.records import pending_deletes_for
 from schemas.codec import build_codec
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, MarkRecord, MarkState
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 #: Chunks laid out, stored and produced at a time, so the benchmark's own memory stays bounded.
 SLICE = 10_000

@@ -17,7 +17,7 @@ from ops.settings import Settings
 
 if TYPE_CHECKING:
     from ops.audit import AuditReport, OrphanRepair, Sample
-    from storage.sqlite_store import SQLiteMetadataStore
+    from storage.sql_store import SQLiteMetadataStore
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")

@@ -20,7 +20,7 @@ from segments.walkthrough import run_txn_walkthrough
 from storage.bindings import StorageBindings
 from storage.chunks import ChunkStorage
 from storage.metadata import ChunkRecord
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
 

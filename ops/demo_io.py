@@ -9,7 +9,7 @@ from consumers.lag import estimated_inflight
 from ops import runtime, stack
 from ops.settings import Settings
 from storage.bindings import StorageBindings
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 
 def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:

@@ -21,7 +21,7 @@ from prometheus_client import Gauge
 from ops import preflight, runtime
 from ops.settings import Settings
 from producers.config import kafka_config, quiet_logger
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
 

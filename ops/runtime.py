@@ -19,7 +19,7 @@ from storage.bindings import StorageBindings
 from storage.errors import MetadataError
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from ops.procs import stop_on_signals
 from ops.settings import Settings
 from storage import metrics as storage_metrics
 from storage.bindings import StorageBindings
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 log = logging.getLogger(__name__)
 INFLIGHT_REFRESH_S = 15.0

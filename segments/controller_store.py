@@ -1,4 +1,5 @@
-"""SQLite store of controller metadata: streams, history, sealed lengths, transactions and pending operations."""
+"""The store of controller metadata (streams, history, sealed lengths, transactions, pending operations),
+on SQLite or PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ from segments.ids import SegmentId, TxnId
 from segments.stream_model import EpochRecord, StreamRecord, StreamState, TxnRecord, TxnState
 from segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
 from storage.errors import MetadataConflictError
-from storage.sqlite_base import Queries, SQLiteStoreBase, Transaction
+from storage.sql_base import Database, Migration, Queries, StoreBase, Transaction
+from storage.sqlite_base import SQLiteDatabase
 
-_SCHEMA = """
+#: The store's name in errors and in the schema-version table.
+STORE = "controller store"
+
+MIGRATIONS = (
+    Migration(1, {
+        "sqlite": """
 CREATE TABLE IF NOT EXISTS controller_streams (
     name TEXT PRIMARY KEY, version INTEGER NOT NULL, scope TEXT NOT NULL, stream TEXT NOT NULL,
     policy TEXT NOT NULL, state TEXT NOT NULL, active_epoch INTEGER NOT NULL, txn_counter TEXT NOT NULL,
@@ -31,8 +38,28 @@ CREATE TABLE IF NOT EXISTS controller_operations (
     started_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS controller_sealed (
     stream TEXT NOT NULL, segment_id INTEGER NOT NULL, length INTEGER NOT NULL, PRIMARY KEY (stream, segment_id));
-CREATE TABLE IF NOT EXISTS controller_heads (stream TEXT PRIMARY KEY, cut TEXT NOT NULL);
-"""
+CREATE TABLE IF NOT EXISTS controller_heads (stream TEXT PRIMARY KEY, cut TEXT NOT NULL)
+""",
+        "postgresql": """
+CREATE TABLE controller_streams (
+    name TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, scope TEXT NOT NULL, stream TEXT NOT NULL,
+    policy TEXT NOT NULL, state TEXT NOT NULL, active_epoch BIGINT NOT NULL, txn_counter TEXT NOT NULL,
+    commit_counter BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE controller_epochs (
+    stream TEXT COLLATE "C" NOT NULL, epoch BIGINT NOT NULL, record TEXT NOT NULL, PRIMARY KEY (stream, epoch));
+CREATE TABLE controller_txns (
+    stream TEXT COLLATE "C" NOT NULL, txn_id TEXT COLLATE "C" NOT NULL, version BIGINT NOT NULL,
+    epoch BIGINT NOT NULL, state TEXT NOT NULL, parents TEXT NOT NULL, commit_order BIGINT,
+    created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (stream, txn_id));
+CREATE TABLE controller_operations (
+    stream TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, op_id TEXT NOT NULL, plan TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE controller_sealed (
+    stream TEXT COLLATE "C" NOT NULL, segment_id BIGINT NOT NULL, length BIGINT NOT NULL,
+    PRIMARY KEY (stream, segment_id));
+CREATE TABLE controller_heads (stream TEXT COLLATE "C" PRIMARY KEY, cut TEXT NOT NULL)
+"""}),
+)
 
 _STREAM_COLUMNS = ("name", "version", "scope", "stream", "policy", "state", "active_epoch", "txn_counter",
                    "commit_counter", "created_at")
@@ -53,6 +80,16 @@ def _txn_from_row(row: Sequence[Any]) -> TxnRecord:
     return TxnRecord(stream=v["stream"], txn_id=TxnId.from_hex(v["txn_id"]), parents=parents,
                      state=TxnState(v["state"]), commit_order=v["commit_order"],
                      created_at=float(v["created_at"]), version=int(v["version"]))
+
+
+def _upsert(key: Sequence[str], columns: Sequence[str]) -> str:
+    """The clause that makes an INSERT of a row with ``key`` replace the stored one (both engines speak it)."""
+    updates = ", ".join(f"{column} = excluded.{column}" for column in columns if column not in key)
+    return f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+
+
+_UPSERT_STREAM = _upsert(("name",), _STREAM_COLUMNS)
+_UPSERT_TXN = _upsert(("stream", "txn_id"), _TXN_COLUMNS)
 
 
 class _Queries(Queries):
@@ -116,7 +153,7 @@ class StreamTransaction(_Queries, Transaction):
         self._check("controller_streams", record.qualified, record.version,
                     self._version("controller_streams", "name = ?", (record.qualified,)))
         self._conn.execute(
-            "INSERT OR REPLACE INTO controller_streams VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO controller_streams VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {_UPSERT_STREAM}",
             (record.qualified, record.version + 1, record.scope, record.name,
              json.dumps(record.policy.to_avro(), sort_keys=True), record.state.value, record.active_epoch,
              str(record.txn_counter), record.commit_counter, record.created_at))
@@ -139,7 +176,7 @@ class StreamTransaction(_Queries, Transaction):
         self._check("controller_txns", f"{record.stream}#{record.txn_id}", record.version,
                     self._version("controller_txns", "stream = ? AND txn_id = ?", key))
         self._conn.execute(
-            "INSERT OR REPLACE INTO controller_txns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO controller_txns VALUES (?, ?, ?, ?, ?, ?, ?, ?) {_UPSERT_TXN}",
             (*key, record.version + 1, record.epoch, record.state.value,
              json.dumps([p.value for p in record.parents]), record.commit_order, record.created_at))
         return replace(record, version=record.version + 1)
@@ -170,7 +207,8 @@ class StreamTransaction(_Queries, Transaction):
 
     def put_head(self, stream: str, cut: Mapping[int, int]) -> None:
         """Record the cut the stream is now truncated at."""
-        self._conn.execute("INSERT OR REPLACE INTO controller_heads VALUES (?, ?)",
+        self._conn.execute("INSERT INTO controller_heads VALUES (?, ?) "
+                           "ON CONFLICT (stream) DO UPDATE SET cut = excluded.cut",
                            (stream, json.dumps(sorted(cut.items()))))
 
     def forget_history(self, stream: str) -> None:
@@ -181,19 +219,17 @@ class StreamTransaction(_Queries, Transaction):
         self._conn.execute("DELETE FROM controller_txns WHERE stream = ?", (stream,))
 
 
-class StreamMetadataStore(SQLiteStoreBase[_Queries, StreamTransaction]):
-    """Controller metadata in ``controller_*`` tables of one SQLite file; safe for several processes.
+class ControllerStore(StoreBase[_Queries, StreamTransaction]):
+    """Controller metadata in ``controller_*`` tables of a SQL :class:`~storage.sql_base.Database`.
 
-    It opens its own connection, normally on the file of the
-    :class:`~storage.sqlite_store.SQLiteMetadataStore` (WAL, ``BEGIN IMMEDIATE``, compare-and-set on
-    versions). The two stores do not share transactions: the controller never nests one inside the
-    other (the inner one would wait on the write lock its own thread holds) and relies on persisted
-    intents plus idempotent steps instead of atomicity across them.
+    It has connections of its own, normally to the database of the metadata store. The two stores
+    do not share transactions: the controller never nests one inside the other (on SQLite the inner
+    one would wait on the write lock its own thread holds) and relies on persisted intents plus
+    idempotent steps instead of atomicity across them.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
-        super().__init__(path, _SCHEMA, store="controller store", reader=_Queries, transaction=StreamTransaction,
-                         busy_timeout=busy_timeout)
+    def __init__(self, db: Database) -> None:
+        super().__init__(db, reader=_Queries, transaction=StreamTransaction)
 
     def get_stream(self, name: str) -> StreamRecord | None:
         return self._read(lambda q: q.get_stream(name))
@@ -218,3 +254,12 @@ class StreamMetadataStore(SQLiteStoreBase[_Queries, StreamTransaction]):
 
     def get_head(self, stream: str) -> dict[int, int] | None:
         return self._read(lambda q: q.get_head(stream))
+
+
+class StreamMetadataStore(ControllerStore):
+    """The controller store in one SQLite file (WAL, ``BEGIN IMMEDIATE``, compare-and-set on versions),
+    normally the file of the :class:`~storage.sql_store.SQLiteMetadataStore`; safe for several processes."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
+        self.path = os.fspath(path)
+        super().__init__(SQLiteDatabase(self.path, MIGRATIONS, store=STORE, busy_timeout=busy_timeout))

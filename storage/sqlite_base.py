@@ -1,143 +1,85 @@
-"""The one base of reclaim's SQLite stores: opening the file, transactions, typed reads, error mapping."""
+"""SQLite under reclaim's stores: one file in WAL mode, ``BEGIN IMMEDIATE`` transactions, a checkpointer."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import re
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Generic, Literal, TypeVar
+from typing import Any
 from urllib.parse import quote
 
-from storage.errors import MetadataConflictError, MetadataError, MetadataMissingError, MetadataUnavailableError
+from storage.errors import MetadataError, MetadataMissingError, MetadataUnavailableError
+from storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, tables_of
 
 logger = logging.getLogger(__name__)
 
-#: How a transaction ended, as counted by a store's outcome hook.
-Outcome = Literal["committed", "unavailable", "conflict", "rolled_back"]
+#: Below SQLite's default bound of 32766 host parameters, so a deletion batch is one query.
+IN_BATCH = 10000
 
 
-class Queries:
-    """Base of a store's reader type: the connection its queries run on."""
+class SQLiteConnection:
+    """A ``sqlite3`` connection as the stores' queries use it (:class:`storage.sql_base.Connection`).
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-
-class Transaction(Queries):
-    """Base of a store's transaction type; valid only inside its ``with`` block.
-
-    A store's transaction type extends its reader type and this class, so it reads what it writes.
+    ``select_in`` and ``delete_in`` hand back their rows as one JSON array: SQLite then returns a
+    single value instead of a row at a time, and every row step releases the GIL — under a busy
+    thread next to it (a worker's delete thread) taking it back cost ten times the query itself.
+    ``json_columns`` says how a column goes into such a row when its plain value would not do
+    (a JSON text column as JSON, a float with every digit).
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn)
-        self._callbacks: list[Callable[[], None]] = []
+    engine: Engine = "sqlite"
 
-    def on_commit(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` after this transaction commits; never when it rolls back."""
-        self._callbacks.append(callback)
+    def __init__(self, conn: sqlite3.Connection, json_columns: Mapping[str, str],
+                 committed: Callable[[], None] = lambda: None) -> None:
+        self.raw = conn
+        self._json_columns = json_columns
+        self._committed = committed
 
+    def begin(self) -> None:
+        # Takes the write lock up front, so reads inside the transaction agree with its writes.
+        self.raw.execute("BEGIN IMMEDIATE")
 
-R = TypeVar("R", bound=Queries)
-T = TypeVar("T", bound=Transaction)
-V = TypeVar("V")
+    def commit(self) -> None:
+        self.raw.execute("COMMIT")
+        self._committed()
 
+    def rollback(self) -> None:
+        if self.raw.in_transaction:
+            self.raw.execute("ROLLBACK")
 
-def _ignore(outcome: Outcome) -> None:
-    del outcome
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.raw.execute(sql, params)
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        return self.raw.executemany(sql, rows).rowcount
 
-class SQLiteStoreBase(Generic[R, T]):
-    """One connection to one SQLite file, guarded by a lock, with serializable transactions.
+    def select_in(self, table: str, columns: Sequence[str], key: str, values: Sequence[Any]) -> list[Sequence[Any]]:
+        fields = ", ".join(self._json_columns.get(column, column) for column in columns)
+        rows: list[Sequence[Any]] = []
+        for start in range(0, len(values), IN_BATCH):
+            batch = values[start:start + IN_BATCH]
+            sql = (f"SELECT json_group_array(json_array({fields})) FROM {table} "
+                   f"WHERE {key} IN ({', '.join('?' * len(batch))})")
+            (text,) = self.raw.execute(sql, batch).fetchone()
+            rows.extend(json.loads(text))
+        return rows
 
-    ``transaction()`` yields a ``T`` (commit on normal exit, rollback on any exception, nesting
-    refused); ``_read(query)`` runs ``query`` on the store's ``R`` and returns its type unchanged.
-    Every engine error leaves as a :class:`MetadataError` naming ``store``. ``outcomes`` is told how
-    each transaction ended (the metadata store feeds its Prometheus counter from it).
-
-    Everything engine-specific is in :class:`SQLiteDatabase`; a store on another engine would supply
-    the same verbs (open, begin, commit, rollback, which errors are its own and how they map) and
-    keep this shape.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], schema: str, *, store: str, reader: type[R],
-                 transaction: type[T], busy_timeout: float = 10.0,
-                 outcomes: Callable[[Outcome], None] = _ignore, create: bool = True) -> None:
-        self.path = os.fspath(path)
-        self.transactions_committed = 0
-        self._db = SQLiteDatabase(self.path, schema, store=store, busy_timeout=busy_timeout, create=create)
-        self._transaction_type = transaction
-        self._outcomes = outcomes
-        self._lock = threading.RLock()
-        self._in_transaction = False
-        self._reader = reader(self._db.connection)
-
-    @contextmanager
-    def transaction(self) -> Iterator[T]:
-        """One atomic, serializable transaction; commit on normal exit, rollback on any exception."""
-        with self._lock:
-            if self._in_transaction:
-                raise MetadataError(f"nested {self._db.store} transactions are not supported")
-            self._begin()
-            self._in_transaction = True
-            txn = self._transaction_type(self._db.connection)
-            try:
-                yield txn
-                self._db.commit()
-            except BaseException as exc:
-                self._rollback(exc)
-                if isinstance(exc, self._db.errors):
-                    raise self._db.mapped(exc) from exc
-                raise
-            finally:
-                self._in_transaction = False
-            self.transactions_committed += 1
-            self._outcomes("committed")
-        for callback in txn._callbacks:
-            self._run_callback(callback)
-
-    def _begin(self) -> None:
-        try:
-            self._db.begin()
-        except self._db.errors as exc:
-            self._outcomes("unavailable")
-            raise self._db.mapped(exc) from exc
-
-    def _rollback(self, exc: BaseException) -> None:
-        self._db.rollback()
-        self._outcomes("conflict" if isinstance(exc, MetadataConflictError) else "rolled_back")
-        logger.debug("%s transaction rolled back: %s", self._db.store, exc)
-
-    def _run_callback(self, callback: Callable[[], None]) -> None:
-        # The transaction is already durable; a failing observer must not make it look failed.
-        try:
-            callback()
-        except Exception:
-            logger.exception("%s on-commit callback failed", self._db.store)
-
-    def _read(self, query: Callable[[R], V]) -> V:
-        """``query`` run on the store's reader under the lock, outside any transaction."""
-        with self._lock:
-            try:
-                return query(self._reader)
-            except self._db.errors as exc:
-                raise self._db.mapped(exc) from exc
-
-    def checkpoint(self) -> None:
-        """Copy what the WAL holds into the database file now, as the checkpointer thread does after commits."""
-        try:
-            self._db.checkpointer.checkpoint()
-        except self._db.errors as exc:
-            raise self._db.mapped(exc) from exc
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+    def delete_in(self, table: str, key: str, values: Sequence[Any], where: str) -> list[Any]:
+        # The keys go back as one JSON value, then one DELETE: no row-at-a-time RETURNING.
+        removed: list[Any] = []
+        for start in range(0, len(values), IN_BATCH):
+            batch = values[start:start + IN_BATCH]
+            condition = f"{where} AND {key} IN ({', '.join('?' * len(batch))})"
+            (text,) = self.raw.execute(f"SELECT json_group_array({key}) FROM {table} WHERE {condition}",
+                                       batch).fetchone()
+            self.raw.execute(f"DELETE FROM {table} WHERE {condition}", batch)
+            removed.extend(json.loads(text))
+        return removed
 
 
 class SQLiteDatabase:
@@ -145,46 +87,70 @@ class SQLiteDatabase:
 
     The connection is in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``, which takes
     the write lock up front, so reads inside a transaction agree with its writes) and shared across
-    threads under the store's lock. WAL lets readers in other processes go on while one writes.
+    threads under a lock held for a whole transaction. WAL lets readers in other processes go on
+    while one writes. The schema is brought to its latest version when the store is opened with
+    ``create`` (one ``BEGIN IMMEDIATE`` transaction, so two processes opening at once migrate once).
     """
 
-    #: The exceptions the engine raises; the store maps each to a MetadataError.
-    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
-    def __init__(self, path: str, schema: str, *, store: str, busy_timeout: float, create: bool = True) -> None:
+    def __init__(self, path: str, migrations: Sequence[Migration], *, store: str, busy_timeout: float,
+                 create: bool = True, json_columns: Mapping[str, str] | None = None) -> None:
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
         self.store = store
+        self._lock = threading.RLock()
         if not create:
-            _require_store(path, schema, store)
+            _require_store(path, migrations, store)
         try:
-            self.connection = _open(path, schema, busy_timeout, create)
+            raw = _open(path, busy_timeout)
+            self.connection = SQLiteConnection(raw, json_columns or {}, committed=self._committed)
+            if create:
+                self._migrate(migrations)
             self.checkpointer = Checkpointer(path, store)
         except self.errors as exc:
             raise self.mapped(exc) from exc
 
-    def begin(self) -> None:
-        self.connection.execute("BEGIN IMMEDIATE")
+    def _migrate(self, migrations: Sequence[Migration]) -> None:
+        raw = self.connection.raw
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            migrate(self.connection, self.store, migrations)
+        except BaseException:
+            raw.execute("ROLLBACK")
+            raw.close()
+            raise
+        raw.execute("COMMIT")
 
-    def commit(self) -> None:
-        self.connection.execute("COMMIT")
+    def _committed(self) -> None:
         self.checkpointer.nudge()
 
-    def rollback(self) -> None:
-        if self.connection.in_transaction:
-            self.connection.execute("ROLLBACK")
+    @contextmanager
+    def session(self) -> Iterator[SQLiteConnection]:
+        with self._lock:
+            yield self.connection
 
-    def mapped(self, exc: Exception) -> MetadataError:
+    reading = session
+
+    def mapped(self, exc: BaseException) -> MetadataError:
         """Busy or locked past the busy timeout is retryable unavailability; anything else a plain error."""
         if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in (
                 sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return MetadataUnavailableError(f"{self.store} busy: {exc}")
         return MetadataError(f"{self.store} error: {exc}")
 
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file now, as the checkpointer thread does after commits."""
+        try:
+            self.checkpointer.checkpoint()
+        except sqlite3.Error as exc:
+            raise self.mapped(exc) from exc
+
     def close(self) -> None:
-        # The checkpointer's connection first: the last one to close checkpoints and removes the WAL.
-        self.checkpointer.close()
-        self.connection.close()
+        with self._lock:
+            # The checkpointer's connection first: the last one to close checkpoints and removes the WAL.
+            self.checkpointer.close()
+            self.connection.raw.close()
 
 
 class Checkpointer:
@@ -276,28 +242,30 @@ os.register_at_fork(before=_CHECKPOINTING.acquire, after_in_parent=_CHECKPOINTIN
                     after_in_child=_after_fork_in_child)
 
 
-def _require_store(path: str, schema: str, store: str) -> None:
-    """Refuse, without creating anything, a path that is not an existing store with ``schema``'s tables."""
+def _require_store(path: str, migrations: Sequence[Migration], store: str) -> None:
+    """Refuse, without creating anything, a path that is not an existing store with the migrations' tables."""
     if not os.path.isfile(path):
         raise MetadataMissingError(f"no {store} at {path}")
     try:
         conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
         try:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            row = (conn.execute(f"SELECT version FROM {SCHEMA_TABLE} WHERE store = ?", (store,)).fetchone()
+                   if SCHEMA_TABLE in tables else None)
         finally:
             conn.close()
     except sqlite3.Error as exc:
         raise MetadataMissingError(f"{path} is not a readable {store}: {exc}") from exc
-    missing = sorted(set(_TABLE.findall(schema)) - tables)
+    missing = sorted(tables_of(migrations, "sqlite") - tables)
     if missing:
         raise MetadataMissingError(f"{path} is not a reclaim {store} (no table {missing[0]})")
+    if row is not None and int(row[0]) > migrations[-1].version:
+        raise MetadataMissingError(f"{path}: the {store}'s schema is at version {row[0]}, newer than this "
+                                   f"reclaim knows ({migrations[-1].version}): run a reclaim that knows it")
 
 
-_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)")
-
-
-def _open(path: str, schema: str, busy_timeout: float, create: bool = True) -> sqlite3.Connection:
-    """A connection set up for reclaim; with ``create``, the schema is applied (and the file made) first."""
+def _open(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """A connection set up for reclaim (the file is made when missing)."""
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
@@ -306,12 +274,6 @@ def _open(path: str, schema: str, busy_timeout: float, create: bool = True) -> s
         conn.execute("PRAGMA synchronous = FULL")
         # Checkpoints run on the store's checkpointer thread, not inside a commit.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
-        if create:
-            # The schema (statements separated by ";") is applied atomically.
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in filter(str.strip, schema.split(";")):
-                conn.execute(statement)
-            conn.execute("COMMIT")
     except BaseException:
         conn.close()
         raise

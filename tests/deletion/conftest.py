@@ -24,7 +24,7 @@ from storage.bindings import StorageBindings
 from storage.chunks import ChunkTags
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 
 @dataclass

@@ -16,7 +16,7 @@ from segments.garbage import PreparedMark, retire
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.errors import MetadataConflictError
 from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sqlite_store import SQLiteMetadataStore, SQLiteTransaction
+from storage.sql_store import SQLiteMetadataStore, SQLTransaction
 
 SEGMENT = "scope/stream/0.#epoch.0"
 TAGS = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=3)
@@ -68,7 +68,7 @@ def test_a_prepared_mark_covers_the_same_copies_whatever_their_row_versions() ->
 class RowByRow:
     """A transaction without the batched method, as another metadata store's might be."""
 
-    def __init__(self, txn: SQLiteTransaction) -> None:
+    def __init__(self, txn: SQLTransaction) -> None:
         self._txn = txn
 
     def __getattr__(self, name: str) -> Any:

@@ -33,7 +33,7 @@ from storage.bindings import StorageBindings
 from storage.errors import MetadataConflictError
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, MetadataTransaction
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.conftest import server_unavailable
 
 from .conftest import Pipeline, outcomes

@@ -25,7 +25,7 @@ from producers.producer import DeliveryTracker
 from storage.bindings import StorageBindings
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline
 

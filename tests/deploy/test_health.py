@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from ops.health import BrokerProbe, HealthMonitor, Probe, Status, StoreProbe, state_change
 from ops.procs import free_port
 from storage.errors import MetadataError
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 
 @pytest.fixture

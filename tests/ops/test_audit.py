@@ -21,7 +21,7 @@ from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
 from storage.s3 import S3ChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 
 SEGMENT = "s/a/0.#epoch.0"

@@ -17,7 +17,7 @@ import pytest
 from ops.exits import ExitCode
 from producers.topics import TopicNames
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 from .test_audit import HOUR, TAGS, aged, chunk, env_for, fs, name, one_line_error, put, run_audit, store
 

@@ -18,7 +18,7 @@ from ops.s3_server import S3Endpoint
 from ops.stack import StackState
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.metadata import ChunkRecord
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 
 TAGS = ChunkTags(component="c", stream="scope/stream", segment="scope/stream/0.E-1-O-0", writer_epoch=1)

@@ -22,7 +22,7 @@ from producers.topics import TopicNames
 from schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
 from storage.bindings import StorageBindings
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline, outcomes
 

@@ -17,7 +17,7 @@ from segments.chunked import ChunkedSegmentStorage
 from segments.garbage import RecordingGarbageSink
 from segments.streams import StreamController
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import Outgoing, produce_confirmed
 

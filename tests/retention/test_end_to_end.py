@@ -22,7 +22,7 @@ from ops.settings import Settings
 from producers.topics import TopicNames
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut
 from storage.bindings import StorageBindings
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

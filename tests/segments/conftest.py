@@ -12,7 +12,7 @@ from segments.garbage import RecordingGarbageSink
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 #: Small enough that a few short writes roll over to new chunks.
 ROLLING = 8

@@ -11,7 +11,7 @@ from segments.chunked import ChunkedSegmentStorage
 from segments.errors import LayoutImportError, SegmentExistsError
 from segments.garbage import RecordingGarbageSink
 from storage.chunks import ChunkHandle, ChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 
 def _segment_with_data(segments: ChunkedSegmentStorage) -> bytes:

@@ -14,7 +14,7 @@ from segments.errors import (
     SegmentSealedError,
 )
 from segments.garbage import RecordingGarbageSink
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 ROLLING = 8
 

@@ -13,7 +13,7 @@ from segments.garbage import RecordingGarbageSink
 from storage.chunks import ChunkHandle, ChunkTags
 from storage.errors import MetadataConflictError
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 
 class _HookedFs(FileSystemChunkStorage):

@@ -22,7 +22,7 @@ from segments.errors import (
 )
 from segments.garbage import RecordingGarbageSink
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 ROLLING = 7
 NAMES = st.sampled_from(["s/a", "s/b", "s/c"])

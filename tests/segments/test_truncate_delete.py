@@ -14,7 +14,7 @@ from segments.garbage import RecordingGarbageSink
 from storage.errors import MetadataConflictError
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import SegmentRecord
-from storage.sqlite_store import SQLiteMetadataStore, SQLiteTransaction
+from storage.sql_store import SQLiteMetadataStore, SQLTransaction
 
 
 def _filled(segments: ChunkedSegmentStorage, name: str = "s/0", size: int = 30) -> None:
@@ -93,7 +93,7 @@ def test_delete_hands_every_chunk_to_sink(segments: ChunkedSegmentStorage, store
 class _ConflictOnSegmentPut:
     """A transaction proxy whose segment CAS loses, as if another process had updated it first."""
 
-    def __init__(self, txn: SQLiteTransaction) -> None:
+    def __init__(self, txn: SQLTransaction) -> None:
         self._txn = txn
 
     def __getattr__(self, name: str) -> Any:

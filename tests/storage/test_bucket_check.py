@@ -25,7 +25,7 @@ from storage.errors import (
 )
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage, S3Settings
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 
 from storage.errors import StorageMisconfiguredError
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 
 

@@ -17,7 +17,7 @@ from storage.errors import StorageMisconfiguredError
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord
 from storage.s3 import S3ChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 NAMES = ["a/b/seg.E-1-O-0", "a/b/seg.E-1-O-10", "a/c/x", "a.c", "a/b.c", "top"]

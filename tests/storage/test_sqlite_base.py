@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
-from storage.sqlite_base import Outcome, Queries, SQLiteStoreBase, Transaction
+from storage.sql_base import Migration, Outcome, Queries, StoreBase, Transaction
+from storage.sqlite_base import SQLiteDatabase
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+_MIGRATIONS = [Migration(1, {"sqlite": "CREATE TABLE kv (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"})]
 
 
 class _Reader(Queries):
@@ -29,13 +30,13 @@ class _Txn(_Reader, Transaction):
         self._conn.execute("INSERT INTO kv VALUES (?, ?)", (key, value))
 
 
-class _KeyValueStore(SQLiteStoreBase[_Reader, _Txn]):
+class _KeyValueStore(StoreBase[_Reader, _Txn]):
     """The smallest store on the base: one table of integers."""
 
     def __init__(self, path: Path, *, busy_timeout: float = 10.0) -> None:
         self.outcomes: list[Outcome] = []
-        super().__init__(path, _SCHEMA, store="kv store", reader=_Reader, transaction=_Txn,
-                         busy_timeout=busy_timeout, outcomes=self.outcomes.append)
+        super().__init__(SQLiteDatabase(str(path), _MIGRATIONS, store="kv store", busy_timeout=busy_timeout),
+                         reader=_Reader, transaction=_Txn, outcomes=self.outcomes.append)
 
     def get(self, key: str) -> int | None:
         return self._read(lambda r: r.get(key))
@@ -70,7 +71,7 @@ def test_failing_callback_is_logged_not_raised(store: _KeyValueStore, caplog: py
     def broken() -> None:
         raise RuntimeError("observer down")
 
-    with caplog.at_level(logging.ERROR, logger="storage.sqlite_base"), store.transaction() as txn:
+    with caplog.at_level(logging.ERROR, logger="storage.sql_base"), store.transaction() as txn:
         txn.put("a", 1)
         txn.on_commit(broken)
         txn.on_commit(lambda: seen.append("later"))

@@ -12,8 +12,8 @@ import pytest
 
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.metadata import ChunkRecord, SegmentRecord
+from storage.sql_store import SQLiteMetadataStore
 from storage.sqlite_base import Checkpointer
-from storage.sqlite_store import SQLiteMetadataStore
 
 SEGMENT = "scope/stream/0.#epoch.0"
 TAGS = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=1)
@@ -106,7 +106,7 @@ def test_a_store_closes_with_its_checkpointer(tmp_path: Path) -> None:
 
 
 def _child_commits(path: str, inherited: SQLiteMetadataStore) -> None:
-    inherited._db.checkpointer.nudge()  # the parent's: idle in the child, no thread starts
+    inherited._sqlite.checkpointer.nudge()  # the parent's: idle in the child, no thread starts
     assert not any(t.name == "metadata store checkpoint" for t in threading.enumerate())
     store = SQLiteMetadataStore(path)
     with store.transaction() as txn:

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.errors import MetadataConflictError, MetadataUnavailableError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 
@@ -188,9 +188,9 @@ def test_get_marks_reads_many_in_one_query_per_ten_thousand(store: SQLiteMetadat
                   for i, mark_id in enumerate(("m0", "m1", "m2"))}
     wanted = [*(f"absent-{i}" for i in range(10_000)), "m0", "m2", "m0"]
     statements: list[str] = []
-    store._db.connection.set_trace_callback(statements.append)
+    store._sqlite.connection.raw.set_trace_callback(statements.append)
     found = store.get_marks(iter(wanted))
-    store._db.connection.set_trace_callback(None)
+    store._sqlite.connection.raw.set_trace_callback(None)
     assert found == {"m0": stored["m0"], "m2": stored["m2"]}, "absent ids are simply missing"
     assert sum(s.startswith("SELECT") and " FROM marks " in s for s in statements) == 2
     assert store.get_marks([]) == {}

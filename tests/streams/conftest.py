@@ -13,7 +13,7 @@ from segments.garbage import RecordingGarbageSink
 from segments.streams import StreamController
 from segments.topology import RecordingTopologySink
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 from tests.deletion.conftest import pipeline  # noqa: F401 - the real-broker deletion pipeline
 
 #: Small enough that a few short writes roll over to new chunks.

@@ -29,7 +29,7 @@ from segments.stream_errors import StreamBusyError
 from segments.stream_model import TxnState
 from segments.streams import StreamController
 from storage.filesystem import FileSystemChunkStorage
-from storage.sqlite_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore
 
 from .conftest import ROLLING, STREAM
 

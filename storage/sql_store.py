@@ -1,4 +1,8 @@
-"""SQLite ``MetadataStore``: one WAL file, ``BEGIN IMMEDIATE`` transactions with version compare-and-set."""
+"""The ``MetadataStore`` on SQL: segment, chunk and mark rows with version compare-and-set, on SQLite or PostgreSQL.
+
+The queries are written once (:mod:`storage.sql_base`); :class:`SQLiteMetadataStore` runs them on one
+WAL file, :class:`PostgresMetadataStore` on a PostgreSQL database through a connection pool.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +17,21 @@ from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.errors import MetadataConflictError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
 from storage.metrics import METADATA_TRANSACTIONS
-from storage.sqlite_base import Outcome, Queries, SQLiteStoreBase, Transaction
+from storage.sql_base import Database, Migration, Outcome, Queries, StoreBase, Transaction, distinct
+from storage.sqlite_base import SQLiteDatabase
+
+#: The store's name in errors and in the schema-version table.
+STORE = "metadata store"
 
 # No index holds a column that retiring a chunk changes (active, mark_id, version): phase 1's batched
-# retire then rewrites only the rows. Older files' indexes on (segment, active) and (mark_id), which
-# every retire rewrote and no query needs, are dropped; list_chunks reads a segment in offset order.
-_SCHEMA = """
+# retire then rewrites only the rows. Files made before versioned schemas had indexes on
+# (segment, active) and (mark_id), which every retire rewrote and no query needs: version 1 drops
+# them; list_chunks reads a segment in offset order. On PostgreSQL every number is 64-bit (BIGINT,
+# DOUBLE PRECISION) as SQLite's are, and keys sort byte by byte (COLLATE "C") as SQLite's do, so a
+# walk in name order agrees with an object listing's.
+MIGRATIONS = (
+    Migration(1, {
+        "sqlite": """
 CREATE TABLE IF NOT EXISTS segments (
     name TEXT PRIMARY KEY, version INTEGER NOT NULL, stream TEXT NOT NULL, status INTEGER NOT NULL,
     start_offset INTEGER NOT NULL, length INTEGER NOT NULL, first_chunk TEXT, last_chunk TEXT,
@@ -32,8 +45,25 @@ DROP INDEX IF EXISTS chunks_by_segment;
 DROP INDEX IF EXISTS chunks_by_mark;
 CREATE INDEX IF NOT EXISTS chunks_by_segment_offset ON chunks (segment, start_offset);
 CREATE TABLE IF NOT EXISTS marks (
-    mark_id TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL);
-"""
+    mark_id TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL)
+""",
+        "postgresql": """
+CREATE TABLE segments (
+    name TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, stream TEXT COLLATE "C" NOT NULL,
+    status INTEGER NOT NULL, start_offset BIGINT NOT NULL, length BIGINT NOT NULL,
+    first_chunk TEXT COLLATE "C", last_chunk TEXT COLLATE "C", max_rolling_length BIGINT NOT NULL,
+    owner_epoch BIGINT NOT NULL, last_chunk_start_offset BIGINT NOT NULL,
+    first_chunk_start_offset BIGINT NOT NULL);
+CREATE TABLE chunks (
+    name TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, segment TEXT COLLATE "C" NOT NULL,
+    start_offset BIGINT NOT NULL, length BIGINT NOT NULL, next_chunk TEXT COLLATE "C",
+    active INTEGER NOT NULL, mark_id TEXT COLLATE "C", tags TEXT NOT NULL, locations TEXT NOT NULL);
+CREATE INDEX chunks_by_segment_offset ON chunks (segment, start_offset);
+CREATE TABLE marks (
+    mark_id TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, state TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL)
+"""}),
+)
 
 _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "length", "first_chunk",
                     "last_chunk", "max_rolling_length", "owner_epoch", "last_chunk_start_offset",
@@ -41,10 +71,8 @@ _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "leng
 _CHUNK_COLUMNS = ("name", "version", "segment", "start_offset", "length", "next_chunk", "active", "mark_id",
                   "tags", "locations")
 _MARK_COLUMNS = ("mark_id", "version", "state", "created_at")
-#: How a column goes into a JSON row (see ``_Reader._many``): locations as JSON, times with every digit.
+#: How a column goes into one of SQLite's JSON rows (``select_in``): locations as JSON, times with every digit.
 _JSON_COLUMNS = {"locations": "json(locations)", "created_at": "printf('%.17g', created_at)"}
-#: Below SQLite's default bound of 32766 host parameters, so a deletion batch is one query.
-_IN_BATCH = 10000
 
 
 def _segment_from_row(row: Sequence[Any]) -> SegmentRecord:
@@ -92,13 +120,6 @@ def _mark_from_row(row: Sequence[Any]) -> MarkRecord:
     return MarkRecord(mark_id, MarkState(state), float(created_at), int(version))
 
 
-def _distinct(values: Iterable[str], key: str) -> list[str]:
-    """``values`` in their first order, each once; a lone string is refused (it would read as its letters)."""
-    if isinstance(values, str):
-        raise TypeError(f"expected an iterable of {key} values, got the single string {values!r}")
-    return list(dict.fromkeys(values))
-
-
 class _Reader(Queries):
     """Queries shared by transactions and the store's plain readers."""
 
@@ -116,22 +137,8 @@ class _Reader(Queries):
         return _chunk_from_row(row) if row else None
 
     def _many(self, table: str, columns: Sequence[str], key: str, values: Iterable[str]) -> list[Sequence[Any]]:
-        """The rows whose ``key`` is among ``values``, one query per ``_IN_BATCH`` distinct values.
-
-        Each query hands back its rows as one JSON array: SQLite then returns a single value instead
-        of a row at a time, and every row step releases the GIL — under a busy thread next to it
-        (a worker's delete thread) taking it back cost ten times the query itself.
-        """
-        wanted = _distinct(values, key)
-        fields = ", ".join(_JSON_COLUMNS.get(column, column) for column in columns)
-        rows: list[Sequence[Any]] = []
-        for start in range(0, len(wanted), _IN_BATCH):
-            batch = wanted[start:start + _IN_BATCH]
-            sql = (f"SELECT json_group_array(json_array({fields})) FROM {table} "
-                   f"WHERE {key} IN ({', '.join('?' * len(batch))})")
-            (text,) = self._conn.execute(sql, batch).fetchone()
-            rows.extend(json.loads(text))
-        return rows
+        """The rows whose ``key`` is among ``values``, in the engine's fastest way (``select_in``)."""
+        return self._conn.select_in(table, columns, key, distinct(values, key))
 
     def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]:
         records = (_chunk_from_row(row) for row in self._many("chunks", _CHUNK_COLUMNS, "name", names))
@@ -155,34 +162,43 @@ class _Reader(Queries):
         return {record.mark_id: record for record in records}
 
     def binding_names(self) -> set[str]:
-        rows = self._conn.execute("SELECT DISTINCT json_extract(loc.value, '$.binding') "
-                                  "FROM chunks, json_each(chunks.locations) AS loc")
+        rows = self._conn.execute(_BINDING_NAMES[self._conn.engine])
         return {str(row[0]) for row in rows if row[0] is not None}
 
     def segment_names(self, prefix: str = "") -> list[str]:
-        rows = self._conn.execute("SELECT name FROM segments WHERE substr(name, 1, ?) = ? ORDER BY name",
-                                  (len(prefix), prefix))
+        rows = self._conn.execute("SELECT name FROM segments WHERE substr(name, 1, length(?)) = ? ORDER BY name",
+                                  (prefix, prefix))
         return [str(row[0]) for row in rows]
 
 
-class SQLiteTransaction(_Reader, Transaction):
-    """A transaction of :class:`SQLiteMetadataStore`; valid only inside its ``with`` block."""
+#: Every binding named by a chunk row's locations (a JSON array of objects), in each engine's JSON functions.
+_BINDING_NAMES = {
+    "sqlite": "SELECT DISTINCT json_extract(loc.value, '$.binding') FROM chunks, json_each(chunks.locations) AS loc",
+    "postgresql": "SELECT DISTINCT loc ->> 'binding' FROM chunks, jsonb_array_elements(chunks.locations::jsonb) AS loc",
+}
+
+
+class SQLTransaction(_Reader, Transaction):
+    """A transaction of the metadata store; valid only inside its ``with`` block."""
 
     def _cas(self, table: str, key_column: str, key: str, expected: int, values: dict[str, Any]) -> int:
-        row = self._conn.execute(f"SELECT version FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
-        actual = int(row[0]) if row else 0
-        if actual != expected:
-            raise MetadataConflictError(f"{table} {key!r}: expected version {expected}, found {actual}",
-                                        key=key, expected=expected, actual=actual)
+        """Write the row at ``expected + 1`` if it is at ``expected`` now (0: absent), in one statement
+        that checks and writes at once: a concurrent writer of the row makes it change nothing."""
         values = values | {"version": expected + 1}
         if expected == 0:
             columns = ", ".join(values)
-            self._conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(values))})",
-                               list(values.values()))
+            changed = self._conn.execute(
+                f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(values))}) "
+                f"ON CONFLICT ({key_column}) DO NOTHING", list(values.values())).rowcount
         else:
             assignments = ", ".join(f"{column} = ?" for column in values)
-            self._conn.execute(f"UPDATE {table} SET {assignments} WHERE {key_column} = ?",
-                               [*values.values(), key])
+            changed = self._conn.execute(f"UPDATE {table} SET {assignments} WHERE {key_column} = ? AND version = ?",
+                                         [*values.values(), key, expected]).rowcount
+        if changed != 1:
+            row = self._conn.execute(f"SELECT version FROM {table} WHERE {key_column} = ?", (key,)).fetchone()
+            actual = int(row[0]) if row else 0
+            raise MetadataConflictError(f"{table} {key!r}: expected version {expected}, found {actual}",
+                                        key=key, expected=expected, actual=actual)
         return expected + 1
 
     def put_segment(self, record: SegmentRecord, *, expected_version: int | None = None) -> SegmentRecord:
@@ -191,13 +207,14 @@ class SQLiteTransaction(_Reader, Transaction):
         return replace(record, version=version)
 
     def delete_segment(self, name: str, *, expected_version: int) -> None:
-        row = self._conn.execute("SELECT version FROM segments WHERE name = ?", (name,)).fetchone()
-        actual = int(row[0]) if row else 0
-        if actual != expected_version or actual == 0:
+        changed = self._conn.execute("DELETE FROM segments WHERE name = ? AND version = ?",
+                                     (name, expected_version)).rowcount if expected_version > 0 else 0
+        if changed != 1:
+            row = self._conn.execute("SELECT version FROM segments WHERE name = ?", (name,)).fetchone()
+            actual = int(row[0]) if row else 0
             raise MetadataConflictError(
                 f"segments {name!r}: expected version {expected_version}, found {actual}",
                 key=name, expected=expected_version, actual=actual)
-        self._conn.execute("DELETE FROM segments WHERE name = ?", (name,))
 
     def put_chunk(self, record: ChunkRecord, *, expected_version: int | None = None) -> ChunkRecord:
         expected = record.version if expected_version is None else expected_version
@@ -208,25 +225,15 @@ class SQLiteTransaction(_Reader, Transaction):
         """Mark ``chunks`` inactive with ``mark_id`` in one statement, each row at its own ``version`` (CAS)."""
         rows = [(mark_id, chunk.name, chunk.version) for chunk in chunks]
         sql = "UPDATE chunks SET active = 0, mark_id = ?, version = version + 1 WHERE name = ? AND version = ?"
-        changed = self._conn.executemany(sql, rows).rowcount
+        changed = self._conn.executemany(sql, rows)
         if changed != len(rows):
             raise MetadataConflictError(f"mark {mark_id}: {len(rows) - changed} of {len(rows)} chunk rows are "
                                         "absent or at another version", key=mark_id, expected=len(rows),
                                         actual=changed)
 
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
-        """Remove the rows of ``names`` that are inactive; active rows are kept (they are live layout).
-
-        The names go back as one JSON value, then one DELETE: no row-at-a-time ``RETURNING``."""
-        wanted = _distinct(names, "name")
-        removed: list[str] = []
-        for start in range(0, len(wanted), _IN_BATCH):
-            batch = wanted[start:start + _IN_BATCH]
-            where = f"active = 0 AND name IN ({', '.join('?' * len(batch))})"
-            (text,) = self._conn.execute(f"SELECT json_group_array(name) FROM chunks WHERE {where}", batch).fetchone()
-            self._conn.execute(f"DELETE FROM chunks WHERE {where}", batch)
-            removed.extend(json.loads(text))
-        return removed
+        """Remove the rows of ``names`` that are inactive; active rows are kept (they are live layout)."""
+        return [str(name) for name in self._conn.delete_in("chunks", "name", distinct(names, "name"), "active = 0")]
 
     def put_mark(self, record: MarkRecord, *, expected_version: int | None = None) -> MarkRecord:
         expected = record.version if expected_version is None else expected_version
@@ -235,19 +242,11 @@ class SQLiteTransaction(_Reader, Transaction):
         return replace(record, version=version)
 
 
-class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
-    """The default metadata store: one SQLite file in WAL mode, safe for several processes.
+class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
+    """The metadata store on a SQL :class:`~storage.sql_base.Database`; see the engines' subclasses."""
 
-    Each transaction is ``BEGIN IMMEDIATE``: it takes the database's write lock up front, so reads
-    inside it are consistent with its writes and concurrent writers wait up to ``busy_timeout``
-    seconds, then get :class:`MetadataUnavailableError`. One connection per store, guarded by a lock.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0, create: bool = True) -> None:
-        """Open (with ``create``, make) the store at ``path``; without ``create`` a path that holds no
-        metadata store raises :class:`~storage.errors.MetadataMissingError` and nothing is written."""
-        super().__init__(path, _SCHEMA, store="metadata store", reader=_Reader, transaction=SQLiteTransaction,
-                         busy_timeout=busy_timeout, outcomes=_count_outcome, create=create)
+    def __init__(self, db: Database) -> None:
+        super().__init__(db, reader=_Reader, transaction=SQLTransaction, outcomes=_count_outcome)
 
     def get_segment(self, name: str) -> SegmentRecord | None:
         return self._read(lambda r: r.get_segment(name))
@@ -257,7 +256,7 @@ class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
 
     def get_chunks(self, names: Iterable[str]) -> dict[str, ChunkRecord]:
         """Every stored chunk row among ``names`` (active or not), in one query per 10000 names."""
-        wanted = _distinct(names, "name")
+        wanted = distinct(names, "name")
         return self._read(lambda r: r.get_chunks(wanted))
 
     def list_chunks(self, segment: str, *, active_only: bool = True) -> list[ChunkRecord]:
@@ -273,7 +272,7 @@ class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
 
     def get_marks(self, mark_ids: Iterable[str]) -> dict[str, MarkRecord]:
         """Every stored mark among ``mark_ids``, by id, in one query per 10000 ids; absent ids are left out."""
-        wanted = _distinct(mark_ids, "mark_id")
+        wanted = distinct(mark_ids, "mark_id")
         return self._read(lambda r: r.get_marks(wanted))
 
     def segment_names(self, prefix: str = "") -> list[str]:
@@ -287,6 +286,27 @@ class SQLiteMetadataStore(SQLiteStoreBase[_Reader, SQLiteTransaction]):
         """Remove inactive chunk rows (after their storage delete) in one transaction; returns the removed."""
         with self.transaction() as txn:
             return txn.remove_chunks(names)
+
+
+class SQLiteMetadataStore(SQLMetadataStore):
+    """The default metadata store: one SQLite file in WAL mode, safe for several processes.
+
+    Each transaction is ``BEGIN IMMEDIATE``: it takes the database's write lock up front, so reads
+    inside it are consistent with its writes and concurrent writers wait up to ``busy_timeout``
+    seconds, then get :class:`MetadataUnavailableError`. One connection per store, guarded by a lock.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0, create: bool = True) -> None:
+        """Open (with ``create``, make or migrate) the store at ``path``; without ``create`` a path that holds
+        no metadata store raises :class:`~storage.errors.MetadataMissingError` and nothing is written."""
+        self.path = os.fspath(path)
+        self._sqlite = SQLiteDatabase(self.path, MIGRATIONS, store=STORE, busy_timeout=busy_timeout,
+                                      create=create, json_columns=_JSON_COLUMNS)
+        super().__init__(self._sqlite)
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the database file now, as the checkpointer thread does after commits."""
+        self._sqlite.checkpoint()
 
 
 def _count_outcome(outcome: Outcome) -> None:
