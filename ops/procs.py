@@ -68,14 +68,22 @@ def _log_hint(log: Path | None) -> str:
 
 
 def spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start a detached server process writing stdout and stderr to ``log``."""
+          cwd: Path | None = None, user: str | None = None) -> subprocess.Popen[bytes]:
+    """Start a detached server process writing stdout and stderr to ``log`` (as ``user``, when given)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(
             list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, start_new_session=True,
+            env=env, cwd=cwd, start_new_session=True, user=user, group=_group_of(user),
         )
+
+
+def _group_of(user: str | None) -> int | None:
+    if user is None:
+        return None
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
 
 
 def stop_pid(pid: int, timeout: float = 20.0) -> None:

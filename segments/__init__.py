@@ -1,6 +1,6 @@
 """reclaim: segments."""
 
-from segments.controller_store import StreamMetadataStore
+from segments.controller_store import ControllerStore, StreamMetadataStore, open_controller_store
 from segments.ids import (
     SegmentId,
     SegmentName,
@@ -38,7 +38,8 @@ from segments.streams import StreamController
 __all__ = [
     "EpochRecord", "InvalidScaleError", "KeyRange", "MalformedNameError", "SegmentId", "SegmentName",
     "StreamBusyError", "StreamController", "StreamError", "StreamExistsError", "StreamHistory",
-    "StreamMetadataStore", "StreamNotFoundError", "StreamNotSealedError", "StreamRecord", "StreamSealedError",
+    "ControllerStore", "StreamMetadataStore", "StreamNotFoundError", "StreamNotSealedError", "StreamRecord",
+    "StreamSealedError", "open_controller_store",
     "StreamSegment", "StreamState", "TxnId", "TxnNotFoundError", "TxnRecord", "TxnState", "TxnStateError",
     "compose_segment_id", "parse_segment_name", "segment_name", "split_segment_id", "txn_segment_name",
 ]

@@ -263,3 +263,23 @@ class StreamMetadataStore(ControllerStore):
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
         self.path = os.fspath(path)
         super().__init__(SQLiteDatabase(self.path, MIGRATIONS, store=STORE, busy_timeout=busy_timeout))
+
+
+class PostgresControllerStore(ControllerStore):
+    """The controller store in a PostgreSQL database, normally the metadata store's (serializable
+    transactions on a connection pool; see :mod:`storage.postgres_base`)."""
+
+    def __init__(self, url: str, *, pool_size: int = 4) -> None:
+        from storage.postgres_base import PostgresDatabase
+
+        self.url = url
+        super().__init__(PostgresDatabase(url, MIGRATIONS, store=STORE, pool_size=pool_size))
+
+
+def open_controller_store(location: str | os.PathLike[str], *, pool_size: int = 4) -> ControllerStore:
+    """The controller store at ``location``: a ``postgresql://`` URL, else a SQLite file's path."""
+    from storage.sql_store import is_postgres_url
+
+    if is_postgres_url(location):
+        return PostgresControllerStore(str(location), pool_size=pool_size)
+    return StreamMetadataStore(location)

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import StreamMetadataStore, StreamTransaction
+from segments.controller_store import ControllerStore, StreamTransaction
 from segments.errors import SegmentExistsError, SegmentNotFoundError
 from segments.ids import SegmentId, TxnId, segment_name
 from segments.stream_errors import StreamBusyError, StreamNotFoundError, TxnNotFoundError, TxnStateError
@@ -51,7 +51,7 @@ class StreamOperations:
     interrupted or failed publish is redone by the retry or recovery (a duplicate is harmless).
     """
 
-    def __init__(self, segments: ChunkedSegmentStorage, store: StreamMetadataStore, *,
+    def __init__(self, segments: ChunkedSegmentStorage, store: ControllerStore, *,
                  crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
                  takeover_after_s: float = 300.0, topology_sink: TopologySink | None = None) -> None:
         self.segments = segments

@@ -11,7 +11,7 @@ from dataclasses import replace
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut
 from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import StreamMetadataStore, StreamTransaction
+from segments.controller_store import ControllerStore, StreamTransaction, open_controller_store
 from segments.ids import SegmentId, TxnId, qualified_stream, segment_name
 from segments.operations import CrashHook, StreamOperations
 from segments.stream_errors import (
@@ -49,7 +49,7 @@ class StreamController:
     """Streams, scaling and transactions over a :class:`ChunkedSegmentStorage`.
 
     Segment bytes and layouts live in the segment storage (and its metadata store); streams,
-    the history table, transactions and pending operations in a :class:`StreamMetadataStore`,
+    the history table, transactions and pending operations in a :class:`~segments.controller_store.ControllerStore`,
     normally the same SQLite file. Scale, commit, seal and delete of one stream are linearised and
     crash-idempotent (see :class:`~segments.operations.StreamOperations`); a conflicting request
     while another is in progress gets :class:`~segments.stream_errors.StreamBusyError`.
@@ -60,13 +60,13 @@ class StreamController:
 
     Examples
     --------
-    >>> controller = StreamController(segments, StreamMetadataStore(store.path))  # doctest: +SKIP
+    >>> controller = StreamController(segments, open_controller_store(location))  # doctest: +SKIP
     >>> controller.create_stream("scope", "orders", 2)  # doctest: +SKIP
     >>> first, second = controller.active_segments("scope/orders")  # doctest: +SKIP
     >>> controller.scale("scope/orders", [first.id], [(0.0, 0.25), (0.25, 0.5)])  # doctest: +SKIP
     """
 
-    def __init__(self, segments: ChunkedSegmentStorage, store: StreamMetadataStore, *,
+    def __init__(self, segments: ChunkedSegmentStorage, store: ControllerStore, *,
                  crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
                  takeover_after_s: float = 300.0, topology_sink: TopologySink | None = None) -> None:
         self.segments = segments
@@ -76,10 +76,11 @@ class StreamController:
         self.txns = TransactionCoordinator(self.ops)
 
     @classmethod
-    def beside(cls, segments: ChunkedSegmentStorage, path: str | os.PathLike[str], *,
+    def beside(cls, segments: ChunkedSegmentStorage, location: str | os.PathLike[str], *,
                crash_hook: CrashHook | None = None, topology_sink: TopologySink | None = None) -> StreamController:
-        """A controller whose tables live in the SQLite file at ``path`` (normally the segment store's)."""
-        return cls(segments, StreamMetadataStore(path), crash_hook=crash_hook, topology_sink=topology_sink)
+        """A controller whose tables live at ``location`` (normally the segment store's): a SQLite file's
+        path or a ``postgresql://`` URL."""
+        return cls(segments, open_controller_store(location), crash_hook=crash_hook, topology_sink=topology_sink)
 
     def close(self) -> None:
         """Close the controller store (the segment storage and its metadata store are the caller's)."""

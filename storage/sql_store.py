@@ -309,5 +309,31 @@ class SQLiteMetadataStore(SQLMetadataStore):
         self._sqlite.checkpoint()
 
 
+class PostgresMetadataStore(SQLMetadataStore):
+    """The metadata store in a PostgreSQL database (``postgresql://`` URL), shared by processes on any
+    number of hosts: serializable transactions on a pool of at most ``pool_size`` connections (see
+    :mod:`storage.postgres_base` for the isolation and what each refusal becomes)."""
+
+    def __init__(self, url: str, *, create: bool = True, pool_size: int = 8, pool_timeout: float = 30.0) -> None:
+        from storage.postgres_base import PostgresDatabase
+
+        self.url = url
+        super().__init__(PostgresDatabase(url, MIGRATIONS, store=STORE, create=create, pool_size=pool_size,
+                                          pool_timeout=pool_timeout))
+
+
+def is_postgres_url(location: str | os.PathLike[str]) -> bool:
+    """Whether a metadata location names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def open_metadata_store(location: str | os.PathLike[str], *, create: bool = True,
+                        pool_size: int = 8) -> SQLMetadataStore:
+    """The metadata store at ``location``: a ``postgresql://`` URL, else a SQLite file's path."""
+    if is_postgres_url(location):
+        return PostgresMetadataStore(str(location), create=create, pool_size=pool_size)
+    return SQLiteMetadataStore(location, create=create)
+
+
 def _count_outcome(outcome: Outcome) -> None:
     METADATA_TRANSACTIONS.labels(outcome).inc()

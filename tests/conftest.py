@@ -160,3 +160,42 @@ def kafka_topics(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Cal
         return TopicNames.for_prefix(prefix, retry_delays)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL database the session may make schemas in: ``RECLAIM_TEST_METADATA_URL`` when set,
+    else a server of Debian's package started on a free loopback port (installed on first use)."""
+    explicit = os.environ.get("RECLAIM_TEST_METADATA_URL")
+    if explicit:
+        yield explicit
+        return
+    from ops import pg_server
+
+    try:
+        server = pg_server.start()
+    except (StackError, OSError) as exc:
+        server_unavailable("PostgreSQL", exc)
+        raise AssertionError("unreachable") from exc
+    yield server.url()
+    server.stop(remove=True)
+
+
+def postgres_schema_url(url: str, schema: str) -> str:
+    """``url`` with its tables in ``schema`` (made now): a test's own namespace in the session's database."""
+    from urllib.parse import quote
+
+    from ops.pg_server import create_schema
+
+    create_schema(url, schema)
+    return f"{url}{'&' if '?' in url else '?'}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def metadata_location(request: pytest.FixtureRequest, tmp_path: Path, unique_name: Callable[[str], str]) -> str:
+    """Where a test's metadata lives, once per engine: a fresh SQLite file, or a fresh schema of the
+    session's PostgreSQL database (a ``postgresql://`` URL)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "metadata.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return postgres_schema_url(url, unique_name("t").replace("-", "_"))

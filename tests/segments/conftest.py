@@ -12,15 +12,16 @@ from segments.garbage import RecordingGarbageSink
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore, open_metadata_store
 
 #: Small enough that a few short writes roll over to new chunks.
 ROLLING = 8
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteMetadataStore]:
-    meta = SQLiteMetadataStore(tmp_path / "metadata.db")
+def store(metadata_location: str) -> Iterator[SQLMetadataStore]:
+    """The metadata store, once on SQLite and once on PostgreSQL."""
+    meta = open_metadata_store(metadata_location)
     yield meta
     meta.close()
 
@@ -48,12 +49,12 @@ def any_binding(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Base
 
 
 @pytest.fixture
-def segments(store: SQLiteMetadataStore, fs_binding: FileSystemChunkStorage,
+def segments(store: SQLMetadataStore, fs_binding: FileSystemChunkStorage,
              sink: RecordingGarbageSink) -> ChunkedSegmentStorage:
     return ChunkedSegmentStorage(store, fs_binding, sink, max_rolling_length=ROLLING)
 
 
 @pytest.fixture
-def any_segments(store: SQLiteMetadataStore, any_binding: BaseChunkStorage,
+def any_segments(store: SQLMetadataStore, any_binding: BaseChunkStorage,
                  sink: RecordingGarbageSink) -> ChunkedSegmentStorage:
     return ChunkedSegmentStorage(store, any_binding, sink, max_rolling_length=ROLLING)

@@ -14,7 +14,7 @@ from segments.errors import (
     SegmentSealedError,
 )
 from segments.garbage import RecordingGarbageSink
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore
 
 ROLLING = 8
 
@@ -79,7 +79,7 @@ def test_write_offset_and_seal_rules(segments: ChunkedSegmentStorage) -> None:
     assert segments.read("s/0", 0, 11) == b"hello world"
 
 
-def test_concat_is_metadata_only(segments: ChunkedSegmentStorage, store: SQLiteMetadataStore) -> None:
+def test_concat_is_metadata_only(segments: ChunkedSegmentStorage, store: SQLMetadataStore) -> None:
     for name in ("t/0", "t/txn"):
         segments.create(name)
     w_target = segments.open_write("t/0", epoch=1)

@@ -13,7 +13,7 @@ from segments.garbage import RecordingGarbageSink
 from storage.chunks import ChunkHandle, ChunkTags
 from storage.errors import MetadataConflictError
 from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore
 
 
 class _HookedFs(FileSystemChunkStorage):
@@ -38,7 +38,7 @@ class _HookedFs(FileSystemChunkStorage):
 
 
 @pytest.fixture
-def hooked(tmp_path: Path, store: SQLiteMetadataStore,
+def hooked(tmp_path: Path, store: SQLMetadataStore,
            sink: RecordingGarbageSink) -> tuple[ChunkedSegmentStorage, _HookedFs]:
     binding = _HookedFs(tmp_path / "hooked", name="fs-tier2")
     return ChunkedSegmentStorage(store, binding, sink, max_rolling_length=64), binding
@@ -100,7 +100,7 @@ def test_fence_landing_mid_write_hides_the_bytes(hooked: tuple[ChunkedSegmentSto
 
 
 def test_fenced_new_chunk_goes_to_garbage(hooked: tuple[ChunkedSegmentStorage, _HookedFs],
-                                          sink: RecordingGarbageSink, store: SQLiteMetadataStore) -> None:
+                                          sink: RecordingGarbageSink, store: SQLMetadataStore) -> None:
     segments, binding = hooked
     segments.create("s/0", max_rolling_length=4)
     old = segments.open_write("s/0", epoch=1)

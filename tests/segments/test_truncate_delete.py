@@ -14,7 +14,7 @@ from segments.garbage import RecordingGarbageSink
 from storage.errors import MetadataConflictError
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import SegmentRecord
-from storage.sql_store import SQLiteMetadataStore, SQLTransaction
+from storage.sql_store import SQLMetadataStore, SQLTransaction
 
 
 def _filled(segments: ChunkedSegmentStorage, name: str = "s/0", size: int = 30) -> None:
@@ -25,7 +25,7 @@ def _filled(segments: ChunkedSegmentStorage, name: str = "s/0", size: int = 30) 
         segments.write(writer, start, data[start:start + 5])
 
 
-def test_truncate_hands_head_chunks_to_sink(segments: ChunkedSegmentStorage, store: SQLiteMetadataStore,
+def test_truncate_hands_head_chunks_to_sink(segments: ChunkedSegmentStorage, store: SQLMetadataStore,
                                             sink: RecordingGarbageSink) -> None:
     _filled(segments)
     before = segments.layout("s/0")
@@ -69,7 +69,7 @@ def test_truncate_to_the_end_then_write(segments: ChunkedSegmentStorage, sink: R
     assert segments.layout("s/0")[0].start_offset == 10
 
 
-def test_delete_hands_every_chunk_to_sink(segments: ChunkedSegmentStorage, store: SQLiteMetadataStore,
+def test_delete_hands_every_chunk_to_sink(segments: ChunkedSegmentStorage, store: SQLMetadataStore,
                                           sink: RecordingGarbageSink) -> None:
     _filled(segments)
     segments.truncate("s/0", 9)
@@ -107,7 +107,7 @@ class _ConflictOnSegmentPut:
 class _ConflictingStore:
     """Wraps a store; while armed, every transaction loses its segment compare-and-set."""
 
-    def __init__(self, store: SQLiteMetadataStore) -> None:
+    def __init__(self, store: SQLMetadataStore) -> None:
         self._store = store
         self.armed = False
 
@@ -125,7 +125,7 @@ class _ConflictingStore:
     lambda s: s.delete("s/0"),
 ])
 def test_conflicting_transaction_gives_sink_nothing(
-        store: SQLiteMetadataStore, fs_binding: FileSystemChunkStorage,
+        store: SQLMetadataStore, fs_binding: FileSystemChunkStorage,
         operation: Callable[[ChunkedSegmentStorage], object]) -> None:
     sink = RecordingGarbageSink()
     conflicting = _ConflictingStore(store)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import StreamMetadataStore
+from segments.controller_store import ControllerStore, open_controller_store
 from segments.garbage import RecordingGarbageSink
 from segments.streams import StreamController
 from segments.topology import RecordingTopologySink
 from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore, open_metadata_store
 from tests.deletion.conftest import pipeline  # noqa: F401 - the real-broker deletion pipeline
 
 #: Small enough that a few short writes roll over to new chunks.
@@ -22,13 +22,9 @@ STREAM = "scope/orders"
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "metadata.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[SQLiteMetadataStore]:
-    meta = SQLiteMetadataStore(db_path)
+def store(metadata_location: str) -> Iterator[SQLMetadataStore]:
+    """The metadata store, once on SQLite and once on PostgreSQL."""
+    meta = open_metadata_store(metadata_location)
     yield meta
     meta.close()
 
@@ -44,14 +40,15 @@ def sink() -> RecordingGarbageSink:
 
 
 @pytest.fixture
-def segments(store: SQLiteMetadataStore, fs_binding: FileSystemChunkStorage,
+def segments(store: SQLMetadataStore, fs_binding: FileSystemChunkStorage,
              sink: RecordingGarbageSink) -> ChunkedSegmentStorage:
     return ChunkedSegmentStorage(store, fs_binding, sink, max_rolling_length=ROLLING)
 
 
 @pytest.fixture
-def streams_store(db_path: Path, store: SQLiteMetadataStore) -> Iterator[StreamMetadataStore]:
-    controller_store = StreamMetadataStore(db_path)
+def streams_store(metadata_location: str, store: SQLMetadataStore) -> Iterator[ControllerStore]:
+    """The controller store beside ``store``, in the same database."""
+    controller_store = open_controller_store(metadata_location)
     yield controller_store
     controller_store.close()
 
@@ -62,6 +59,6 @@ def topology_sink() -> RecordingTopologySink:
 
 
 @pytest.fixture
-def controller(segments: ChunkedSegmentStorage, streams_store: StreamMetadataStore,
+def controller(segments: ChunkedSegmentStorage, streams_store: ControllerStore,
                topology_sink: RecordingTopologySink) -> StreamController:
     return StreamController(segments, streams_store, topology_sink=topology_sink)

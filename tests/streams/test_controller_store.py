@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from schemas.streams import RetentionPolicy, RetentionType
-from segments.controller_store import StreamMetadataStore
+from segments.controller_store import ControllerStore
 from segments.ids import SegmentId, TxnId
 from segments.stream_model import StreamHistory, StreamRecord, TxnRecord, TxnState, duplicate_epoch, initial_epoch
 from segments.stream_plans import (
@@ -25,7 +25,7 @@ from storage.errors import MetadataConflictError
 from .conftest import STREAM
 
 
-def test_stream_and_txn_rows_are_compare_and_set(streams_store: StreamMetadataStore) -> None:
+def test_stream_and_txn_rows_are_compare_and_set(streams_store: ControllerStore) -> None:
     record = StreamRecord("scope", "orders", RetentionPolicy(RetentionType.NONE))
     with streams_store.transaction() as txn:
         stored = txn.put_stream(record)
@@ -43,7 +43,7 @@ def test_stream_and_txn_rows_are_compare_and_set(streams_store: StreamMetadataSt
     assert streams_store.list_txns(STREAM, [TxnState.OPEN]) == [replace(big, version=1)]
 
 
-def test_history_rows_are_idempotent_and_never_rewritten(streams_store: StreamMetadataStore) -> None:
+def test_history_rows_are_idempotent_and_never_rewritten(streams_store: ControllerStore) -> None:
     epoch = initial_epoch(3)
     with streams_store.transaction() as txn:
         txn.put_epoch(STREAM, epoch)
@@ -53,7 +53,7 @@ def test_history_rows_are_idempotent_and_never_rewritten(streams_store: StreamMe
     assert streams_store.get_epochs(STREAM) == [epoch]
 
 
-def test_a_stream_has_one_pending_operation(streams_store: StreamMetadataStore) -> None:
+def test_a_stream_has_one_pending_operation(streams_store: ControllerStore) -> None:
     op = Operation(STREAM, "op-1", SealPlan(), 1.0)
     with streams_store.transaction() as txn:
         txn.put_operation(op)
@@ -84,7 +84,7 @@ def test_plans_round_trip_through_json(plan: Plan) -> None:
 
 
 def test_sealed_lengths_keep_the_first_record_and_go_only_with_the_history(
-        streams_store: StreamMetadataStore) -> None:
+        streams_store: ControllerStore) -> None:
     with streams_store.transaction() as txn:
         txn.put_epoch(STREAM, initial_epoch(2))
         txn.put_sealed_lengths(STREAM, {0: 10, 1: 3})

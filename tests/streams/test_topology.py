@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from schemas import SealedSegment, StreamCut, StreamTopology, TopologyState
-from segments.controller_store import StreamMetadataStore
+from segments.controller_store import ControllerStore
 from segments.ids import SegmentId
 from segments.stream_errors import StreamBusyError, StreamError, StreamNotFoundError
 from segments.stream_model import StreamHistory, StreamState, initial_epoch
@@ -167,7 +167,7 @@ def test_publish_topology_republishes_what_the_store_holds(
 
 
 def test_publish_topology_waits_for_a_pending_operation_and_needs_a_sink(
-        two_segments: StreamController, streams_store: StreamMetadataStore) -> None:
+        two_segments: StreamController, streams_store: ControllerStore) -> None:
     def crash(step: str) -> None:
         if step == "scale:publish":
             raise KeyboardInterrupt  # stands in for the process dying at this step
@@ -199,7 +199,7 @@ class FailingOnceSink(RecordingTopologySink):
 
 
 def test_an_unconfirmed_publish_leaves_the_operation_pending_until_its_retry_publishes(
-        two_segments: StreamController, streams_store: StreamMetadataStore) -> None:
+        two_segments: StreamController, streams_store: ControllerStore) -> None:
     sink = FailingOnceSink()
     controller = StreamController(two_segments.segments, streams_store, topology_sink=sink)
     with pytest.raises(StreamError, match="not confirmed"):

@@ -15,7 +15,7 @@ from producers.topics import TopicNames
 from producers.topology import KafkaTopologyPublisher, TopologyPublishError
 from schemas import StreamTopology, TopologyState, build_codec
 from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import StreamMetadataStore
+from segments.controller_store import ControllerStore
 from segments.ids import SegmentId
 from segments.streams import StreamController
 from tests.integration.kafka_io import consume_from_start
@@ -45,7 +45,7 @@ def without_time(topology: StreamTopology) -> StreamTopology:
 @pytest.mark.integration
 def test_the_controllers_topologies_land_on_the_compacted_topic_keyed_by_stream(
         kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], unique_name: Callable[[str], str],
-        segments: ChunkedSegmentStorage, streams_store: StreamMetadataStore, producer: RecordProducer,
+        segments: ChunkedSegmentStorage, streams_store: ControllerStore, producer: RecordProducer,
         unreachable: RecordProducer) -> None:
     topics = kafka_topics()
     codec = build_codec()

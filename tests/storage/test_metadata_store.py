@@ -1,9 +1,11 @@
-"""SQLite metadata store: versioned records, multi-key CAS transactions, marks, and racing processes."""
+"""The metadata store on both engines (SQLite and PostgreSQL): versioned records, multi-key CAS transactions,
+marks, racing processes; and each engine's own behaviour."""
 
 from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -15,7 +17,7 @@ from prometheus_client import REGISTRY
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.errors import MetadataConflictError, MetadataUnavailableError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLiteMetadataStore, SQLMetadataStore, open_metadata_store
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 
@@ -28,11 +30,13 @@ def chunk(name: str, start: int = 0, length: int = 10, **kwargs: object) -> Chun
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SQLiteMetadataStore:
-    return SQLiteMetadataStore(tmp_path / "meta.db")
+def store(metadata_location: str) -> Iterator[SQLMetadataStore]:
+    meta = open_metadata_store(metadata_location)
+    yield meta
+    meta.close()
 
 
-def test_records_round_trip_with_versions(store: SQLiteMetadataStore) -> None:
+def test_records_round_trip_with_versions(store: SQLMetadataStore) -> None:
     with store.transaction() as txn:
         seg = txn.put_segment(SegmentRecord("s/0", stream="s", status=SegmentStatus.SEALED, first_chunk="c0",
                                             last_chunk="c0", owner_epoch=3, max_rolling_length=100))
@@ -45,7 +49,7 @@ def test_records_round_trip_with_versions(store: SQLiteMetadataStore) -> None:
     assert store.get_segment("nope") is None and store.get_chunk("nope") is None
 
 
-def test_cas_conflicts(store: SQLiteMetadataStore) -> None:
+def test_cas_conflicts(store: SQLMetadataStore) -> None:
     with store.transaction() as txn:
         seg = txn.put_segment(SegmentRecord("s/0"))
     with pytest.raises(MetadataConflictError) as info, store.transaction() as txn:
@@ -61,7 +65,7 @@ def test_cas_conflicts(store: SQLiteMetadataStore) -> None:
     assert seg2.version == 2 and seg2.length == 5
 
 
-def test_multi_key_transaction_is_all_or_nothing(store: SQLiteMetadataStore) -> None:
+def test_multi_key_transaction_is_all_or_nothing(store: SQLMetadataStore) -> None:
     with store.transaction() as txn:
         seg = txn.put_segment(SegmentRecord("s/0", first_chunk="c0", last_chunk="c0", length=10))
         c0 = txn.put_chunk(chunk("c0"))
@@ -78,7 +82,7 @@ def test_multi_key_transaction_is_all_or_nothing(store: SQLiteMetadataStore) -> 
     assert store.get_mark("m1").state is MarkState.PENDING  # type: ignore[union-attr]
 
 
-def test_phase_one_shape_is_one_transaction(store: SQLiteMetadataStore) -> None:
+def test_phase_one_shape_is_one_transaction(store: SQLMetadataStore) -> None:
     with store.transaction() as txn:
         txn.put_segment(SegmentRecord("s/0", first_chunk="c0", last_chunk="c1", length=20))
         txn.put_chunk(chunk("c0", next_chunk="c1"))
@@ -100,7 +104,7 @@ def test_phase_one_shape_is_one_transaction(store: SQLiteMetadataStore) -> None:
     assert [c.name for c in store.list_chunks("s/0", active_only=False)] == ["c0", "c1"]
 
 
-def test_get_chunks_batch_and_remove_inactive_only(store: SQLiteMetadataStore) -> None:
+def test_get_chunks_batch_and_remove_inactive_only(store: SQLMetadataStore) -> None:
     names = [f"c{i:04d}" for i in range(1200)]
     with store.transaction() as txn:
         for i, name in enumerate(names):
@@ -114,7 +118,7 @@ def test_get_chunks_batch_and_remove_inactive_only(store: SQLiteMetadataStore) -
     assert set(store.get_chunks(names[:4])) == {"c0000", "c0002"}
 
 
-def test_delete_segment_and_names(store: SQLiteMetadataStore) -> None:
+def test_delete_segment_and_names(store: SQLMetadataStore) -> None:
     with store.transaction() as txn:
         a = txn.put_segment(SegmentRecord("scope/a/0"))
         txn.put_segment(SegmentRecord("scope/b/0"))
@@ -144,8 +148,8 @@ def test_locked_database_is_unavailable_not_a_hang(tmp_path: Path) -> None:
     assert info.value.retryable
 
 
-def _race(path: str, rounds: int, barrier: Barrier, results: Queue[tuple[int, str]]) -> None:
-    store = SQLiteMetadataStore(path)
+def _race(location: str, rounds: int, barrier: Barrier, results: Queue[tuple[int, str]]) -> None:
+    store = open_metadata_store(location)
     for round_no in range(rounds):
         barrier.wait()
         seen = store.get_segment("s/0")
@@ -160,15 +164,14 @@ def _race(path: str, rounds: int, barrier: Barrier, results: Queue[tuple[int, st
     store.close()
 
 
-def test_two_processes_racing_on_one_segment(tmp_path: Path) -> None:
-    path = str(tmp_path / "race.db")
-    store = SQLiteMetadataStore(path)
+def test_two_processes_racing_on_one_segment(store: SQLMetadataStore, metadata_location: str) -> None:
     with store.transaction() as txn:
         txn.put_segment(SegmentRecord("s/0"))
-    ctx = multiprocessing.get_context("fork")
+    # Spawned, not forked: a forked child would share the parent's pooled PostgreSQL connections.
+    ctx = multiprocessing.get_context("spawn")
     barrier, rounds = ctx.Barrier(2), 25
     results: Queue[tuple[int, str]] = ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(path, rounds, barrier, results)) for _ in range(2)]
+    procs = [ctx.Process(target=_race, args=(metadata_location, rounds, barrier, results)) for _ in range(2)]
     for proc in procs:
         proc.start()
     outcomes = [results.get(timeout=30) for _ in range(2 * rounds)]
@@ -182,7 +185,8 @@ def test_two_processes_racing_on_one_segment(tmp_path: Path) -> None:
     assert final is not None and final.length == rounds and final.version == rounds + 1
 
 
-def test_get_marks_reads_many_in_one_query_per_ten_thousand(store: SQLiteMetadataStore) -> None:
+def test_get_marks_reads_many_in_one_query_per_ten_thousand(tmp_path: Path) -> None:
+    store = SQLiteMetadataStore(tmp_path / "meta.db")  # SQLite's own statements are traced
     with store.transaction() as txn:
         stored = {mark_id: txn.put_mark(MarkRecord(mark_id, MarkState.COMMITTED, 1.0 + i))
                   for i, mark_id in enumerate(("m0", "m1", "m2"))}
@@ -196,21 +200,21 @@ def test_get_marks_reads_many_in_one_query_per_ten_thousand(store: SQLiteMetadat
     assert store.get_marks([]) == {}
 
 
-def test_get_marks_in_a_transaction_sees_its_own_writes(store: SQLiteMetadataStore) -> None:
+def test_get_marks_in_a_transaction_sees_its_own_writes(store: SQLMetadataStore) -> None:
     with store.transaction() as txn:
         txn.put_mark(MarkRecord("m1", MarkState.PENDING, 1.0))
         assert txn.get_marks(["m1", "m9"]) == {"m1": MarkRecord("m1", MarkState.PENDING, 1.0, 1)}
     assert set(store.get_marks(["m1"])) == {"m1"}
 
 
-def test_a_single_string_is_refused_where_ids_are_expected(store: SQLiteMetadataStore) -> None:
+def test_a_single_string_is_refused_where_ids_are_expected(store: SQLMetadataStore) -> None:
     with pytest.raises(TypeError, match="expected an iterable of mark_id values, got the single string 'm1'"):
         store.get_marks("m1")
     with pytest.raises(TypeError, match="expected an iterable of name values"), store.transaction() as txn:
         txn.get_chunks("c0")
 
 
-def test_transaction_outcomes_are_counted_in_the_metric(store: SQLiteMetadataStore) -> None:
+def test_transaction_outcomes_are_counted_in_the_metric(store: SQLMetadataStore) -> None:
     def count(outcome: str) -> float:
         return REGISTRY.get_sample_value("reclaim_metadata_transactions_total", {"outcome": outcome}) or 0.0
 

@@ -1,0 +1,196 @@
+"""A PostgreSQL server for reclaim's tests and benchmarks, from Debian's package, started on loopback.
+
+``python -m ops.pg_server install`` installs Debian's ``postgresql`` package when no server is found
+(as root, with apt-get; `make test` runs it, so a fresh machine gets one); ``python -m ops.pg_server
+start`` runs a server on a free port with a temporary data directory, prints the
+``RECLAIM_METADATA_URL`` that points reclaim at it and runs until SIGTERM or SIGINT.
+
+Debian's package is used rather than a wheel that ships a server: it is the build operators run,
+kept patched by Debian, and the machines reclaim is tested on reach Debian's packages. PostgreSQL
+refuses to run as root, so as root the server runs as the package's ``postgres`` user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.procs import StackError, free_port, pid_alive, spawn, stop_on_signals, stop_pid, wait_until
+
+#: The superuser the tests' server is made with, and its database.
+USER = "reclaim"
+DATABASE = "reclaim"
+#: The account a server started by root runs as (Debian's package makes it).
+SERVICE_USER = "postgres"
+
+
+def bin_dir() -> Path | None:
+    """The directory of the newest installed PostgreSQL server's programs (initdb, postgres), or None."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                      key=lambda p: [int(n) for n in re.findall(r"\d+", p.parent.parent.name)], reverse=True)
+    if versions:
+        return versions[0].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def install() -> Path:
+    """The server's program directory, installing Debian's ``postgresql`` package first when there is none."""
+    found = bin_dir()
+    if found is not None:
+        return found
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        raise StackError("no PostgreSQL server found: install one (Debian: `apt-get install postgresql`) or set "
+                         "RECLAIM_TEST_METADATA_URL to a PostgreSQL database the tests may use")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in ([apt, "update", "-q"], [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise StackError(f"{' '.join(argv[:2])} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    found = bin_dir()
+    if found is None:
+        raise StackError("apt-get installed postgresql but no initdb was found under /usr/lib/postgresql")
+    return found
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A running server: its process, data directory and the URL of its ``reclaim`` database."""
+
+    pid: int
+    data_dir: Path
+    port: int
+    password: str
+
+    def url(self, database: str = DATABASE, *, schema: str | None = None) -> str:
+        """A ``postgresql://`` URL of ``database``; with ``schema``, one whose tables live in that schema."""
+        options = f"?options=-csearch_path%3D{schema}" if schema else ""
+        return f"postgresql://{USER}:{self.password}@127.0.0.1:{self.port}/{database}{options}"
+
+    def stop(self, *, remove: bool = False) -> None:
+        """Stop the server; with ``remove``, delete its cluster too."""
+        stop_pid(self.pid)
+        if remove:
+            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+
+
+def _runs_as() -> str | None:
+    return SERVICE_USER if os.geteuid() == 0 else None
+
+
+def _run(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, user=_runs_as())
+    if done.returncode != 0:
+        raise StackError(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}")
+
+
+def _owned(path: Path) -> None:
+    """Give ``path`` to the account the server runs as (when that is not the current one)."""
+    user = _runs_as()
+    if user is not None:
+        shutil.chown(path, user, user)
+
+
+def start(work: Path | None = None, *, port: int | None = None, timeout: float = 60.0) -> PostgresServer:
+    """Make a cluster in a fresh directory (under ``work``, else the system's temporary one), start it
+    on ``port`` (a free one when None) on loopback only, and make the ``reclaim`` database.
+
+    The cluster is the tests' own: password authentication for ``reclaim`` over TCP, no Unix socket,
+    and ``fsync`` off (a killed server's writes are in the page cache all the same; only a machine
+    that loses power would lose them, which no test does).
+    """
+    programs = install()
+    base = Path(tempfile.mkdtemp(prefix="reclaim-pg-", dir=work))
+    _owned(base)
+    data_dir = base / "data"
+    password = secrets.token_hex(12)
+    pwfile = base / "pw"
+    pwfile.write_text(password + "\n")
+    _owned(pwfile)
+    _run([str(programs / "initdb"), "-D", str(data_dir), "-U", USER, f"--pwfile={pwfile}", "-A", "scram-sha-256",
+          "-E", "UTF8", "--locale=C", "--no-sync"], "initdb")
+    pwfile.unlink()
+    (base / "postgres.log").touch()
+    _owned(base / "postgres.log")
+    server = _launch(programs, data_dir, port or free_port(), password, timeout)
+    try:
+        _create_database(server)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def restart(server: PostgresServer, *, timeout: float = 60.0) -> PostgresServer:
+    """Start ``server``'s cluster again (after a stop or a kill) on the same port; the new process."""
+    return _launch(install(), server.data_dir, server.port, server.password, timeout)
+
+
+def _launch(programs: Path, data_dir: Path, port: int, password: str, timeout: float) -> PostgresServer:
+    log = data_dir.parent / "postgres.log"
+    proc = spawn([str(programs / "postgres"), "-D", str(data_dir), "-p", str(port), "-h", "127.0.0.1", "-k", "",
+                  "-c", "fsync=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB"],
+                 log, user=_runs_as())
+    server = PostgresServer(proc.pid, data_dir, port, password)
+    try:
+        wait_until(lambda: _accepts(server), timeout, "PostgreSQL", proc, log)
+    except StackError:
+        stop_pid(proc.pid)
+        raise
+    return server
+
+
+def _accepts(server: PostgresServer) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(server.url("postgres"), connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+def _create_database(server: PostgresServer) -> None:
+    import psycopg
+
+    with psycopg.connect(server.url("postgres"), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+
+
+def create_schema(url: str, schema: str) -> None:
+    """Make ``schema`` in the database of ``url`` (a test's own namespace for reclaim's tables)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("command", choices=["install", "start"])
+    args = parser.parse_args()
+    if args.command == "install":
+        print(install())
+        return
+    server = start()
+    print(f"export RECLAIM_METADATA_URL={server.url()}", flush=True)
+    stop = stop_on_signals("stopping PostgreSQL")
+    try:
+        while pid_alive(server.pid) and not stop.wait(1.0):
+            pass
+    finally:
+        server.stop(remove=True)
+
+
+if __name__ == "__main__":
+    main()
