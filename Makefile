@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ops.gotools prometheus promtool  # built from their Go modules once (minutes), then cached
+	$(PY) -m ops.pg_server install  # Debian's postgresql package, when no server is installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

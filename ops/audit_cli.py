@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ops.exits import ExitCode
-from ops.settings import Settings
+from ops.settings import METADATA_URL_HELP, Settings
 
 if TYPE_CHECKING:
     from ops.audit import AuditReport, OrphanRepair, Sample
-    from storage.sql_store import SQLiteMetadataStore
+    from storage.sql_store import SQLMetadataStore
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
@@ -70,7 +70,7 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
 
 
 @contextmanager
-def _repair(settings: Settings, store: SQLiteMetadataStore, args: argparse.Namespace) -> Iterator[OrphanRepair]:
+def _repair(settings: Settings, store: SQLMetadataStore, args: argparse.Namespace) -> Iterator[OrphanRepair]:
     """Phase 1 on an idempotent producer, the broker and the deletion topic proven first."""
     from ops import preflight, runtime
     from ops.audit import OrphanRepair
@@ -184,6 +184,7 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                             "to PATH (replaced atomically) for node_exporter's textfile collector")
     audit.add_argument("--progress", action="store_true", help="progress on stderr even when it is no terminal")
     audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
+    audit.add_argument("--metadata-url", help=METADATA_URL_HELP)
     audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
     common(audit)
     audit.set_defaults(run=cmd_audit)

@@ -18,7 +18,7 @@ from ops import config_file, preflight, stack
 from ops.exits import EXIT_CODES_HELP, CommandError, ExitCode, UsageError
 from ops.logs import configure_logging
 from ops.procs import StackError
-from ops.settings import Settings
+from ops.settings import METADATA_URL_HELP, Settings, redact_password
 from schemas.errors import ReclaimError
 
 Command = Callable[[argparse.Namespace, Settings], int]
@@ -154,6 +154,8 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
 
     values = {name: (str(value) if isinstance(value, Path) else value) for name, value in asdict(settings).items()}
     values["s3_secret_key"] = "********"
+    if settings.metadata_url:
+        values["metadata_url"] = redact_password(settings.metadata_url)
     if args.json:
         _print_json(values)
     else:
@@ -212,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--commit-interval-ms", type=int,
                         help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")
     worker.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
+    worker.add_argument("--metadata-url", help=METADATA_URL_HELP)
     worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2); it must "
                         "exist (an unmounted volume is refused), see --create-fs-root")
     worker.add_argument("--create-fs-root", dest="fs_create_root", action="store_true", default=None,
@@ -262,8 +265,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     """The settings of this run: flags over ``RECLAIM_*`` variables over the config file over defaults."""
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
-             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "fs_root", "fs_create_root",
-             "metrics_port", "truncation_group_id", "record_every_s", "principal")
+             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "metadata_url", "fs_root",
+             "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "principal")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = _retry_delays(args.retry_delays)

@@ -29,7 +29,7 @@ def stream_controller(settings: Settings, max_rolling_length: int | None = None
         segments = ChunkedSegmentStorage(store, bindings.get(settings.stream_binding), service, bindings=bindings,
                                          max_rolling_length=max_rolling_length or DEFAULT_MAX_ROLLING_LENGTH)
         topology = KafkaTopologyPublisher(producer, codec, runtime.topic_names(settings).stream_topology)
-        controller = StreamController.beside(segments, settings.metadata_file, topology_sink=topology)
+        controller = StreamController.beside(segments, settings.metadata_location, topology_sink=topology)
         try:
             yield controller, ConfirmedPublisher(producer, codec)
         finally:

@@ -20,7 +20,7 @@ from segments.walkthrough import run_txn_walkthrough
 from storage.bindings import StorageBindings
 from storage.chunks import ChunkStorage
 from storage.metadata import ChunkRecord
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
         say(f"  {name:44} {counter(name, labels):8.0f}")
 
 
-def show_segments(store: SQLiteMetadataStore, binding: ChunkStorage, bindings: StorageBindings,
+def show_segments(store: SQLMetadataStore, binding: ChunkStorage, bindings: StorageBindings,
                   service: LedgerDeletionService) -> None:
     storage = ChunkedSegmentStorage(store, binding, service, bindings=bindings, max_rolling_length=1024)
     stream = f"demo/orders-{binding.name}"
@@ -118,11 +118,11 @@ def show_segments(store: SQLiteMetadataStore, binding: ChunkStorage, bindings: S
         say(f"    {name}")
 
 
-def show_stream(settings: Settings, store: SQLiteMetadataStore, binding: ChunkStorage, bindings: StorageBindings,
+def show_stream(settings: Settings, store: SQLMetadataStore, binding: ChunkStorage, bindings: StorageBindings,
                 service: LedgerDeletionService) -> tuple[ChunkRecord, ...]:
     """PDP-24 on real storage: the aborted transaction's chunks go to phase 1, the committed one's stay."""
     storage = ChunkedSegmentStorage(store, binding, service, bindings=bindings, max_rolling_length=64)
-    controller = StreamController.beside(storage, settings.metadata_file)
+    controller = StreamController.beside(storage, settings.metadata_location)
     try:
         walk = run_txn_walkthrough(controller, "demo", "payments")
         say(f"  stream {walk.stream}: scaled to epoch {walk.scaled_to.epoch} "

@@ -9,7 +9,7 @@ from consumers.lag import estimated_inflight
 from ops import runtime, stack
 from ops.settings import Settings
 from storage.bindings import StorageBindings
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore
 
 
 def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
@@ -30,7 +30,7 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-def drain(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,
+def drain(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,
           timeout_s: float = 60.0) -> None:
     """Run a phase-2 worker until its group has no deletion left in flight."""
     worker = runtime.deletion_worker(settings, store, bindings)

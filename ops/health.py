@@ -21,7 +21,7 @@ from prometheus_client import Gauge
 from ops import preflight, runtime
 from ops.settings import Settings
 from producers.config import kafka_config, quiet_logger
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +165,9 @@ class BrokerProbe:
 class StoreProbe:
     """The metadata store answers a keyed read; opened on first use (never created), reopened after a failure."""
 
-    def __init__(self, open_store: Callable[[], SQLiteMetadataStore]) -> None:
+    def __init__(self, open_store: Callable[[], SQLMetadataStore]) -> None:
         self._open = open_store
-        self._store: SQLiteMetadataStore | None = None
+        self._store: SQLMetadataStore | None = None
 
     def __call__(self) -> None:
         if self._store is None:

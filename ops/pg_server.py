@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -76,8 +77,9 @@ class PostgresServer:
         return f"postgresql://{USER}:{self.password}@127.0.0.1:{self.port}/{database}{options}"
 
     def stop(self, *, remove: bool = False) -> None:
-        """Stop the server; with ``remove``, delete its cluster too."""
-        stop_pid(self.pid)
+        """Stop the server (a fast shutdown: clients are disconnected, not waited for); with ``remove``,
+        delete its cluster too."""
+        stop_pid(self.pid, sig=signal.SIGINT)
         if remove:
             shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 

@@ -86,12 +86,12 @@ def _group_of(user: str | None) -> int | None:
     return pwd.getpwnam(user).pw_gid
 
 
-def stop_pid(pid: int, timeout: float = 20.0) -> None:
-    """SIGTERM the process group of ``pid``, then SIGKILL it if it outlives ``timeout``."""
+def stop_pid(pid: int, timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` (SIGTERM) to the process group of ``pid``, then SIGKILL it if it outlives ``timeout``."""
     if not pid_alive(pid):
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, sig)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(pid)

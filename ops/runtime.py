@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 from consumers.deletion_worker import DeletionWorker, WorkerConfig
 from deletion.executor import DeletionExecutor
@@ -19,7 +20,7 @@ from storage.bindings import StorageBindings
 from storage.errors import MetadataError
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore, is_postgres_url, open_metadata_store
 
 log = logging.getLogger(__name__)
 
@@ -28,18 +29,18 @@ def topic_names(settings: Settings) -> TopicNames:
     return TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays)
 
 
-def metadata_store(settings: Settings, *, create: bool = True) -> SQLiteMetadataStore:
-    """The metadata store; a writer (``create``) makes it when missing, a reader or a worker never does:
-    for them a missing, foreign or corrupt file is one :class:`~ops.exits.Unavailable` line."""
-    path = settings.metadata_file
-    if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return SQLiteMetadataStore(path)
+def metadata_store(settings: Settings, *, create: bool = True) -> SQLMetadataStore:
+    """The metadata store (SQLite file or PostgreSQL database); a writer (``create``) makes or migrates it,
+    a reader or a worker never does: for them a missing, foreign or corrupt store, or a server that does
+    not answer, is one :class:`~ops.exits.Unavailable` line."""
+    location = settings.metadata_location
+    if create and not is_postgres_url(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return SQLiteMetadataStore(path, create=False)
+        return open_metadata_store(location, create=create, pool_size=settings.metadata_pool_size)
     except MetadataError as exc:
-        raise Unavailable(f"{exc}: check --metadata-path / RECLAIM_METADATA_PATH (or --state-dir); "
-                          "only writers create the store") from exc
+        raise Unavailable(f"{exc}: check --metadata-url / RECLAIM_METADATA_URL, or --metadata-path / "
+                          "RECLAIM_METADATA_PATH (or --state-dir); only writers create the store") from exc
 
 
 def s3_binding(settings: Settings) -> S3ChunkStorage | None:
@@ -74,7 +75,7 @@ def codec(settings: Settings) -> RecordCodec:
     return build_codec(settings.schema_registry_url)
 
 
-def deletion_service(settings: Settings, store: SQLiteMetadataStore,
+def deletion_service(settings: Settings, store: SQLMetadataStore,
                      producer: RecordProducer) -> LedgerDeletionService:
     """Phase 1 wired to the deletion topic through ``producer`` (an idempotent one)."""
     topics = topic_names(settings)
@@ -82,7 +83,7 @@ def deletion_service(settings: Settings, store: SQLiteMetadataStore,
     return LedgerDeletionService(store, publisher)
 
 
-def deletion_worker(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,
+def deletion_worker(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,
                     index: int = 0) -> DeletionWorker:
     """Phase 2: consumer ``index`` of the configured group over the deletion topic and its retry tiers."""
     instance_id = f"{settings.instance_id}-{index}" if settings.instance_id else None

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 DEFAULT_RETRY_DELAYS = (10, 60, 600)
+
+METADATA_URL_HELP = ("a metadata store shared by hosts: postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
+                     "(RECLAIM_METADATA_URL; wins over --metadata-path)")
 
 
 def _default_cache() -> Path:
@@ -38,8 +42,12 @@ class Settings:
     s3_region: str = "us-east-1"
     s3_count_missing: bool = True
     schema_registry_url: str | None = None
-    # Phase-2 worker.
+    # The metadata store: a SQLite file (``metadata_path``, default ``<state_dir>/metadata.db``) or, for
+    # processes on several hosts, a PostgreSQL database (``metadata_url``, which wins when set).
     metadata_path: Path | None = None
+    metadata_url: str | None = None
+    metadata_pool_size: int = 8
+    # Phase-2 worker.
     fs_root: Path | None = None
     fs_create_root: bool = False
     group_id: str = "reclaim-deletion"
@@ -81,12 +89,29 @@ class Settings:
         return self.metadata_path or self.state_dir / "metadata.db"
 
     @property
+    def metadata_location(self) -> str:
+        """Where the metadata store is: a ``postgresql://`` URL, else the SQLite file's path."""
+        if self.metadata_url:
+            return self.metadata_url.removeprefix("sqlite://") if self.metadata_url.startswith("sqlite://") \
+                else self.metadata_url
+        return str(self.metadata_file)
+
+    @property
+    def metadata_shown(self) -> str:
+        """The metadata location as logs and messages show it (a URL without its password)."""
+        if self.metadata_url and self.metadata_url.startswith(("postgresql://", "postgres://")):
+            from storage.postgres_base import describe
+
+            return f"PostgreSQL {describe(self.metadata_url)}"
+        return self.metadata_location
+
+    @property
     def fs_tier2_root(self) -> Path:
         return self.fs_root or self.state_dir / "tier2"
 
     def validate(self) -> None:
         positive = {"partitions": self.partitions, "batch_size": self.batch_size, "max_attempts": self.max_attempts,
-                    "delete_parallelism": self.delete_parallelism,
+                    "delete_parallelism": self.delete_parallelism, "metadata_pool_size": self.metadata_pool_size,
                     "consumers": self.consumers, "replication_factor": self.replication_factor}
         for name, value in positive.items():
             if value < 1:
@@ -95,6 +120,9 @@ class Settings:
             raise ValueError("poll_timeout_s and mark_timeout_s must be positive")
         if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):
             raise ValueError(f"retry_delays must be whole seconds >= 1, e.g. 10,60,600; got {self.retry_delays}")
+        if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):
+            raise ValueError("metadata_url must be a postgresql://user:password@host:port/database URL "
+                             f"(or sqlite://PATH), got {self.metadata_url.split('://')[0]!r}...")
         if self.record_every_s < 0:
             raise ValueError(f"record_every_s must not be negative, got {self.record_every_s}")
 
@@ -102,6 +130,11 @@ class Settings:
     def admins(self) -> frozenset[str]:
         """The principals allowed to truncate streams by hand (``RECLAIM_ADMIN_PRINCIPALS``, comma-separated)."""
         return frozenset(part.strip() for part in self.admin_principals.split(",") if part.strip())
+
+
+def redact_password(url: str) -> str:
+    """``url`` with the password of its user part masked (``postgresql://u:********@host/db``)."""
+    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)[^@]*@", r"\1********@", url)
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}

@@ -14,7 +14,7 @@ from ops.controller_runtime import stream_controller
 from ops.exits import UsageError
 from ops.procs import stop_on_signals
 from ops.retention_recorder import RetentionRecorder
-from ops.settings import Settings
+from ops.settings import METADATA_URL_HELP, Settings
 from producers.subscribers import SubscriberClient
 from retention.policy import check_policy
 from schemas.base import LONG_MAX
@@ -130,6 +130,7 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     streams.add_argument("--cut", help="truncate: JSON object of segment id to offset, as 'cut' prints it")
     streams.add_argument("--principal", help="who asks (RECLAIM_PRINCIPAL; default the OS user)")
     streams.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
+    streams.add_argument("--metadata-url", help=METADATA_URL_HELP)
     streams.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
     common(streams)
     streams.set_defaults(run=cmd_streams)
@@ -145,6 +146,7 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     applier.add_argument("--truncation-group-id", help="consumer group (default reclaim-truncation)")
     applier.add_argument("--poll-timeout-s", type=float, help="poll timeout (default 1.0)")
     applier.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
+    applier.add_argument("--metadata-url", help=METADATA_URL_HELP)
     applier.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
     applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")

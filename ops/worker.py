@@ -14,7 +14,7 @@ from ops.procs import stop_on_signals
 from ops.settings import Settings
 from storage import metrics as storage_metrics
 from storage.bindings import StorageBindings
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore
 
 log = logging.getLogger(__name__)
 INFLIGHT_REFRESH_S = 15.0
@@ -53,7 +53,7 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
         _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
     store, bindings = _checked_dependencies(settings)
     log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
-             settings.metadata_file, settings.consumers)
+             settings.metadata_shown, settings.consumers)
     try:
         return _run_consumers(settings, store, bindings, stop)
     finally:
@@ -61,7 +61,7 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
         store.close()
 
 
-def _checked_dependencies(settings: Settings) -> tuple[SQLiteMetadataStore, StorageBindings]:
+def _checked_dependencies(settings: Settings) -> tuple[SQLMetadataStore, StorageBindings]:
     """Everything a worker needs, proven before it joins its group, each in bounded time: the metadata
     store (never created here), every configured binding and every binding the store's rows name, the
     broker and every topic the worker reads or writes. The first that fails stops it in one line."""
@@ -83,7 +83,7 @@ def _checked_dependencies(settings: Settings) -> tuple[SQLiteMetadataStore, Stor
     return store, bindings
 
 
-def _run_consumers(settings: Settings, store: SQLiteMetadataStore, bindings: StorageBindings,
+def _run_consumers(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,
                    stop: threading.Event) -> int:
     """One consumer per thread, all in one group: while one waits on storage, another decodes and judges."""
     workers = [runtime.deletion_worker(settings, store, bindings, index=i) for i in range(settings.consumers)]

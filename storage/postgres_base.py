@@ -121,6 +121,7 @@ class PostgresDatabase:
         self._pool = ConnectionPool(url, min_size=min(2, pool_size), max_size=pool_size, open=False,
                                     timeout=pool_timeout, kwargs={"autocommit": True, "connect_timeout": 5},
                                     check=ConnectionPool.check_connection, name=f"reclaim {store}")
+        _probe(url, self.where, connect_timeout)
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
         except PoolTimeout as exc:
@@ -176,6 +177,15 @@ class PostgresDatabase:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _probe(url: str, where: str, timeout: float) -> None:
+    """One connection first, so that a refused connection or a wrong password fails at once, saying so
+    (a pool would retry it until its timeout and then say only that it timed out)."""
+    try:
+        psycopg.connect(url, connect_timeout=max(1, round(timeout))).close()
+    except psycopg.Error as exc:
+        raise MetadataUnavailableError(f"cannot reach PostgreSQL at {where}: {_first_line(exc)}") from exc
 
 
 def _first_line(exc: BaseException) -> str:
