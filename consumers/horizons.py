@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from producers.kafka_errors import ErrorKind, classify, kafka_error_of
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +62,27 @@ class Horizons:
 
 
 def end_offset(consumer: Consumer, tp: TopicPartition) -> int | None:
-    """The partition's end offset now, or None when the broker does not say in time."""
+    """The partition's end offset now, or None when the broker does not say in time.
+
+    An error the broker says will pass is asked again within the same time: a topic created moments ago
+    answers "not leader for partition" until its leader is known, and an unknown end would make every
+    record of the partition doubtful (each listed before its delete).
+    """
+    deadline = time.monotonic() + END_OFFSET_TIMEOUT_S
+    retrying = Retrying(stop=stop_after_delay(END_OFFSET_TIMEOUT_S), wait=wait_exponential(multiplier=0.05, max=0.5),
+                        retry=retry_if_exception(_transient), reraise=True)
     try:
-        _, high = consumer.get_watermark_offsets(tp, timeout=END_OFFSET_TIMEOUT_S, cached=False)
+        for attempt in retrying:
+            with attempt:
+                left = max(deadline - time.monotonic(), 0.1)
+                _, high = consumer.get_watermark_offsets(tp, timeout=left, cached=False)
     except KafkaException as exc:
         log.info("end of %s[%d] unknown at assignment (%s): every record of it is checked as redelivered",
                  tp.topic, tp.partition, exc)
         return None
     return int(high)
+
+
+def _transient(exc: BaseException) -> bool:
+    error = kafka_error_of(exc) if isinstance(exc, KafkaException) else None
+    return error is not None and classify(error) is ErrorKind.RETRIABLE

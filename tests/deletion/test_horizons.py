@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from consumers.horizons import Horizons
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from consumers.horizons import Horizons, end_offset
 
 P = ("deletions", 0)
 
@@ -53,3 +57,32 @@ def test_a_reassigned_partition_starts_over() -> None:
     horizons.assigned(P, 20)
     assert horizons.read(P, 8) is True
     assert horizons.read(P, 20) is False
+
+
+class _Watermarks:
+    """Answers get_watermark_offsets with the given errors first, then with ``(0, high)``."""
+
+    def __init__(self, *errors: int, high: int = 42) -> None:
+        self.errors = list(errors)
+        self.high = high
+        self.calls = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float, cached: bool) -> tuple[int, int]:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, self.high
+
+
+def test_the_end_of_a_partition_whose_leader_is_not_known_yet_is_asked_again() -> None:
+    # A topic created moments ago: the first answers say "not leader"; an unknown end would make every
+    # record of the partition doubtful, listed before its delete.
+    consumer: Any = _Watermarks(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    assert end_offset(consumer, TopicPartition("deletions", 0)) == 42
+    assert consumer.calls == 3
+
+
+def test_an_end_the_broker_refuses_for_good_is_unknown_at_once() -> None:
+    consumer: Any = _Watermarks(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    assert end_offset(consumer, TopicPartition("deletions", 0)) is None
+    assert consumer.calls == 1
