@@ -243,9 +243,13 @@ class SQLTransaction(_Reader, Transaction):
 
 
 class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
-    """The metadata store on a SQL :class:`~storage.sql_base.Database`; see the engines' subclasses."""
+    """The metadata store on a SQL :class:`~storage.sql_base.Database`; see the engines' subclasses.
 
-    def __init__(self, db: Database) -> None:
+    ``location`` is where it is, as :func:`open_metadata_store` takes it: a SQLite file's path or a
+    ``postgresql://`` URL."""
+
+    def __init__(self, db: Database, location: str) -> None:
+        self.location = location
         super().__init__(db, reader=_Reader, transaction=SQLTransaction, outcomes=_count_outcome)
 
     def get_segment(self, name: str) -> SegmentRecord | None:
@@ -302,7 +306,7 @@ class SQLiteMetadataStore(SQLMetadataStore):
         self.path = os.fspath(path)
         self._sqlite = SQLiteDatabase(self.path, MIGRATIONS, store=STORE, busy_timeout=busy_timeout,
                                       create=create, json_columns=_JSON_COLUMNS)
-        super().__init__(self._sqlite)
+        super().__init__(self._sqlite, self.path)
 
     def checkpoint(self) -> None:
         """Copy what the WAL holds into the database file now, as the checkpointer thread does after commits."""
@@ -319,7 +323,7 @@ class PostgresMetadataStore(SQLMetadataStore):
 
         self.url = url
         super().__init__(PostgresDatabase(url, MIGRATIONS, store=STORE, create=create, pool_size=pool_size,
-                                          pool_timeout=pool_timeout))
+                                          pool_timeout=pool_timeout), url)
 
 
 def is_postgres_url(location: str | os.PathLike[str]) -> bool:

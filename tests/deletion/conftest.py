@@ -24,7 +24,7 @@ from storage.bindings import StorageBindings
 from storage.chunks import ChunkTags
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_store import SQLiteMetadataStore
+from storage.sql_store import SQLMetadataStore, is_postgres_url, open_metadata_store
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Pipeline:
 
     bootstrap: str
     topics: TopicNames
-    store: SQLiteMetadataStore
+    store: SQLMetadataStore
     bindings: StorageBindings
     group_id: str
     workers: list[DeletionWorker] = field(default_factory=list)
@@ -66,10 +66,14 @@ class Pipeline:
             "RECLAIM_BOOTSTRAP": self.bootstrap,
             "RECLAIM_TOPIC_PREFIX": self.topics.deletion.removesuffix("ledger-deletion"),
             "RECLAIM_RETRY_DELAYS": ",".join(str(d) for d, _ in self.topics.retries),
-            "RECLAIM_METADATA_PATH": self.store.path, "RECLAIM_FS_ROOT": str(fs_root),
+            self._metadata_variable: self.store.location, "RECLAIM_FS_ROOT": str(fs_root),
             "RECLAIM_GROUP_ID": self.group_id, "RECLAIM_STATE_DIR": str(fs_root.parent / "worker-state"),
             "RECLAIM_POLL_TIMEOUT_S": "0.5", **extra,
         }
+
+    @property
+    def _metadata_variable(self) -> str:
+        return "RECLAIM_METADATA_URL" if is_postgres_url(self.store.location) else "RECLAIM_METADATA_PATH"
 
     def worker(self, mark_timeout_s: float = 30.0, max_attempts: int = 10, **config: Any) -> DeletionWorker:
         executor = DeletionExecutor(self.store, self.bindings, mark_timeout_s=mark_timeout_s,
@@ -108,15 +112,29 @@ def outcomes(reports: Sequence[BatchReport]) -> dict[str, int]:
     return total
 
 
+def _pipeline(kafka_bootstrap: str, topics: TopicNames, store: SQLMetadataStore, tmp_path: Path,
+              group: str) -> Iterator[Pipeline]:
+    fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
+    pipe = Pipeline(kafka_bootstrap, topics, store, StorageBindings([fs]), group)
+    yield pipe
+    pipe.close()
+
+
 @pytest.fixture
 def pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames],
              tmp_path: Path,
              unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
-    fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(), SQLiteMetadataStore(tmp_path / "meta.db"),
-                    StorageBindings([fs]), unique_name("group"))
-    yield pipe
-    pipe.close()
+    """The pipeline on a SQLite metadata store (the embedded default)."""
+    yield from _pipeline(kafka_bootstrap, kafka_topics(), open_metadata_store(str(tmp_path / "meta.db")), tmp_path,
+                         unique_name("group"))
+
+
+@pytest.fixture
+def engine_pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], metadata_location: str,
+                    tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
+    """The pipeline once on SQLite and once on PostgreSQL (workers started by the tests use it too)."""
+    yield from _pipeline(kafka_bootstrap, kafka_topics(), open_metadata_store(metadata_location), tmp_path,
+                         unique_name("group"))
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def test_writers_go_on_while_a_truncate_waits_for_a_frozen_broker(
     filled(storage, SEGMENT, b"a" * 1000)
     filled(storage, OTHER, b"b" * 100)
     # Another writer with its own connection to the same file, as another process would have.
-    other_store = SQLiteMetadataStore(pipe.store.path)
+    other_store = SQLiteMetadataStore(pipe.store.location)
     other = ChunkedSegmentStorage(other_store, binding, RecordingGarbageSink(), max_rolling_length=100)
     before, layout = pipe.store.get_segment(SEGMENT), storage.layout(SEGMENT)
     failure: list[BaseException] = []

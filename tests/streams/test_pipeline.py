@@ -28,7 +28,7 @@ STREAM = "scope/orders"
 def controller(pipeline: Pipeline) -> Iterator[StreamController]:
     storage = ChunkedSegmentStorage(pipeline.store, pipeline.bindings.get("fs-tier2"), pipeline.service,
                                     max_rolling_length=16)
-    streams = StreamMetadataStore(pipeline.store.path)
+    streams = StreamMetadataStore(pipeline.store.location)
     yield StreamController(storage, streams)
     streams.close()
 
