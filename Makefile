@@ -1,5 +1,5 @@
 # reclaim's two entry points: `make demo` (the end-to-end demo on the embedded default stack) and
-# `make test` (the whole suite against a real Kafka broker, S3 endpoint and Spark). Both create the
+# `make test` (the whole suite against a real Kafka broker, S3 endpoints and Spark). Both create the
 # virtual environment and install the pinned dependencies on first use; the Kafka jars and the Spark
 # Kafka connector are fetched from Maven Central on first use into ~/.cache/reclaim.
 
@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/reclaim demo
 
 test: $(STAMP)
-	$(PY) -m ops.gotools prometheus promtool  # built from their Go modules once (minutes), then cached
+	$(PY) -m ops.gotools prometheus promtool minio  # built from their Go modules once (minutes), then cached
 	$(PY) -m ops.pg_server install  # Debian's postgresql package, when no server is installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -31,6 +31,15 @@ class S3Endpoint:
         return S3Settings(bucket=bucket, endpoint_url=self.url, access_key=self.access_key,
                           secret_key=self.secret_key, region=self.region, key_prefix=key_prefix)
 
+    def credentials_env(self) -> dict[str, str]:
+        """The ``RECLAIM_S3_*`` variables of this endpoint's credentials and region, for a reclaim process."""
+        return {"RECLAIM_S3_ACCESS_KEY": self.access_key, "RECLAIM_S3_SECRET_KEY": self.secret_key,
+                "RECLAIM_S3_REGION": self.region}
+
+    def reclaim_env(self, bucket: str) -> dict[str, str]:
+        """The ``RECLAIM_S3_*`` variables that point a reclaim process at this endpoint's ``bucket``."""
+        return {"RECLAIM_S3_ENDPOINT": self.url, "RECLAIM_S3_BUCKET": bucket, **self.credentials_env()}
+
 
 def _answers(url: str) -> bool:
     try:

@@ -1,7 +1,11 @@
-"""Session fixtures for reclaim's tests: the real servers (Kafka, S3 endpoint, Spark) and name factories.
+"""Session fixtures for reclaim's tests: the real servers (Kafka, S3 endpoints, Spark) and name factories.
 
 Every server fixture starts its server once per session. Outside CI a server that cannot start
 skips the tests that need it, with the reason; with ``CI=true`` it fails them instead.
+
+A test that names ``s3_endpoint`` (itself or through ``s3_bucket`` or ``s3_binding``) runs once per S3
+server: moto and MinIO, or only the endpoint ``RECLAIM_TEST_S3_ENDPOINT`` names. moto accepts any
+credentials, key or bucket name; MinIO checks them as a real server does.
 """
 
 from __future__ import annotations
@@ -13,10 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from ops.minio_server import start_minio
 from ops.procs import StackError, free_port, stop_pid
-from ops.s3_server import S3Endpoint, ensure_bucket, start_s3
+from ops.s3_server import LOCAL_REGION, S3Endpoint, ensure_bucket, start_s3
+from storage.s3 import S3ChunkStorage
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+#: An S3 endpoint named here replaces the local servers, as ``RECLAIM_KAFKA_BOOTSTRAP`` does the broker
+#: (with ``RECLAIM_TEST_S3_ACCESS_KEY``, ``RECLAIM_TEST_S3_SECRET_KEY`` and ``RECLAIM_TEST_S3_REGION``).
+EXTERNAL_S3 = os.environ.get("RECLAIM_TEST_S3_ENDPOINT", "")
+#: The S3 servers the S3 tests run on, by id; the server of id ``x`` is the session fixture ``x_s3``.
+S3_SERVERS: tuple[str, ...] = ("external",) if EXTERNAL_S3 else ("moto", "minio")
 
 
 def server_unavailable(what: str, exc: BaseException) -> None:
@@ -33,16 +45,74 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("reclaim-state")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "s3_servers(*ids): run on these S3 servers only ('moto', 'minio', "
+                                       "'external'), not on every one; the test says why")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that names ``s3_endpoint`` runs once per S3 server (ids ``moto``, ``minio``, ``external``).
+
+    An ``s3_servers`` mark narrows that to the servers it names, e.g. ``s3_servers("minio", "external")``
+    for what only a real server does; a test marked for none of this run's servers, such as one that
+    needs moto's own API, starts those it names (moto is always at hand).
+    """
+    if "s3_endpoint" not in metafunc.fixturenames:
+        return
+    only = metafunc.definition.get_closest_marker("s3_servers")
+    servers = S3_SERVERS if only is None else tuple(s for s in S3_SERVERS if s in only.args) or only.args
+    metafunc.parametrize("s3_endpoint", servers, indirect=True)
+
+
 @pytest.fixture(scope="session")
-def s3_endpoint(state_dir: Path) -> Iterator[S3Endpoint]:
+def moto_s3(state_dir: Path) -> Iterator[S3Endpoint]:
     """moto's S3 server on a free loopback port, for the whole session."""
     try:
         proc, endpoint = start_s3(state_dir / "s3.log")
     except (StackError, OSError) as exc:
-        server_unavailable("S3 endpoint", exc)
+        server_unavailable("S3 endpoint (moto)", exc)
         raise AssertionError("unreachable") from exc
     yield endpoint
     stop_pid(proc.pid)
+
+
+@pytest.fixture(scope="session")
+def minio_s3(state_dir: Path) -> Iterator[S3Endpoint]:
+    """A MinIO server on a free loopback port with its root credentials, for the whole session (built
+    from its Go module on first use: ``make test`` builds it before the tests)."""
+    from ops.settings import Settings
+
+    try:
+        pid, endpoint = start_minio(state_dir / "minio", Settings.from_env().cache_dir)
+    except (StackError, OSError) as exc:
+        server_unavailable("S3 endpoint (MinIO)", exc)
+        raise AssertionError("unreachable") from exc
+    yield endpoint
+    stop_pid(pid)
+
+
+@pytest.fixture(scope="session")
+def external_s3() -> S3Endpoint:
+    """The S3 endpoint ``RECLAIM_TEST_S3_ENDPOINT`` names, with the credentials beside it."""
+    access_key = os.environ.get("RECLAIM_TEST_S3_ACCESS_KEY")
+    secret_key = os.environ.get("RECLAIM_TEST_S3_SECRET_KEY")
+    if not (access_key and secret_key):
+        pytest.fail("RECLAIM_TEST_S3_ENDPOINT needs RECLAIM_TEST_S3_ACCESS_KEY and RECLAIM_TEST_S3_SECRET_KEY",
+                    pytrace=False)
+    return S3Endpoint(EXTERNAL_S3, access_key=access_key, secret_key=secret_key,
+                      region=os.environ.get("RECLAIM_TEST_S3_REGION") or LOCAL_REGION)
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(request: pytest.FixtureRequest) -> S3Endpoint:
+    """The S3 endpoint of the test's server (see ``pytest_generate_tests``).
+
+    A fixture that looks it up at run time (``request.getfixturevalue``) for a test that names no
+    server gets the first of :data:`S3_SERVERS`.
+    """
+    server = getattr(request, "param", S3_SERVERS[0])
+    endpoint: S3Endpoint = request.getfixturevalue(f"{server}_s3")
+    return endpoint
 
 
 @pytest.fixture
@@ -57,10 +127,18 @@ def unique_name() -> Callable[[str], str]:
 
 @pytest.fixture
 def s3_bucket(s3_endpoint: S3Endpoint, unique_name: Callable[[str], str]) -> str:
-    """A fresh, empty bucket on the session's S3 endpoint."""
+    """A fresh, empty bucket on the test's S3 endpoint."""
     bucket = unique_name("bucket")
     ensure_bucket(s3_endpoint, bucket)
     return bucket
+
+
+@pytest.fixture
+def s3_binding(s3_endpoint: S3Endpoint, s3_bucket: str) -> Iterator[S3ChunkStorage]:
+    """A fresh S3 binding (``s3-tier2``) on an empty bucket of the test's S3 endpoint."""
+    binding = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket), name="s3-tier2")
+    yield binding
+    binding.close()
 
 
 def _docker_answers() -> bool:
@@ -124,9 +202,9 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
 
 @pytest.fixture
 def make_tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[str], object]]:
-    """A factory of fresh tier-2 bindings: ``make_tier2("fs")`` under tmp_path, ``make_tier2("s3")`` on moto."""
+    """A factory of fresh tier-2 bindings: ``make_tier2("fs")`` under tmp_path, ``make_tier2("s3")`` on the
+    test's S3 endpoint (to run on every S3 server, a test names ``s3_endpoint`` or takes ``s3_binding``)."""
     from storage.filesystem import FileSystemChunkStorage
-    from storage.s3 import S3ChunkStorage
 
     made: list[FileSystemChunkStorage | S3ChunkStorage] = []
 

@@ -56,26 +56,24 @@ def test_outcomes_are_counted_once_when_batches_finish_together(pipeline: Pipeli
     assert counter("reclaim_deletion_outcomes_total", outcome="deleted") - before == 30
 
 
-def test_an_s3_key_already_missing_counts_as_already_gone(pipeline: Pipeline,
-                                                          make_tier2: Callable[[str], S3ChunkStorage]) -> None:
-    s3 = make_tier2("s3")
-    pipeline.bindings.register(s3)
-    chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 4)
-    s3.client.delete_object(Bucket=s3.bucket, Key=s3.object_key(chunks[0].name))  # gone behind reclaim's back
+def test_an_s3_key_already_missing_counts_as_already_gone(pipeline: Pipeline, s3_binding: S3ChunkStorage) -> None:
+    pipeline.bindings.register(s3_binding)
+    chunks = pipeline.write_chunks(s3_binding, "scope/stream/0.#epoch.0", 4)
+    # Gone behind reclaim's back:
+    s3_binding.client.delete_object(Bucket=s3_binding.bucket, Key=s3_binding.object_key(chunks[0].name))
     pipeline.service.mark(chunks)
     before = counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger")
     worker = pipeline.worker()
     reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 4)
     assert outcomes(reports) == {"deleted": 3, "already-gone": 1}
     assert counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger") - before == 3
-    assert not any(s3.exists(c.name) for c in chunks)
+    assert not any(s3_binding.exists(c.name) for c in chunks)
 
 
 def test_copies_a_dead_worker_deleted_count_as_already_gone_when_read_again(
-        pipeline: Pipeline, make_tier2: Callable[[str], S3ChunkStorage]) -> None:
-    s3 = make_tier2("s3")
-    pipeline.bindings.register(s3)
-    chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 4)
+        pipeline: Pipeline, s3_binding: S3ChunkStorage) -> None:
+    pipeline.bindings.register(s3_binding)
+    chunks = pipeline.write_chunks(s3_binding, "scope/stream/0.#epoch.0", 4)
     marked = pipeline.service.mark(chunks)
     # A worker deleted the copies and died before its row cleanup and its commit: rows left, objects gone.
     records = pending_deletes_for(chunks, marked.mark_id, millis_now())
@@ -90,24 +88,22 @@ def test_copies_a_dead_worker_deleted_count_as_already_gone_when_read_again(
     assert counter("reclaim_ledgers_deleted_total", ledger_type="offload_ledger") - before == 0
 
 
-def test_records_read_for_the_first_time_cost_no_listing(pipeline: Pipeline,
-                                                         make_tier2: Callable[[str], S3ChunkStorage]) -> None:
-    s3 = make_tier2("s3")
-    pipeline.bindings.register(s3)
+def test_records_read_for_the_first_time_cost_no_listing(pipeline: Pipeline, s3_binding: S3ChunkStorage) -> None:
+    pipeline.bindings.register(s3_binding)
     worker = pipeline.worker()
     # Every partition of every input: a later rebalance would read the partitions' ends again, past
     # the records below, and list them as possibly handled by an earlier owner.
     metadata = admin_client(pipeline.bootstrap).list_topics(timeout=10).topics
     inputs = sum(len(metadata[topic].partitions) for topic in pipeline.topics.deletion_inputs)
     assert worker.wait_for_assignment(partitions=inputs)
-    chunks = pipeline.write_chunks(s3, "scope/stream/0.#epoch.0", 6)
+    chunks = pipeline.write_chunks(s3_binding, "scope/stream/0.#epoch.0", 6)
     pipeline.service.mark(chunks)  # produced after the worker owned every partition
     listings = counter("reclaim_storage_operations_total", binding="s3-tier2", operation="present", outcome="ok")
     reports = pipeline.drain(worker, lambda rs: sum(r.stored for r in rs) >= 6)
     assert outcomes(reports) == {"deleted": 6}
     assert counter("reclaim_storage_operations_total", binding="s3-tier2", operation="present",
                    outcome="ok") == listings
-    assert not any(s3.exists(c.name) for c in chunks)
+    assert not any(s3_binding.exists(c.name) for c in chunks)
 
 
 def test_a_corrupt_chunk_name_is_dead_lettered_as_such(pipeline: Pipeline) -> None:

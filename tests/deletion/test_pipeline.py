@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -13,6 +12,7 @@ from deletion.outcomes import Outcome
 from deletion.records import pending_deletes_for
 from schemas import millis_now
 from storage.base import BaseChunkStorage
+from storage.s3 import S3ChunkStorage
 
 from .conftest import Pipeline, outcomes
 
@@ -32,12 +32,16 @@ def committed_offsets(pipe: Pipeline, topic: str, partitions: int = 2) -> int:
         consumer.close()
 
 
-@pytest.mark.parametrize("kind", ["fs", "s3"])
-def test_marked_chunks_are_deleted_and_offsets_committed(
-        pipeline: Pipeline, make_tier2: Callable[[str], BaseChunkStorage], kind: str) -> None:
-    binding = make_tier2(kind) if kind == "s3" else pipeline.bindings.get("fs-tier2")
-    if kind == "s3":
-        pipeline.bindings.register(binding)
+def test_marked_chunks_are_deleted_and_offsets_committed(pipeline: Pipeline) -> None:
+    marked_chunks_are_deleted_and_offsets_committed(pipeline, pipeline.bindings.get("fs-tier2"))
+
+
+def test_marked_s3_chunks_are_deleted_and_offsets_committed(pipeline: Pipeline, s3_binding: S3ChunkStorage) -> None:
+    pipeline.bindings.register(s3_binding)
+    marked_chunks_are_deleted_and_offsets_committed(pipeline, s3_binding)
+
+
+def marked_chunks_are_deleted_and_offsets_committed(pipeline: Pipeline, binding: BaseChunkStorage) -> None:
     live = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 3)
     doomed = pipeline.write_chunks(binding, "scope/stream/1.#epoch.0", 40)
     deleted_before = metric("reclaim_ledgers_deleted_total", ledger_type="offload_ledger")

@@ -31,7 +31,8 @@ from tests.deletion.conftest import Pipeline
 
 from .conftest import DEPLOY, PrometheusServer, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# The queries read reclaim's own metrics: one S3 server is enough (the S3 suites run on every one).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3_servers("moto")]
 
 DASHBOARD = DEPLOY / "grafana" / "reclaim.json"
 JOB = "reclaim-worker"
@@ -72,10 +73,7 @@ def pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., Any], s3_endpoint
 
 @pytest.fixture
 def worker_env(pipeline: Pipeline, s3_endpoint: S3Endpoint, s3_bucket: str, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, **pipeline.worker_env(
-        tmp_path / "tier2", RECLAIM_S3_ENDPOINT=s3_endpoint.url, RECLAIM_S3_BUCKET=s3_bucket,
-        RECLAIM_S3_ACCESS_KEY=s3_endpoint.access_key, RECLAIM_S3_SECRET_KEY=s3_endpoint.secret_key,
-        RECLAIM_S3_REGION=s3_endpoint.region)}
+    return {**os.environ, **pipeline.worker_env(tmp_path / "tier2", **s3_endpoint.reclaim_env(s3_bucket))}
 
 
 @pytest.fixture

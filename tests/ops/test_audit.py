@@ -237,12 +237,13 @@ def test_s3_orphans_are_told_from_recent_objects_by_the_grace(
     put(store, chunk(s3, name(0)), chunk(s3, name(1), write=False), chunk(fs, name(2)))
     s3.create_with_content(name(3), b"x", TAGS)  # no row: recent within an hour, an orphan with no grace
     flags = ("--s3-endpoint", s3_endpoint.url, "--s3-bucket", str(s3.bucket), "--json")
-    within = json.loads(run_audit(tmp_path, *flags).stdout)
+    credentials = s3_endpoint.credentials_env()  # a real server checks them
+    within = json.loads(run_audit(tmp_path, *flags, **credentials).stdout)
     assert within["bindings"]["s3-tier2"] | {"clean": None} == {
         "live": 1, "pending": 0, "recent": 1, "cleaning": 0, "orphans": {"count": 0, "names": []},
         "missing": {"count": 1, "names": [name(1)]}, "dangling": {"count": 0, "names": []}, "clean": None}
     assert within["bindings"]["fs-tier2"]["live"] == 1
-    eager = run_audit(tmp_path, *flags, "--grace", "0")
+    eager = run_audit(tmp_path, *flags, "--grace", "0", **credentials)
     assert eager.returncode == ExitCode.FINDINGS
     assert json.loads(eager.stdout)["bindings"]["s3-tier2"]["orphans"] == {"count": 1, "names": [name(3)]}
 

@@ -228,10 +228,12 @@ def test_topics_create_reports_a_partition_mismatch(tmp_path: Path, kafka_bootst
 
 
 def test_s3_endpoint_settings_reach_the_worker_from_a_config_file(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
-    """The config file's S3 endpoint configures the binding the worker checks (its bucket is missing here)."""
+    """The config file's S3 endpoint and credentials configure the binding the worker checks (its bucket
+    is missing here; a real server would answer wrong credentials with access denied)."""
     store_at(tmp_path / "state").close()
     config = tmp_path / "reclaim.toml"
-    config.write_text(f's3_endpoint = "{s3_endpoint.url}"\ns3_bucket = "no-such-bucket-here"\n')
+    config.write_text(f's3_endpoint = "{s3_endpoint.url}"\ns3_bucket = "no-such-bucket-here"\n'
+                      f's3_access_key = "{s3_endpoint.access_key}"\ns3_secret_key = "{s3_endpoint.secret_key}"\n')
     line = one_line_error(run_reclaim("worker", "--config", str(config), "--bootstrap", NOBODY, "--create-fs-root",
                                       env=clean_env(tmp_path), timeout=120), ExitCode.UNAVAILABLE)
     assert "S3 bucket 'no-such-bucket-here' of storage binding 's3-tier2' does not exist" in line

@@ -101,6 +101,8 @@ def test_a_purge_drops_exactly_what_its_plan_says(pipe: Pipeline, tmp_path: Path
     assert [r["offset"] for r in dlq(pipe, tmp_path, "list")["records"]] == [4]
 
 
+# The DLQ tools are what this checks; the S3 deletes are the deletion suites', which run on every S3 server.
+@pytest.mark.s3_servers("moto")
 def test_a_record_replayed_once_its_cause_is_fixed_ends_deleted_and_the_audit_is_clean(
         pipe: Pipeline, tmp_path: Path, make_tier2: Callable[[str], object], s3_endpoint: S3Endpoint,
         s3_bucket: str) -> None:
@@ -128,7 +130,7 @@ def test_a_record_replayed_once_its_cause_is_fixed_ends_deleted_and_the_audit_is
     second.commit()
     assert not s3.exists(chunks[0].name)
 
-    audit_env = env_of(pipe, tmp_path, RECLAIM_S3_ENDPOINT=s3_endpoint.url, RECLAIM_S3_BUCKET=s3_bucket)
+    audit_env = env_of(pipe, tmp_path, **s3_endpoint.reclaim_env(s3_bucket))
     audit = run_reclaim("audit", "--json", env=audit_env, timeout=120)
     assert audit.returncode == ExitCode.OK, (audit.stdout, audit.stderr)
     assert json.loads(audit.stdout)["clean"] is True

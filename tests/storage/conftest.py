@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ops.s3_server import S3Endpoint, ensure_bucket
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
+from tests.conftest import S3_SERVERS
 
 
 def make_binding(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> BaseChunkStorage:
-    """A fresh binding of ``kind`` ("fs" under ``tmp_path``, "s3" on the session's S3 endpoint)."""
+    """A fresh binding of ``kind``: "fs" under ``tmp_path``, else S3 on a new bucket of that S3 server."""
     if kind == "fs":
         return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
-    endpoint = request.getfixturevalue("s3_endpoint")
-    bucket = request.getfixturevalue("s3_bucket")
+    endpoint: S3Endpoint = request.getfixturevalue(f"{kind}_s3")
+    bucket = f"bucket-{uuid.uuid4().hex[:12]}"
+    ensure_bucket(endpoint, bucket)
     return S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
 
 
-@pytest.fixture(params=["fs", pytest.param("s3", marks=pytest.mark.integration)])
+@pytest.fixture(params=["fs", *(pytest.param(server, marks=pytest.mark.integration) for server in S3_SERVERS)])
 def chunk_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseChunkStorage]:
-    """Each ChunkStorage test runs once on the filesystem binding and once on S3 (moto)."""
+    """Each ChunkStorage test runs on the filesystem binding and on S3, once per S3 server (moto, MinIO)."""
     binding = make_binding(request.param, request, tmp_path)
     yield binding
     binding.close()

@@ -169,8 +169,8 @@ def test_bindings_check_covers_every_binding(tmp_path: Path, s3_endpoint: S3Endp
 def test_worker_refuses_to_start_on_a_missing_bucket(tmp_path: Path, s3_endpoint: S3Endpoint,
                                                      unique_name: Callable[[str], str]) -> None:
     bucket = unique_name("absent")
-    env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_S3_ENDPOINT": s3_endpoint.url,
-           "RECLAIM_S3_BUCKET": bucket, "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+    env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), **s3_endpoint.reclaim_env(bucket),
+           "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}",
            "RECLAIM_FS_CREATE_ROOT": "true"}  # the filesystem binding is fine: only the bucket is missing
     (tmp_path / "state").mkdir()
     SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()  # the store a writer made

@@ -92,20 +92,19 @@ def test_the_filesystem_walk_skips_what_is_deleted_while_it_runs(tmp_path: Path)
 
 @pytest.mark.integration
 def test_s3_exists_many_heads_the_names_a_budgeted_listing_did_not_reach(
-        make_tier2: object, monkeypatch: pytest.MonkeyPatch) -> None:
+        s3_binding: S3ChunkStorage, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real objects between the asked names exhaust a small listing budget (page size and budget are
     lowered so the test needs dozens of objects, not thousands): what the listing did not reach is still
     answered exactly, by HEAD, where ``present`` would count it present."""
-    binding = make_tier2("s3")  # type: ignore[operator]
     between = [f"g/k-{i:03d}" for i in range(40)]
     for name in ["g/a", *between, "g/zz-present"]:
-        binding.create_with_content(name, b"", None)
+        s3_binding.create_with_content(name, b"", None)
     monkeypatch.setattr(s3_module, "MAX_PAGE_SIZE", 5)
     monkeypatch.setattr(s3_listing, "MIN_BUDGET", 5)
     monkeypatch.setattr(s3_listing, "BUDGET_PER_KEY", 1)
     asked = ["g/a", "g/zz-missing", "g/zz-present"]
-    assert binding.present(asked) == set(asked), "the budgeted listing counts what it did not reach"
-    assert binding.exists_many(asked) == {"g/a", "g/zz-present"}
+    assert s3_binding.present(asked) == set(asked), "the budgeted listing counts what it did not reach"
+    assert s3_binding.exists_many(asked) == {"g/a", "g/zz-present"}
 
 
 def row(name: str, binding: str = "fs-tier2") -> ChunkRecord:
