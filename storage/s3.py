@@ -4,7 +4,8 @@ S3 has no append, so ``supports_append`` is False: a chunk takes one write at of
 an empty object, ``write`` replaces it conditionally on its ETag) or is made in one PUT by
 ``create_with_content``. Creation is exclusive through ``If-None-Match: *``. Ownership tags travel as
 ``x-amz-meta-reclaim-*`` headers with percent-encoded values (S3 metadata must be ASCII). AWS S3's limits
-(1024-byte keys, 2 KB of user metadata) are checked before any request.
+(1024-byte keys, 2 KB of user metadata) are checked before any request, and so are the key rules of
+servers that store keys as paths (MinIO): with a key prefix, the whole key keeps the chunk-name rules.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from storage.chunks import (
     DeleteOutcome,
     DeleteResult,
     Tier,
+    validate_chunk_name,
 )
 from storage.errors import (
     AccessDeniedError,
@@ -54,6 +56,8 @@ _THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
               "ServiceUnavailable", "InternalError", "503", "500", "RequestLimitExceeded"}
 _NO_SUCH_BUCKET = "NoSuchBucket"
 _MISCONFIGURED = {"NoSuchBucket", "InvalidBucketName", "PermanentRedirect", "AuthorizationHeaderMalformed"}
+#: A key the server will never store: too long (AWS), or a path its disks cannot hold (MinIO).
+_INVALID_KEY = {"KeyTooLongError", "XMinioInvalidObjectName", "XMinioInvalidResourceName"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ def classify_s3_code(code: str, status: int, message: str, name: str | None) -> 
         return AccessDeniedError(message, chunk=name)
     if code in _MISCONFIGURED:
         return StorageMisconfiguredError(message, chunk=name)
+    if code in _INVALID_KEY:
+        return InvalidChunkNameError(message, chunk=name)
     if code == "InvalidRange":
         return InvalidOffsetError(message, chunk=name)
     if code in _THROTTLED or status >= 500 or status == 429:
@@ -149,10 +155,19 @@ class S3ChunkStorage(BaseChunkStorage):
         return self._settings.key_prefix + name
 
     def _check_address(self, name: str) -> None:
-        size = len(self.object_key(name).encode("utf-8", errors="surrogatepass"))
+        key = self.object_key(name)
+        size = len(key.encode("utf-8", errors="surrogatepass"))
         if size > MAX_CHUNK_NAME_BYTES:
             raise InvalidChunkNameError(f"S3 key (key prefix + chunk name) is {size} bytes, over "
                                         f"{MAX_CHUNK_NAME_BYTES}", chunk=name[:64])
+        if self._settings.key_prefix:
+            # A prefix joins the name's first component, or brings components of its own: MinIO refuses
+            # a key with a component over 255 bytes, an empty one ('//') or '.'/'..', where AWS would not.
+            try:
+                validate_chunk_name(key)
+            except InvalidChunkNameError as exc:
+                raise InvalidChunkNameError(f"S3 key (key prefix {self._settings.key_prefix!r} + chunk name) "
+                                            f"breaks the key rules: {exc}", chunk=name[:64]) from exc
 
     def _call(self, name: str | None, method: str, *, on_precondition: StorageError | None = None,
               **kwargs: Any) -> Any:
@@ -191,16 +206,44 @@ class S3ChunkStorage(BaseChunkStorage):
             binding=self.name)
 
     def _do_check(self) -> None:
-        """HeadBucket: a missing bucket is a misconfiguration; denied or unreachable keep their class."""
+        """The key prefix, then HeadBucket: a missing or refused bucket is a misconfiguration; denied or
+        unreachable keep their class."""
+        self._check_key_prefix()
         try:
             self.client.head_bucket(Bucket=self._settings.bucket)
         except ClientError as exc:
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if status == 404 or exc.response.get("Error", {}).get("Code") == _NO_SUCH_BUCKET:
-                raise self._missing_bucket() from exc
-            raise self._bucket_error(map_s3_error(exc, None)) from exc
+            raise self._head_bucket_error(exc) from exc
         except BotoCoreError as exc:
             raise self._bucket_error(map_s3_error(exc, None)) from exc
+
+    def _head_bucket_error(self, exc: ClientError) -> StorageError:
+        """What a failed HeadBucket means; its answer has no body, so the status says it."""
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if status == 404 or exc.response.get("Error", {}).get("Code") == _NO_SUCH_BUCKET:
+            return self._missing_bucket()
+        if status == 400:
+            # A bucket name the server does not accept is the common cause (MinIO, like AWS, holds
+            # names to 3-63 lower-case letters, digits, '.' and '-'); moto takes any name.
+            return StorageMisconfiguredError(
+                f"S3 bucket {self._settings.bucket!r} of storage binding {self.name!r} is refused by the "
+                "server (HeadBucket: 400 Bad Request): check the bucket name", binding=self.name)
+        if status == 403:
+            return AccessDeniedError(
+                f"storage binding {self.name!r}, S3 bucket {self._settings.bucket!r}: access denied "
+                "(HeadBucket: 403 Forbidden): check the access key, the secret key and the bucket's policy",
+                binding=self.name)
+        return self._bucket_error(map_s3_error(exc, None))
+
+    def _check_key_prefix(self) -> None:
+        """A key prefix that no key can follow (an empty, '.' or '..' component) is a misconfiguration."""
+        prefix = self._settings.key_prefix
+        if not prefix:
+            return
+        try:
+            validate_chunk_name(prefix + "x")
+        except InvalidChunkNameError as exc:
+            raise StorageMisconfiguredError(f"S3 key prefix {prefix!r} of storage binding {self.name!r} makes no "
+                                            f"valid key: {exc}", binding=self.name) from exc
 
     def _bucket_error(self, error: StorageError) -> StorageError:
         """``error`` with a message naming the binding and bucket, for a one-line report at start."""
@@ -228,8 +271,8 @@ class S3ChunkStorage(BaseChunkStorage):
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         error = classify_s3_code(code, status, f"S3 {code}: {exc.response.get('Error', {}).get('Message', '')}",
                                  name)
-        if isinstance(error, ChunkNotFoundError) and code != "NoSuchKey":
-            self._do_check()
+        if (isinstance(error, ChunkNotFoundError) and code != "NoSuchKey") or (status == 400 and code == "400"):
+            self._do_check()  # a bare 404 or 400 may be the bucket's: raises if so
         return error
 
     def _do_exists(self, name: str) -> bool:

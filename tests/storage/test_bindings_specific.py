@@ -116,6 +116,10 @@ def _client_error(code: str, status: int) -> ClientError:
     ("InternalError", 500, StorageUnavailableError, True),
     ("Whatever", 502, StorageUnavailableError, True),
     ("NoSuchBucket", 404, StorageMisconfiguredError, False),
+    # Keys a server will never store: too long for AWS, a path MinIO's disks cannot hold.
+    ("KeyTooLongError", 400, InvalidChunkNameError, False),
+    ("XMinioInvalidObjectName", 400, InvalidChunkNameError, False),
+    ("XMinioInvalidResourceName", 400, InvalidChunkNameError, False),
 ])
 def test_s3_error_mapping(code: str, status: int, expected: type[StorageError], retryable: bool) -> None:
     error = map_s3_error(_client_error(code, status), "c")

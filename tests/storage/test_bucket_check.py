@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -60,6 +61,58 @@ def test_s3_missing_bucket_is_never_a_missing_chunk(no_bucket: S3ChunkStorage) -
             call()
     result = no_bucket.delete_many(["seg/c"])[0]
     assert result.outcome is DeleteOutcome.FAILED and isinstance(result.error, StorageMisconfiguredError)
+
+
+@pytest.mark.integration
+def test_s3_a_bucket_name_the_server_refuses_is_a_misconfiguration(s3_endpoint: S3Endpoint) -> None:
+    """MinIO, like AWS, answers a HEAD on a bucket name it does not accept with a bare 400, not a 404."""
+    bad = S3ChunkStorage(s3_endpoint.binding_settings("Not_A_Bucket_Name"), name="s3-tier2")
+    with pytest.raises(StorageMisconfiguredError) as info:
+        bad.check()
+    assert "'Not_A_Bucket_Name'" in str(info.value) and "s3-tier2" in str(info.value)
+    for call in (lambda: bad.exists("seg/c"), lambda: bad.get_info("seg/c"), lambda: bad.list("seg/"),
+                 lambda: bad.create_with_content("seg/c", b"x", TAGS)):
+        with pytest.raises(StorageMisconfiguredError):
+            call()
+    result = bad.delete_many(["seg/c"])[0]
+    assert result.outcome is DeleteOutcome.FAILED and isinstance(result.error, StorageMisconfiguredError)
+
+
+@pytest.fixture
+def wrong_secret(s3_endpoint: S3Endpoint) -> S3Endpoint:
+    """The endpoint with a secret key it does not know."""
+    return dataclasses.replace(s3_endpoint, secret_key=s3_endpoint.secret_key + "-wrong")
+
+
+@pytest.mark.integration
+@pytest.mark.s3_servers("minio", "external")  # moto grants every request, whatever its signature
+def test_s3_wrong_credentials_are_denied_and_never_retried(wrong_secret: S3Endpoint, s3_bucket: str) -> None:
+    denied = S3ChunkStorage(wrong_secret.binding_settings(s3_bucket), name="s3-tier2")
+    with pytest.raises(AccessDeniedError) as info:
+        denied.check()
+    assert "s3-tier2" in str(info.value) and "secret key" in str(info.value) and not info.value.retryable
+    for call in (lambda: denied.exists("seg/c"), lambda: denied.create_with_content("seg/c", b"x", TAGS),
+                 lambda: denied.present(["seg/c"]), lambda: denied.list("seg/")):
+        with pytest.raises(AccessDeniedError):
+            call()
+    result = denied.delete_many(["seg/c"])[0]
+    assert isinstance(result.error, AccessDeniedError) and not result.error.retryable
+
+
+@pytest.mark.integration
+@pytest.mark.s3_servers("minio", "external")  # moto grants every request, whatever its signature
+def test_worker_refuses_to_start_with_wrong_credentials(tmp_path: Path, wrong_secret: S3Endpoint,
+                                                         s3_bucket: str) -> None:
+    env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state"), **wrong_secret.reclaim_env(s3_bucket),
+           "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}", "RECLAIM_FS_CREATE_ROOT": "true"}
+    (tmp_path / "state").mkdir()
+    SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()
+    done = subprocess.run([sys.executable, "-m", "ops.cli", "worker"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"reclaim: error: storage binding 's3-tier2', S3 bucket {s3_bucket!r}: access denied (HeadBucket: 403 "
+        "Forbidden): check the access key, the secret key and the bucket's policy")
 
 
 @pytest.mark.integration

@@ -8,13 +8,13 @@ import pytest
 
 from ops.s3_server import S3Endpoint, s3_client
 from storage.chunks import ChunkHandle, ChunkTags, DeleteOutcome, validate_chunk_name
-from storage.errors import ChunkTagsTooLargeError, InvalidChunkNameError
+from storage.errors import ChunkTagsTooLargeError, InvalidChunkNameError, StorageMisconfiguredError
 from storage.s3 import S3ChunkStorage, S3Settings
 
 #: A name of 4 components of 250 bytes: 1003 bytes, a valid chunk name on its own.
 LONG_NAME = "/".join(["n" * 250] * 4)
-#: With this prefix its S3 key is 1025 bytes.
-LONG_PREFIX = "p" * 22
+#: With this prefix its S3 key is 1025 bytes (a prefix of its own component: the name's stay within 255).
+LONG_PREFIX = "p" * 21 + "/"
 
 
 @pytest.mark.parametrize("good", ["a" * 255, "é" * 127 + "x", ". a", "...", "a/.b/c..", " /x", "s/ \u00a0/c"])
@@ -57,6 +57,32 @@ def test_s3_key_over_1024_bytes_is_refused_by_every_verb_before_io() -> None:
     assert S3ChunkStorage(S3Settings(bucket="b", key_prefix=LONG_PREFIX[1:])).location(LONG_NAME).key == LONG_NAME
 
 
+def test_a_key_prefix_that_lengthens_the_first_component_past_255_bytes_is_refused_before_io() -> None:
+    """MinIO stores keys as paths and refuses a component over 255 bytes (XMinioInvalidObjectName), where
+    AWS would not: a prefix without a trailing '/' joins the name's first component, so the key is held
+    to the chunk-name rules as a whole."""
+    name = "s" * 250 + "/c"
+    joined = S3ChunkStorage(S3Settings(bucket="b", key_prefix="tier2-"), client=_NoIOClient())
+    calls = [lambda: joined.location(name), lambda: joined.exists(name), lambda: joined.create_with_content(name, b"x"),
+             lambda: joined.open_read(name)]
+    for call in calls:
+        with pytest.raises(InvalidChunkNameError, match="key prefix 'tier2-'.*longer than 255 bytes"):
+            call()
+    assert joined.delete_many([name])[0].outcome is DeleteOutcome.FAILED
+    assert joined.location("s" * 249 + "/c").key == "s" * 249 + "/c", "255 bytes with the prefix still fit"
+    assert S3ChunkStorage(S3Settings(bucket="b", key_prefix="tier2/")).location(name).key == name
+
+
+@pytest.mark.parametrize("prefix", ["tier2//", "./tier2/", "tier2/../", "/tier2/"])
+def test_a_key_prefix_that_makes_no_valid_key_is_a_misconfiguration_before_io(prefix: str) -> None:
+    """MinIO refuses keys with an empty, '.' or '..' component (XMinioInvalidObjectName/ResourceName)."""
+    s3 = S3ChunkStorage(S3Settings(bucket="b", key_prefix=prefix), name="s3-tier2", client=_NoIOClient())
+    with pytest.raises(StorageMisconfiguredError, match=f"S3 key prefix {prefix!r} of storage binding 's3-tier2'"):
+        s3.check()
+    with pytest.raises(InvalidChunkNameError, match="breaks the key rules"):
+        s3.exists("seg/c")
+
+
 def _tags(stream: str) -> ChunkTags:
     return ChunkTags(component="c", stream=stream, segment="s/0", writer_epoch=1)
 
@@ -80,3 +106,15 @@ def test_s3_refuses_oversized_tags_and_keys_before_the_put(s3_endpoint: S3Endpoi
     listed = s3_client(s3_endpoint).list_objects_v2(Bucket=s3_bucket).get("Contents", [])
     assert [item["Key"] for item in listed] == [LONG_PREFIX + "seg/at-limit"], "nothing refused reached S3"
     assert s3.get_info("seg/at-limit").tags == _tags("s" * (2048 - EMPTY_STREAM_METADATA))
+
+
+@pytest.mark.integration
+def test_s3_refuses_a_key_whose_prefix_joins_an_overlong_component_before_the_put(
+        s3_endpoint: S3Endpoint, s3_bucket: str) -> None:
+    s3 = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket, key_prefix="tier2-"))
+    with pytest.raises(InvalidChunkNameError):
+        s3.create_with_content("s" * 250 + "/c", b"x", _tags("s"))
+    s3.create_with_content("s" * 249 + "/c", b"x", _tags("s"))
+    listed = s3_client(s3_endpoint).list_objects_v2(Bucket=s3_bucket).get("Contents", [])
+    assert [item["Key"] for item in listed] == ["tier2-" + "s" * 249 + "/c"]
+    assert s3.exists("s" * 249 + "/c") and not s3.exists("s" * 249 + "/d")
