@@ -25,11 +25,12 @@ from deletion.facts import Facts, Pending, Policy, Proceed
 from deletion.outcomes import Outcome, Verdict
 from deletion.prefetch import Prefetcher
 from deletion.retrying import RetryPolicy
-from deletion.verify import Decision, conclude, judge
+from deletion.verify import Decision, conclude, error_verdict, judge
 from schemas.ledger import PendingDeleteLedgerInfo
+from schemas.log_limit import LogLimiter
 from storage.bindings import StorageBindings
 from storage.chunks import DeleteOutcome, DeleteResult
-from storage.errors import StorageError
+from storage.errors import MetadataError, StorageError
 from storage.metadata import MetadataStore
 
 __all__ = ["BatchPlan", "DeleteResults", "DeletionExecutor", "RetryPolicy"]
@@ -80,8 +81,17 @@ class DeletionExecutor:
         return self.finish(plan, self.delete(plan))
 
     def prepare(self, batch: Sequence[Pending]) -> BatchPlan:
-        """The checks before any delete: the batch's facts gathered at once, then a decision per record."""
-        facts = self._prefetch.gather(batch, int(time.time() * 1000))
+        """The checks before any delete: the batch's facts gathered at once, then a decision per record.
+
+        A metadata store that cannot answer (down, restarting, busy) decides nothing: every record of
+        the batch gets the store's error as its verdict, retried in a later tier when it may pass."""
+        now_ms = int(time.time() * 1000)
+        try:
+            facts = self._retry.retrying(MetadataError)(self._prefetch.gather, batch, now_ms)
+        except MetadataError as exc:
+            _log_store_failure(exc, len(batch))
+            verdict = error_verdict(exc)
+            return BatchPlan(tuple(batch), Facts(now_ms=now_ms), tuple(verdict for _ in batch))
         return BatchPlan(tuple(batch), facts, tuple(judge(p, facts, self._policy) for p in batch))
 
     def delete(self, plan: BatchPlan) -> DeleteResults:
@@ -190,3 +200,14 @@ def _delete_attempt(delete_many: Callable[[Sequence[str]], list[DeleteResult]],
         # The whole request failed (endpoint down, throttled): every key failed with it.
         return [DeleteResult(name, DeleteOutcome.FAILED, exc) for name in names]
     return results
+
+
+_STORE_FAILURES = LogLimiter()
+
+
+def _log_store_failure(exc: MetadataError, records: int) -> None:
+    """One line per interval while the metadata store cannot answer, however many batches meet it."""
+    held = _STORE_FAILURES.admit(type(exc).__name__)
+    if held is not None:
+        log.warning("metadata store could not check a batch of %d records (%s); they are retried%s",
+                    records, exc, _STORE_FAILURES.suffix(held))

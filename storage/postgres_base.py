@@ -31,10 +31,31 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from schemas.log_limit import LogLimiter
 from storage.errors import MetadataConflictError, MetadataError, MetadataMissingError, MetadataUnavailableError
 from storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, schema_version
 
 logger = logging.getLogger(__name__)
+
+
+class _OncePerInterval(logging.Filter):
+    """Lets a repeated line of the pool's (one per failed reconnect, several a second while the server
+    is down) through once per :data:`~schemas.log_limit.LOG_INTERVAL_S`, saying how many it held back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._limiter = LogLimiter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        held = self._limiter.admit((record.name, record.levelno, str(record.msg)))
+        if held is None:
+            return False
+        if held:
+            record.msg = f"{record.msg}{self._limiter.suffix(held)}"
+        return True
+
+
+logging.getLogger("psycopg.pool").addFilter(_OncePerInterval())
 
 #: Errors after which the same transaction, run again from its reads, may succeed.
 _CONFLICTS = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected, psycopg.errors.UniqueViolation)
