@@ -141,6 +141,25 @@ def s3_binding(s3_endpoint: S3Endpoint, s3_bucket: str) -> Iterator[S3ChunkStora
     binding.close()
 
 
+@pytest.fixture
+def s3_binding_on(request: pytest.FixtureRequest,
+                  unique_name: Callable[[str], str]) -> Iterator[Callable[[str], S3ChunkStorage]]:
+    """A factory of fresh S3 bindings (``s3-tier2``) on a new bucket of the named server, for a fixture
+    whose own parameters name it (``chunk_storage``'s are "fs" and the ids of :data:`S3_SERVERS`)."""
+    made: list[S3ChunkStorage] = []
+
+    def make(server: str) -> S3ChunkStorage:
+        endpoint: S3Endpoint = request.getfixturevalue(f"{server}_s3")
+        bucket = unique_name("bucket")
+        ensure_bucket(endpoint, bucket)
+        made.append(S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2"))
+        return made[-1]
+
+    yield make
+    for binding in made:
+        binding.close()
+
+
 def _docker_answers() -> bool:
     try:
         import docker

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from ops.s3_server import S3Endpoint, ensure_bucket
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
@@ -19,10 +17,8 @@ def make_binding(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> B
     """A fresh binding of ``kind``: "fs" under ``tmp_path``, else S3 on a new bucket of that S3 server."""
     if kind == "fs":
         return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
-    endpoint: S3Endpoint = request.getfixturevalue(f"{kind}_s3")
-    bucket = f"bucket-{uuid.uuid4().hex[:12]}"
-    ensure_bucket(endpoint, bucket)
-    return S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
+    s3_binding_on: Callable[[str], S3ChunkStorage] = request.getfixturevalue("s3_binding_on")
+    return s3_binding_on(kind)
 
 
 @pytest.fixture(params=["fs", *(pytest.param(server, marks=pytest.mark.integration) for server in S3_SERVERS)])
