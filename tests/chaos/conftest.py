@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from ops import pg_server
-from ops.procs import pid_alive, wait_until
+from ops.kafka_broker import BrokerPorts, start_broker
+from ops.procs import free_port, pid_alive, stop_pid, wait_until
+from storage.filesystem import FileSystemChunkStorage
+from storage.metadata import ChunkRecord
+from tests.cli import run_reclaim
 from tests.conftest import server_unavailable
-from tests.deletion.conftest import pipeline  # noqa: F401 - the real-broker deletion pipeline
+from tests.deletion.conftest import Pipeline
+from tests.deletion.test_crash import inflight, wait_drained
+from tests.deletion.test_faults import read_all
 
 
 class RestartablePostgres:
@@ -33,6 +44,51 @@ class RestartablePostgres:
         self.server = pg_server.restart(self.server)
 
 
+class RestartableBroker:
+    """A Kafka broker of the test's own (KRaft, one node): ``kill()`` it with SIGKILL and ``restart()`` it
+    from its data directory on the same ports."""
+
+    def __init__(self, data_dir: Path, cache_dir: Path) -> None:
+        self._data_dir, self._cache_dir = data_dir, cache_dir
+        self.ports = BrokerPorts(client=free_port(), controller=free_port())
+        self.pid = start_broker(data_dir, cache_dir, self.ports).pid
+
+    @property
+    def bootstrap(self) -> str:
+        return self.ports.bootstrap
+
+    def kill(self) -> None:
+        os.killpg(self.pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(self.pid), 30, "killed Kafka broker")
+
+    def restart(self) -> None:
+        self.pid = start_broker(self._data_dir, self._cache_dir, self.ports).pid
+
+    def stop(self) -> None:
+        stop_pid(self.pid)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[RestartableBroker]:
+    from ops.settings import Settings
+
+    try:
+        broker = RestartableBroker(tmp_path / "kafka", Settings.from_env().cache_dir)
+    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
+        server_unavailable("Kafka broker", exc)
+        raise AssertionError("unreachable") from exc
+    yield broker
+    broker.stop()
+
+
+def spawn_worker(pipe: Pipeline, fs_root: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """A ``reclaim worker`` process serving ``pipe``, logging to ``log`` (a file, not a pipe nobody reads:
+    a chatty outage must not block it)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], stdout=out, stderr=out,
+                                env={**os.environ, **pipe.worker_env(fs_root, **env)})
+
+
 @pytest.fixture
 def own_postgres() -> Iterator[RestartablePostgres]:
     try:
@@ -43,3 +99,58 @@ def own_postgres() -> Iterator[RestartablePostgres]:
     own = RestartablePostgres(server)
     yield own
     own.server.stop(remove=True)
+
+
+@dataclass
+class Backlog:
+    """Live chunks and marked ones on the filesystem binding of ``pipe``; what every scenario drains."""
+
+    pipe: Pipeline
+    binding: FileSystemChunkStorage
+    live: list[ChunkRecord]
+    doomed: list[ChunkRecord]
+
+    @classmethod
+    def marked(cls, pipe: Pipeline, live: int = 30, segments: int = 8, per_segment: int = 100) -> Backlog:
+        binding = pipe.bindings.get("fs-tier2")
+        assert isinstance(binding, FileSystemChunkStorage)
+        kept = pipe.write_chunks(binding, "scope/stream/0.#epoch.0", live)
+        doomed: list[ChunkRecord] = []
+        for segment in range(segments):
+            batch = pipe.write_chunks(binding, f"scope/stream/{segment + 1}.#epoch.0", per_segment)
+            pipe.service.mark(batch)
+            doomed += batch
+        return cls(pipe, binding, kept, doomed)
+
+    def left(self) -> int:
+        """How many marked chunks are still on tier-2."""
+        return sum(self.binding.exists(c.name) for c in self.doomed)
+
+    def wait_left(self, fraction: float, worker: subprocess.Popen[bytes], log: Path, timeout_s: float = 120) -> None:
+        """Wait until at most ``fraction`` of the marked chunks are left (the drain is under way)."""
+        deadline = time.monotonic() + timeout_s
+        while self.left() > len(self.doomed) * fraction:
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+
+    def assert_clean(self, fs_root: Path, worker: subprocess.Popen[bytes], log: Path, timeout_s: float = 180) -> None:
+        """Drained, the worker alive throughout; tier-2 holds exactly the live chunks, their rows alone
+        are left, lag 0, nothing dead-lettered, and ``reclaim audit`` agrees."""
+        try:
+            wait_drained(self.pipe, timeout_s=timeout_s)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the worker's log ends:\n{log.read_text()[-5000:]}") from exc
+        assert worker.poll() is None, f"the worker died: {log.read_text()[-3000:]}"
+        assert set(self.binding.iter_names()) == {c.name for c in self.live}, "orphans or deleted live chunks"
+        assert set(self.pipe.store.get_chunks(c.name for c in self.live + self.doomed)) == {c.name for c in self.live}
+        assert inflight(self.pipe) == 0
+        assert read_all(self.pipe, self.pipe.topics.dlq, 1, timeout_s=2) == [], "nothing may be dead-lettered"
+        audit = run_reclaim("audit", env={**os.environ, **self.pipe.worker_env(fs_root)}, timeout=60)
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        assert f"fs-tier2: {len(self.live)} live, 0 pending deletion, 0 orphans, 0 missing" in audit.stdout
+
+
+def stopped(worker: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM the worker; it must finish its batch and exit 0."""
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
