@@ -162,7 +162,10 @@ class PostgresDatabase:
 
     def _migrate(self, migrations: Sequence[Migration]) -> None:
         with self.session() as conn:
-            conn.begin()
+            # READ COMMITTED, not SERIALIZABLE: a serializable transaction's snapshot would be taken by
+            # its first statement, the lock, so a migrator that waited there would not see the tables
+            # the one before it committed. Each statement after the lock sees them.
+            conn.raw.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
             try:
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (SCHEMA_TABLE,))
                 migrate(conn, self.store, migrations)

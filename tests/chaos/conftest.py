@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,7 @@ class Backlog:
     binding: FileSystemChunkStorage
     live: list[ChunkRecord]
     doomed: list[ChunkRecord]
+    started: float = field(default_factory=time.monotonic)
 
     @classmethod
     def marked(cls, pipe: Pipeline, live: int = 30, segments: int = 8, per_segment: int = 100) -> Backlog:
@@ -133,21 +135,70 @@ class Backlog:
             assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
             time.sleep(0.1)
 
-    def assert_clean(self, fs_root: Path, worker: subprocess.Popen[bytes], log: Path, timeout_s: float = 180) -> None:
+    def assert_clean(self, scenario: str, faults: str, fs_root: Path, worker: subprocess.Popen[bytes], log: Path,
+                     timeout_s: float = 180) -> None:
         """Drained, the worker alive throughout; tier-2 holds exactly the live chunks, their rows alone
-        are left, lag 0, nothing dead-lettered, and ``reclaim audit`` agrees."""
+        are left, lag 0, nothing dead-lettered, and ``reclaim audit`` agrees. The figures go into the
+        suite's closing table whatever the outcome."""
         try:
             wait_drained(self.pipe, timeout_s=timeout_s)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the worker's log ends:\n{log.read_text()[-5000:]}") from exc
+        finally:
+            on_tier2 = set(self.binding.iter_names())
+            dead = read_all(self.pipe, self.pipe.topics.dlq, 1, timeout_s=2)
+            audit = run_reclaim("audit", "--json", env={**os.environ, **self.pipe.worker_env(fs_root)}, timeout=60)
+            orphans = _orphans(audit.stdout)
+            RESULTS.append(ChaosResult(
+                scenario, faults, len(self.live) + len(self.doomed),
+                deleted=sum(c.name not in on_tier2 for c in self.doomed), dead_lettered=len(dead), orphans=orphans,
+                live_deleted=sum(c.name not in on_tier2 for c in self.live),
+                seconds=time.monotonic() - self.started))
         assert worker.poll() is None, f"the worker died: {log.read_text()[-3000:]}"
-        assert set(self.binding.iter_names()) == {c.name for c in self.live}, "orphans or deleted live chunks"
+        assert on_tier2 == {c.name for c in self.live}, "orphans or deleted live chunks"
         assert set(self.pipe.store.get_chunks(c.name for c in self.live + self.doomed)) == {c.name for c in self.live}
         assert inflight(self.pipe) == 0
-        assert read_all(self.pipe, self.pipe.topics.dlq, 1, timeout_s=2) == [], "nothing may be dead-lettered"
-        audit = run_reclaim("audit", env={**os.environ, **self.pipe.worker_env(fs_root)}, timeout=60)
-        assert audit.returncode == 0, audit.stdout + audit.stderr
-        assert f"fs-tier2: {len(self.live)} live, 0 pending deletion, 0 orphans, 0 missing" in audit.stdout
+        assert dead == [], "nothing may be dead-lettered"
+        assert audit.returncode == 0 and orphans == 0, audit.stdout + audit.stderr
+
+
+@dataclass(frozen=True)
+class ChaosResult:
+    """One scenario's line of the closing table."""
+
+    scenario: str
+    faults: str
+    records: int
+    deleted: int
+    dead_lettered: int
+    orphans: int
+    live_deleted: int
+    seconds: float
+
+
+RESULTS: list[ChaosResult] = []
+
+
+def _orphans(audit_json: str) -> int:
+    try:
+        report = json.loads(audit_json)
+    except ValueError:
+        return -1  # no report: the audit could not run (its exit status says so)
+    return int(report["totals"]["orphans"])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The chaos table: what each scenario injected and what the pipeline did through it."""
+    if not RESULTS:
+        return
+    terminalreporter.section("chaos")
+    header = ("scenario", "faults injected", "records", "deleted", "DLQ'd", "orphans", "live deleted", "seconds")
+    rows = [header] + [(r.scenario, r.faults, str(r.records), str(r.deleted), str(r.dead_lettered), str(r.orphans),
+                        str(r.live_deleted), f"{r.seconds:.0f}") for r in RESULTS]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        terminalreporter.write_line("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                                    + " |")
 
 
 def stopped(worker: subprocess.Popen[bytes], log: Path) -> None:

@@ -42,7 +42,8 @@ def test_broker_killed_and_restarted_twice_mid_drain(own_broker: RestartableBrok
                 time.sleep(2)
                 assert worker.poll() is None, f"a broker outage stopped the worker: {log.read_text()[-3000:]}"
                 own_broker.restart()
-            backlog.assert_clean(fs_root, worker, log)
+            backlog.assert_clean("broker crash mid-drain, twice", "2 × SIGKILL of the broker, restart from its data",
+                                 fs_root, worker, log)
         finally:
             stopped(worker, log)
     finally:

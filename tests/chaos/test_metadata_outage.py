@@ -36,7 +36,8 @@ def test_postgres_killed_and_restarted_mid_drain(own_postgres: RestartablePostgr
             time.sleep(3)  # longer than the first retry tier (1 s): records go round the tiers meanwhile
             assert worker.poll() is None, f"a metadata outage stopped the worker: {log.read_text()[-3000:]}"
             own_postgres.restart()
-            backlog.assert_clean(fs_root, worker, log)
+            backlog.assert_clean("PostgreSQL crash mid-drain", "SIGKILL of PostgreSQL for 3 s, restart",
+                                 fs_root, worker, log)
         finally:
             stopped(worker, log)
     finally:

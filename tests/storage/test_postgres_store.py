@@ -80,10 +80,20 @@ def _open_and_close(url: str) -> None:
 
 
 def test_processes_starting_together_migrate_once(schema_url: str) -> None:
+    """Every process waits on the migration lock (held here until all of them do), then each in turn
+    must see what the one before it committed: one migration, the others find it done."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_open_and_close, args=(schema_url,)) for _ in range(4)]
-    for proc in procs:
-        proc.start()
+    with psycopg.connect(schema_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(hashtext(%s))", (SCHEMA_TABLE,))
+        procs = [ctx.Process(target=_open_and_close, args=(schema_url,)) for _ in range(4)]
+        for proc in procs:
+            proc.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        deadline = time.monotonic() + 60
+        while holder.execute(waiting).fetchone() != (len(procs),):
+            assert time.monotonic() < deadline, "the processes never reached the migration lock"
+            time.sleep(0.1)
+        holder.execute("SELECT pg_advisory_unlock(hashtext(%s))", (SCHEMA_TABLE,))
     for proc in procs:
         proc.join(timeout=60)
         assert proc.exitcode == 0
