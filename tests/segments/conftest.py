@@ -11,8 +11,8 @@ from segments.chunked import ChunkedSegmentStorage
 from segments.garbage import RecordingGarbageSink
 from storage.base import BaseChunkStorage
 from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
 from storage.sql_store import SQLMetadataStore, open_metadata_store
+from tests.conftest import S3_SERVERS
 
 #: Small enough that a few short writes roll over to new chunks.
 ROLLING = 8
@@ -36,14 +36,13 @@ def fs_binding(tmp_path: Path) -> FileSystemChunkStorage:
     return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
 
 
-@pytest.fixture(params=["fs", pytest.param("s3", marks=pytest.mark.integration)])
+@pytest.fixture(params=["fs", *(pytest.param(server, marks=pytest.mark.integration) for server in S3_SERVERS)])
 def any_binding(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseChunkStorage]:
-    """The same binding matrix as ``tests/storage``: filesystem, and S3 on the session endpoint."""
+    """The same binding matrix as ``tests/storage``: filesystem, and S3 on each of the session's S3 servers."""
     if request.param == "fs":
         binding: BaseChunkStorage = FileSystemChunkStorage(tmp_path / "tier2-any", name="fs-tier2")
     else:
-        endpoint = request.getfixturevalue("s3_endpoint")
-        binding = S3ChunkStorage(endpoint.binding_settings(request.getfixturevalue("s3_bucket")), name="s3-tier2")
+        binding = request.getfixturevalue("s3_binding_on")(request.param)
     yield binding
     binding.close()
 
