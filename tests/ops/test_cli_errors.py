@@ -94,6 +94,10 @@ def test_config_file_precedence_is_flag_then_env_then_file_then_default(tmp_path
     assert shown["s3_count_missing"] is False and shown["retry_delays"] == [5, 50]  # file over default
     assert shown["partitions"] == 4  # default
     assert shown["s3_secret_key"] == "********"
+    with_url = run_reclaim("config", "show", "--json", env={
+        **env, "RECLAIM_METADATA_URL": "postgresql://reclaim:hunter2@db-1:5432/reclaim"})
+    assert json.loads(with_url.stdout)["metadata_url"] == "postgresql://reclaim:********@db-1:5432/reclaim"
+    assert "hunter2" not in with_url.stdout + with_url.stderr
     # RECLAIM_CONFIG names the file when --config does not.
     from_env = run_reclaim("config", "show", "--json", env={**env, "RECLAIM_CONFIG": str(config)})
     assert json.loads(from_env.stdout)["bootstrap"] == "file:1"

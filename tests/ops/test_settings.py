@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ops.settings import Settings
@@ -20,3 +22,16 @@ def test_counting_missing_keys_is_the_default() -> None:
 def test_a_word_that_is_no_boolean_is_a_one_line_error() -> None:
     with pytest.raises(ValueError, match="RECLAIM_S3_COUNT_MISSING: cannot read 'maybe' as bool"):
         Settings.from_env({"RECLAIM_S3_COUNT_MISSING": "maybe"})
+
+
+def test_the_metadata_location_is_a_url_or_the_sqlite_file() -> None:
+    assert Settings.from_env({}, state_dir=Path("/s")).metadata_location == "/s/metadata.db"
+    url = "postgresql://reclaim:pw@db-1:5432/reclaim"
+    pg = Settings.from_env({"RECLAIM_METADATA_URL": url, "RECLAIM_METADATA_PATH": "/elsewhere.db"})
+    assert pg.metadata_location == url, "the URL wins over the path"
+    assert pg.metadata_shown == "PostgreSQL db-1:5432/reclaim", "no password in what logs show"
+    assert Settings.from_env({"RECLAIM_METADATA_URL": "sqlite:///var/m.db"}).metadata_location == "/var/m.db"
+    with pytest.raises(ValueError, match="must be a postgresql://"):
+        Settings.from_env({"RECLAIM_METADATA_URL": "mysql://db/reclaim"})
+    with pytest.raises(ValueError, match="metadata_pool_size must be at least 1"):
+        Settings.from_env({"RECLAIM_METADATA_POOL_SIZE": "0"})
