@@ -28,14 +28,15 @@ def _ready(url: str) -> bool:
         return False
 
 
-def start_minio(work: Path, cache_dir: Path, timeout: float = 120.0) -> tuple[int, S3Endpoint]:
-    """Start MinIO on a free loopback port with its data and log under ``work``; return its pid and endpoint.
+def start_minio(work: Path, cache_dir: Path, timeout: float = 120.0, port: int | None = None) -> tuple[int, S3Endpoint]:
+    """Start MinIO on ``port`` (a free loopback port when None) with its data and log under ``work``; return
+    its pid and endpoint. Started again with the same ``work`` and ``port``, it serves the same objects.
 
     The binary is built first when the cache does not hold it (minutes, once). Raises
     :class:`~ops.procs.StackError` when it cannot be built or does not get ready within ``timeout``.
     """
     binary = gotools.build(gotools.MINIO, cache_dir).path
-    port, console = free_port(), free_port()
+    port, console = port or free_port(), free_port()
     env = {**os.environ, "MINIO_ROOT_USER": ROOT_USER, "MINIO_ROOT_PASSWORD": ROOT_PASSWORD,
            "MINIO_BROWSER": "off", "MINIO_UPDATE": "off"}
     log = work / "minio.log"

@@ -16,8 +16,9 @@ import pytest
 
 from ops import pg_server
 from ops.kafka_broker import BrokerPorts, start_broker
+from ops.minio_server import start_minio
 from ops.procs import free_port, pid_alive, stop_pid, wait_until
-from storage.filesystem import FileSystemChunkStorage
+from storage.base import BaseChunkStorage
 from storage.metadata import ChunkRecord
 from tests.cli import run_reclaim
 from tests.conftest import server_unavailable
@@ -90,6 +91,39 @@ def spawn_worker(pipe: Pipeline, fs_root: Path, log: Path, **env: str) -> subpro
                                 env={**os.environ, **pipe.worker_env(fs_root, **env)})
 
 
+class RestartableMinio:
+    """A MinIO server of the test's own: ``kill()`` it with SIGKILL and ``restart()`` it on the same port
+    and data directory."""
+
+    def __init__(self, work: Path, cache_dir: Path) -> None:
+        self._work, self._cache_dir = work, cache_dir
+        self.pid, self.endpoint = start_minio(work, cache_dir)
+
+    def kill(self) -> None:
+        os.killpg(self.pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(self.pid), 30, "killed MinIO")
+
+    def restart(self) -> None:
+        port = int(self.endpoint.url.rsplit(":", 1)[1])
+        self.pid, self.endpoint = start_minio(self._work, self._cache_dir, port=port)
+
+    def stop(self) -> None:
+        stop_pid(self.pid)
+
+
+@pytest.fixture
+def own_minio(tmp_path: Path) -> Iterator[RestartableMinio]:
+    from ops.settings import Settings
+
+    try:
+        minio = RestartableMinio(tmp_path / "minio", Settings.from_env().cache_dir)
+    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
+        server_unavailable("S3 endpoint (MinIO)", exc)
+        raise AssertionError("unreachable") from exc
+    yield minio
+    minio.stop()
+
+
 @pytest.fixture
 def own_postgres() -> Iterator[RestartablePostgres]:
     try:
@@ -104,18 +138,20 @@ def own_postgres() -> Iterator[RestartablePostgres]:
 
 @dataclass
 class Backlog:
-    """Live chunks and marked ones on the filesystem binding of ``pipe``; what every scenario drains."""
+    """Live chunks and marked ones on one binding of ``pipe`` (the filesystem's unless named); what every
+    scenario drains."""
 
     pipe: Pipeline
-    binding: FileSystemChunkStorage
+    binding: BaseChunkStorage
     live: list[ChunkRecord]
     doomed: list[ChunkRecord]
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def marked(cls, pipe: Pipeline, live: int = 30, segments: int = 8, per_segment: int = 100) -> Backlog:
-        binding = pipe.bindings.get("fs-tier2")
-        assert isinstance(binding, FileSystemChunkStorage)
+    def marked(cls, pipe: Pipeline, live: int = 30, segments: int = 8, per_segment: int = 100,
+               binding_name: str = "fs-tier2") -> Backlog:
+        binding = pipe.bindings.get(binding_name)
+        assert isinstance(binding, BaseChunkStorage)
         kept = pipe.write_chunks(binding, "scope/stream/0.#epoch.0", live)
         doomed: list[ChunkRecord] = []
         for segment in range(segments):
@@ -136,7 +172,7 @@ class Backlog:
             time.sleep(0.1)
 
     def assert_clean(self, scenario: str, faults: str, fs_root: Path, worker: subprocess.Popen[bytes], log: Path,
-                     timeout_s: float = 180) -> None:
+                     timeout_s: float = 180, env: dict[str, str] | None = None) -> None:
         """Drained, the worker alive throughout; tier-2 holds exactly the live chunks, their rows alone
         are left, lag 0, nothing dead-lettered, and ``reclaim audit`` agrees. The figures go into the
         suite's closing table whatever the outcome."""
@@ -147,7 +183,8 @@ class Backlog:
         finally:
             on_tier2 = set(self.binding.iter_names())
             dead = read_all(self.pipe, self.pipe.topics.dlq, 1, timeout_s=2)
-            audit = run_reclaim("audit", "--json", env={**os.environ, **self.pipe.worker_env(fs_root)}, timeout=60)
+            audit = run_reclaim("audit", "--json", env={**os.environ, **self.pipe.worker_env(fs_root, **(env or {}))},
+                                timeout=60)
             orphans = _orphans(audit.stdout)
             RESULTS.append(ChaosResult(
                 scenario, faults, len(self.live) + len(self.doomed),
