@@ -22,14 +22,27 @@ HEAP = "-Xmx512m"
 
 @dataclass(frozen=True)
 class BrokerPorts:
-    """The two listeners of a single-node KRaft broker."""
+    """The listeners of a single-node KRaft broker, all on ``host``.
+
+    Clients reach it on ``client``, which it advertises as ``advertised`` (``host:client`` when None: a
+    proxy in front of the broker advertises itself so that clients keep going through it). With
+    ``direct``, a second client listener advertises itself, for a client that must bypass that proxy.
+    """
 
     client: int
     controller: int
+    host: str = "127.0.0.1"
+    advertised: str | None = None
+    direct: int | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.client}"
+        return f"{self.host}:{self.client}"
+
+    @property
+    def direct_bootstrap(self) -> str:
+        """The listener that advertises itself: ``direct``'s when there is one, else the client one."""
+        return f"{self.host}:{self.direct}" if self.direct is not None else self.bootstrap
 
 
 def _resource(name: str) -> Path:
@@ -67,15 +80,22 @@ def fetch_jars(cache_dir: Path) -> Path:
 
 
 def _server_properties(data_dir: Path, ports: BrokerPorts) -> str:
+    host = ports.host
+    listeners = [f"PLAINTEXT://{host}:{ports.client}", f"CONTROLLER://{host}:{ports.controller}"]
+    advertised = [f"PLAINTEXT://{ports.advertised or ports.bootstrap}"]
+    if ports.direct is not None:
+        listeners.append(f"DIRECT://{ports.direct_bootstrap}")
+        advertised.append(f"DIRECT://{ports.direct_bootstrap}")
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
-        f"controller.quorum.voters=1@127.0.0.1:{ports.controller}",
-        f"listeners=PLAINTEXT://127.0.0.1:{ports.client},CONTROLLER://127.0.0.1:{ports.controller}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{ports.client}",
+        f"controller.quorum.voters=1@{host}:{ports.controller}",
+        f"listeners={','.join(listeners)}",
+        f"advertised.listeners={','.join(advertised)}",
         "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        # the broker talks to itself on a listener no proxy stands in front of
+        f"inter.broker.listener.name={'DIRECT' if ports.direct is not None else 'PLAINTEXT'}",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,DIRECT:PLAINTEXT",
         f"log.dirs={data_dir / 'logs'}",
         "num.partitions=1",
         "offsets.topic.replication.factor=1",
@@ -125,7 +145,7 @@ def start_broker(data_dir: Path, cache_dir: Path, ports: BrokerPorts,
     _format_storage(libs, data_dir, config)
     log_file = data_dir / "broker.log"
     proc = spawn(_java(libs, "kafka.Kafka", str(config)), log_file)
-    wait_until(lambda: broker_answers(ports.bootstrap), timeout, "Kafka broker", proc, log_file)
+    wait_until(lambda: broker_answers(ports.direct_bootstrap), timeout, "Kafka broker", proc, log_file)
     return proc
 
 

@@ -172,10 +172,11 @@ class Backlog:
             time.sleep(0.1)
 
     def assert_clean(self, scenario: str, faults: str, fs_root: Path, worker: subprocess.Popen[bytes], log: Path,
-                     timeout_s: float = 180, env: dict[str, str] | None = None) -> None:
+                     timeout_s: float = 180, env: dict[str, str] | None = None, dead_lettered: int = 0) -> None:
         """Drained, the worker alive throughout; tier-2 holds exactly the live chunks, their rows alone
-        are left, lag 0, nothing dead-lettered, and ``reclaim audit`` agrees. The figures go into the
-        suite's closing table whatever the outcome."""
+        are left, lag 0, ``dead_lettered`` records in the DLQ (none unless a scenario exceeds the attempt
+        limit on purpose and replays them), and ``reclaim audit`` agrees. The figures go into the suite's
+        closing table whatever the outcome."""
         try:
             wait_drained(self.pipe, timeout_s=timeout_s)
         except AssertionError as exc:
@@ -195,7 +196,7 @@ class Backlog:
         assert on_tier2 == {c.name for c in self.live}, "orphans or deleted live chunks"
         assert set(self.pipe.store.get_chunks(c.name for c in self.live + self.doomed)) == {c.name for c in self.live}
         assert inflight(self.pipe) == 0
-        assert dead == [], "nothing may be dead-lettered"
+        assert len(dead) == dead_lettered, f"{len(dead)} records dead-lettered, {dead_lettered} expected"
         assert audit.returncode == 0 and orphans == 0, audit.stdout + audit.stderr
 
 
