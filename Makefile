@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/reclaim demo
 
 test: $(STAMP)
-	$(PY) -m ops.gotools prometheus promtool minio  # built from their Go modules once (minutes), then cached
+	$(PY) -m ops.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
 	$(PY) -m ops.pg_server install  # Debian's postgresql package, when no server is installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 

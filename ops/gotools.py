@@ -1,7 +1,9 @@
-"""Go programs reclaim's tests and benchmarks run (MinIO, Prometheus, promtool), built from their Go modules.
+"""Go programs reclaim's tests and benchmarks run (MinIO, Prometheus, promtool, Toxiproxy), built from Go modules.
 
 A tool is installed once with ``go install <package>@<version>`` into ``<cache>/bin`` and stamped with
-its version in ``<cache>/bin/<name>.version``; a later call finds the stamp and builds nothing. Builds
+its version in ``<cache>/bin/<name>.version``; a later call finds the stamp and builds nothing. ``go
+install`` names a binary after its package's directory (Toxiproxy's ``cmd/server`` would be ``server``),
+so each is built in a directory of its own and moved to ``<cache>/bin/<name>``. Builds
 run under ``nice -n 19`` (they take minutes and the machine is shared) and one at a time per tool, so
 two processes asking at once build it once.
 """
@@ -59,7 +61,9 @@ MINIO = GoTool("minio", "github.com/minio/minio", "v0.0.0-20260212201848-7aac2a2
 PROMETHEUS = GoTool("prometheus", "github.com/prometheus/prometheus/cmd/prometheus", PROMETHEUS_VERSION,
                     PROMETHEUS_TAGS)
 PROMTOOL = GoTool("promtool", "github.com/prometheus/prometheus/cmd/promtool", PROMETHEUS_VERSION, PROMETHEUS_TAGS)
-TOOLS = {tool.name: tool for tool in (MINIO, PROMETHEUS, PROMTOOL)}
+#: The network-fault proxy of the chaos suite (its HTTP API: :mod:`ops.toxiproxy`).
+TOXIPROXY = GoTool("toxiproxy-server", "github.com/Shopify/toxiproxy/v2/cmd/server", "v2.5.0")
+TOOLS = {tool.name: tool for tool in (MINIO, PROMETHEUS, PROMTOOL, TOXIPROXY)}
 
 
 @dataclass(frozen=True)
@@ -94,17 +98,29 @@ def build(tool: GoTool, cache_dir: Path, timeout_s: float = 3600.0) -> Built:
 
 
 def _go_install(go: str, tool: GoTool, bin_dir: Path, timeout_s: float) -> None:
+    """``go install`` into a directory of the tool's own, then its one binary moved to ``<bin>/<name>``."""
     target = f"{tool.package}@{tool.version}"
-    env = {**os.environ, "GOBIN": str(bin_dir), "CGO_ENABLED": "0"}
+    build_dir = bin_dir / f".{tool.name}.build"
+    shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir()
+    env = {**os.environ, "GOBIN": str(build_dir), "CGO_ENABLED": "0"}
     try:
         tags = ["-tags", ",".join(tool.tags)] if tool.tags else []
         done = subprocess.run(["nice", "-n", "19", go, "install", *tags, target], env=env, capture_output=True,
                               text=True, check=False, timeout=timeout_s)
+        if done.returncode != 0:
+            last = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            raise StackError(f"go install {target} failed (exit {done.returncode}): {last[0]}\n"
+                             f"{done.stderr[-3000:]}")
+        built = sorted(build_dir.iterdir())
+        if len(built) != 1:
+            raise StackError(f"go install {target} left {len(built)} files, not one binary: "
+                             f"{', '.join(p.name for p in built) or '(none)'}")
+        os.replace(built[0], tool.binary(bin_dir.parent))
     except subprocess.TimeoutExpired as exc:
         raise StackError(f"go install {target} did not finish within {timeout_s:g} s") from exc
-    if done.returncode != 0:
-        last = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        raise StackError(f"go install {target} failed (exit {done.returncode}): {last[0]}\n{done.stderr[-3000:]}")
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
