@@ -1,7 +1,8 @@
 """A MinIO server on loopback: the pinned build (:data:`ops.gotools.MINIO`), run with real credentials.
 
 Unlike moto, MinIO checks every request's signature and holds keys and bucket names to S3's rules, so
-the tests and benchmarks that run on it see what a real S3 server does.
+the tests and benchmarks that run on it see what a real S3 server does. Given a ``host``, it listens on
+that address instead (a host of :mod:`ops.netns`, seen by reclaim processes on other hosts).
 """
 
 from __future__ import annotations
@@ -28,21 +29,22 @@ def _ready(url: str) -> bool:
         return False
 
 
-def start_minio(work: Path, cache_dir: Path, timeout: float = 120.0, port: int | None = None) -> tuple[int, S3Endpoint]:
-    """Start MinIO on ``port`` (a free loopback port when None) with its data and log under ``work``; return
+def start_minio(work: Path, cache_dir: Path, timeout: float = 120.0, port: int | None = None,
+                host: str = "127.0.0.1") -> tuple[int, S3Endpoint]:
+    """Start MinIO on ``host``:``port`` (a free port when None) with its data and log under ``work``; return
     its pid and endpoint. Started again with the same ``work`` and ``port``, it serves the same objects.
 
     The binary is built first when the cache does not hold it (minutes, once). Raises
     :class:`~ops.procs.StackError` when it cannot be built or does not get ready within ``timeout``.
     """
     binary = gotools.build(gotools.MINIO, cache_dir).path
-    port, console = port or free_port(), free_port()
+    port, console = port or free_port(host), free_port(host)
     env = {**os.environ, "MINIO_ROOT_USER": ROOT_USER, "MINIO_ROOT_PASSWORD": ROOT_PASSWORD,
            "MINIO_BROWSER": "off", "MINIO_UPDATE": "off"}
     log = work / "minio.log"
     proc = spawn([str(binary), "server", str(work / "minio-data"), "--quiet",
-                  "--address", f"127.0.0.1:{port}", "--console-address", f"127.0.0.1:{console}"], log, env=env)
-    endpoint = S3Endpoint(f"http://127.0.0.1:{port}", access_key=ROOT_USER, secret_key=ROOT_PASSWORD)
+                  "--address", f"{host}:{port}", "--console-address", f"{host}:{console}"], log, env=env)
+    endpoint = S3Endpoint(f"http://{host}:{port}", access_key=ROOT_USER, secret_key=ROOT_PASSWORD)
     try:
         wait_until(lambda: _ready(endpoint.url), timeout, "MinIO", proc, log)
     except StackError:

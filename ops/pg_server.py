@@ -7,12 +7,15 @@ start`` runs a server on a free port with a temporary data directory, prints the
 
 Debian's package is used rather than a wheel that ships a server: it is the build operators run,
 kept patched by Debian, and the machines reclaim is tested on reach Debian's packages. PostgreSQL
-refuses to run as root, so as root the server runs as the package's ``postgres`` user.
+refuses to run as root, so as root the server runs as the package's ``postgres`` user. Given a ``host``,
+:func:`start` listens on that address instead of loopback and takes password logins from every subnet
+the host is on (a host of :mod:`ops.netns`, with reclaim processes on other hosts).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import secrets
@@ -70,11 +73,12 @@ class PostgresServer:
     data_dir: Path
     port: int
     password: str
+    host: str = "127.0.0.1"
 
     def url(self, database: str = DATABASE, *, schema: str | None = None) -> str:
         """A ``postgresql://`` URL of ``database``; with ``schema``, one whose tables live in that schema."""
         options = f"?options=-csearch_path%3D{schema}" if schema else ""
-        return f"postgresql://{USER}:{self.password}@127.0.0.1:{self.port}/{database}{options}"
+        return f"postgresql://{USER}:{self.password}@{self.host}:{self.port}/{database}{options}"
 
     def stop(self, *, remove: bool = False) -> None:
         """Stop the server (a fast shutdown: clients are disconnected, not waited for); with ``remove``,
@@ -101,13 +105,16 @@ def _owned(path: Path) -> None:
         shutil.chown(path, user, user)
 
 
-def start(work: Path | None = None, *, port: int | None = None, timeout: float = 60.0) -> PostgresServer:
+def start(work: Path | None = None, *, port: int | None = None, timeout: float = 60.0,
+          host: str = "127.0.0.1") -> PostgresServer:
     """Make a cluster in a fresh directory (under ``work``, else the system's temporary one), start it
-    on ``port`` (a free one when None) on loopback only, and make the ``reclaim`` database.
+    on ``host``:``port`` (a free port when None; loopback only unless ``host`` says otherwise), and make
+    the ``reclaim`` database.
 
-    The cluster is the tests' own: password authentication for ``reclaim`` over TCP, no Unix socket,
-    and ``fsync`` off (a killed server's writes are in the page cache all the same; only a machine
-    that loses power would lose them, which no test does).
+    The cluster is the tests' own: password authentication for ``reclaim`` over TCP (from loopback, and
+    from the subnets of ``host`` when that is not loopback), no Unix socket, and ``fsync`` off (a killed
+    server's writes are in the page cache all the same; only a machine that loses power would lose them,
+    which no test does).
     """
     programs = install()
     base = Path(tempfile.mkdtemp(prefix="reclaim-pg-", dir=work))
@@ -120,9 +127,12 @@ def start(work: Path | None = None, *, port: int | None = None, timeout: float =
     _run([str(programs / "initdb"), "-D", str(data_dir), "-U", USER, f"--pwfile={pwfile}", "-A", "scram-sha-256",
           "-E", "UTF8", "--locale=C", "--no-sync"], "initdb")
     pwfile.unlink()
+    if not ipaddress.ip_address(host).is_loopback:
+        with open(data_dir / "pg_hba.conf", "a") as hba:
+            hba.write("host all all samenet scram-sha-256\n")
     (base / "postgres.log").touch()
     _owned(base / "postgres.log")
-    server = _launch(programs, data_dir, port or free_port(), password, timeout)
+    server = _launch(programs, data_dir, port or free_port(host), password, timeout, host)
     try:
         _create_database(server)
     except BaseException:
@@ -133,15 +143,16 @@ def start(work: Path | None = None, *, port: int | None = None, timeout: float =
 
 def restart(server: PostgresServer, *, timeout: float = 60.0) -> PostgresServer:
     """Start ``server``'s cluster again (after a stop or a kill) on the same port; the new process."""
-    return _launch(install(), server.data_dir, server.port, server.password, timeout)
+    return _launch(install(), server.data_dir, server.port, server.password, timeout, server.host)
 
 
-def _launch(programs: Path, data_dir: Path, port: int, password: str, timeout: float) -> PostgresServer:
+def _launch(programs: Path, data_dir: Path, port: int, password: str, timeout: float,
+            host: str = "127.0.0.1") -> PostgresServer:
     log = data_dir.parent / "postgres.log"
-    proc = spawn([str(programs / "postgres"), "-D", str(data_dir), "-p", str(port), "-h", "127.0.0.1", "-k", "",
+    proc = spawn([str(programs / "postgres"), "-D", str(data_dir), "-p", str(port), "-h", host, "-k", "",
                   "-c", "fsync=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB"],
                  log, user=_runs_as())
-    server = PostgresServer(proc.pid, data_dir, port, password)
+    server = PostgresServer(proc.pid, data_dir, port, password, host)
     try:
         wait_until(lambda: _accepts(server), timeout, "PostgreSQL", proc, log)
     except StackError:
