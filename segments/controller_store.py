@@ -189,6 +189,12 @@ class StreamTransaction(_Queries, Transaction):
                            (op.stream, 1, op.op_id, plan_to_json(op.plan), op.started_at))
         return replace(op, version=1)
 
+    def renew_operation(self, stream: str, op_id: str, at: float) -> bool:
+        """Record that ``op_id``'s executor is alive at ``at``; False when it is no longer pending."""
+        cursor = self._conn.execute("UPDATE controller_operations SET started_at = ? WHERE stream = ? AND op_id = ?",
+                                    (at, stream, op_id))
+        return cursor.rowcount == 1
+
     def delete_operation(self, stream: str, op_id: str) -> bool:
         """Drop the pending operation if it is still ``op_id``; False when someone finished it already."""
         cursor = self._conn.execute("DELETE FROM controller_operations WHERE stream = ? AND op_id = ?",

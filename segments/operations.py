@@ -25,6 +25,8 @@ CrashHook = Callable[[str], None]
 Planner = Callable[[StreamTransaction], Plan | None]
 #: How many stale operations one request helps to finish before giving up.
 _MAX_HELPS = 3
+#: How long an operation's executor may go unheard of before another request finishes the operation.
+TAKEOVER_AFTER_S = 30.0
 
 
 class _Superseded(Exception):
@@ -37,8 +39,13 @@ class StreamOperations:
     Linearisation: a request plans its operation and records it as the stream's pending operation
     in one controller transaction; a stream has at most one. A second request meanwhile is rejected
     with :class:`StreamBusyError` unless it is the same request retried (it resumes the pending
-    operation) or the pending one is older than ``takeover_after_s`` (its executor is presumed dead:
-    the request finishes it first, then plans its own).
+    operation) or the pending one's executor has not been heard of for ``takeover_after_s`` (it is
+    presumed dead: the request finishes the operation first, then plans its own).
+
+    Liveness: an executor renews its operation's ``started_at`` as it goes from step to step (at most
+    every ``takeover_after_s / 6``), so only a dead or stalled one is taken over, and a request
+    behind a dead one (a killed truncation applier, say) waits ``takeover_after_s`` at most. A
+    takeover of an executor that was only slow is still safe: see crash idempotence.
 
     Crash idempotence: the persisted plan fixes every name and epoch up front; each step is
     idempotent (create skips what exists, seal is a no-op when sealed, a merge whose source is gone
@@ -53,13 +60,14 @@ class StreamOperations:
 
     def __init__(self, segments: ChunkedSegmentStorage, store: ControllerStore, *,
                  crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
-                 takeover_after_s: float = 300.0, topology_sink: TopologySink | None = None) -> None:
+                 takeover_after_s: float = TAKEOVER_AFTER_S, topology_sink: TopologySink | None = None) -> None:
         self.segments = segments
         self.store = store
         self.crash_hook = crash_hook
         self.clock = clock
         self.takeover_after_s = takeover_after_s
         self.topology_sink = topology_sink
+        self._renewed: dict[str, float] = {}  # op id -> when this executor last renewed it
 
     def run(self, stream: str, planner: Planner, matches: Callable[[Plan], bool]) -> Operation | None:
         """Plan and execute an operation, or resume a pending one ``matches`` accepts; None if nothing to do."""
@@ -108,14 +116,23 @@ class StreamOperations:
             else:
                 self._delete(op)
         except _Superseded:
+            self._renewed.pop(op.op_id, None)
             logger.info("stream operation finished elsewhere stream=%s op=%s", op.stream, op.op_id)
 
     def step(self, op: Operation, name: str) -> None:
-        """A point between steps: the crash hook runs here, and a lagging executor stops here."""
+        """A point between steps: the crash hook runs here, a lagging executor stops here, and a live one
+        renews its operation now and then."""
         if self.crash_hook is not None:
             self.crash_hook(name)
-        current = self.store.get_operation(op.stream)
-        if current is None or current.op_id != op.op_id:
+        now = self.clock()
+        if now - self._renewed.get(op.op_id, op.started_at) >= self.takeover_after_s / 6:
+            with self.store.transaction() as txn:
+                pending = txn.renew_operation(op.stream, op.op_id, now)
+            self._renewed[op.op_id] = now
+        else:
+            current = self.store.get_operation(op.stream)
+            pending = current is not None and current.op_id == op.op_id
+        if not pending:
             raise _Superseded(op.op_id)
 
     def _finish(self, op: Operation, update: Callable[[StreamTransaction], None]) -> None:
@@ -124,6 +141,7 @@ class StreamOperations:
             if not txn.delete_operation(op.stream, op.op_id):
                 raise _Superseded(op.op_id)
             update(txn)
+        self._renewed.pop(op.op_id, None)
         logger.info("stream operation finished stream=%s op=%s: %s", op.stream, op.op_id, op.plan.describe())
 
     def history(self, stream: str) -> StreamHistory:

@@ -79,7 +79,11 @@ Plan = ScalePlan | CommitPlan | SealPlan | DeletePlan | TruncatePlan
 
 @dataclass(frozen=True)
 class Operation:
-    """The one pending operation a stream may have: the persisted intent that a retry or recovery resumes."""
+    """The one pending operation a stream may have: the persisted intent that a retry or recovery resumes.
+
+    ``started_at`` is when its executor last said it was alive: set when the operation is recorded and
+    renewed as the executor goes from step to step.
+    """
 
     stream: str
     op_id: str

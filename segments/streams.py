@@ -13,7 +13,7 @@ from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
 from segments.controller_store import ControllerStore, StreamTransaction, open_controller_store
 from segments.ids import SegmentId, TxnId, qualified_stream, segment_name
-from segments.operations import CrashHook, StreamOperations
+from segments.operations import TAKEOVER_AFTER_S, CrashHook, StreamOperations
 from segments.stream_errors import (
     StreamBusyError,
     StreamError,
@@ -68,7 +68,7 @@ class StreamController:
 
     def __init__(self, segments: ChunkedSegmentStorage, store: ControllerStore, *,
                  crash_hook: CrashHook | None = None, clock: Callable[[], float] = time.time,
-                 takeover_after_s: float = 300.0, topology_sink: TopologySink | None = None) -> None:
+                 takeover_after_s: float = TAKEOVER_AFTER_S, topology_sink: TopologySink | None = None) -> None:
         self.segments = segments
         self.store = store
         self.ops = StreamOperations(segments, store, crash_hook=crash_hook, clock=clock,

@@ -245,6 +245,30 @@ def test_a_stale_operation_blocks_others_until_taken_over(tmp_path: Path) -> Non
         assert controller.read_all(f"{STREAM}/0.#epoch.2") == b"txn0:" * 3
 
 
+def test_a_live_executor_renews_its_operation_so_it_is_not_taken_over(tmp_path: Path) -> None:
+    """Each step of a slow scale takes 20 s of the controllers' clock, so the whole scale outlasts the
+    30 s takeover; the executor renews its operation as it goes, so a competing request meanwhile is
+    told the stream is busy at every step instead of finishing the scale under the executor's feet."""
+    with opened(tmp_path) as controller:
+        base_stream(controller, txns=1)
+    now = [time.time()]
+    refusals: list[str] = []
+    with opened(tmp_path, clock=lambda: now[0]) as competitor:
+
+        def slow_step(step: str) -> None:
+            now[0] += 20
+            with pytest.raises(StreamBusyError) as busy:
+                competitor.commit_txn(txn(competitor, 1))
+            refusals.append(str(busy.value))
+
+        with opened(tmp_path, slow_step, clock=lambda: now[0]) as executor:
+            SCENARIOS["scale"].run(executor)
+        assert len(refusals) >= 3 and all("scale to epoch 1" in r for r in refusals)
+        assert competitor.store.get_operation(STREAM) is None
+        competitor.commit_txn(txn(competitor, 1))  # the scale finished: the commit goes ahead now
+        assert txn(competitor, 1).state is TxnState.COMMITTED
+
+
 PUBLISH_STEPS = {"scale": "scale:publish", "rolling commit": "commit:publish", "seal stream": "seal:publish",
                  "delete stream": "delete:publish"}
 
