@@ -61,7 +61,8 @@ def bandwidth(kb_per_s: int, stream: str = DOWNSTREAM) -> Toxic:
 
 
 def reset_peer(after_ms: int = 0, stream: str = DOWNSTREAM, toxicity: float = 1.0) -> Toxic:
-    """A connection is reset (TCP RST, unsent data dropped) ``after_ms`` after data arrives on it."""
+    """A connection is reset (TCP RST, unsent data dropped) ``after_ms`` after data arrives on it; one that
+    was open when the toxic came is closed instead."""
     return Toxic("reset_peer", (("timeout", after_ms),), stream, toxicity)
 
 
