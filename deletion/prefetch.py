@@ -1,7 +1,7 @@
 """The one I/O step before a batch is judged: everything :func:`~deletion.verify.judge` needs, fetched
 in as few queries and requests as the stores allow.
 
-One query for the chunk rows, one for the marks of rows still active, HEADs (in parallel) only for
+One query for the batch's marks, then one for the chunk rows, HEADs (in parallel) only for
 copies that have no row, and one existence listing per binding for the copies of redelivered records
 whose rows are retired (an earlier attempt may have deleted them; see :mod:`consumers.horizons`).
 The result is a frozen :class:`~deletion.facts.Facts`.
@@ -35,11 +35,14 @@ class Prefetcher:
 
     def gather(self, batch: Sequence[Pending], now_ms: int) -> Facts:
         places = self._places(batch)
+        # Marks before rows: the two reads are not one snapshot, and phase 1 commits a mark and retires
+        # its rows together. Read in this order, a mark seen committed has its rows seen retired; read
+        # the other way, a commit between the reads shows a committed mark beside a row still active,
+        # which judges a marked chunk "in use" and leaks it.
+        mark_ids = {p.info.mark_id for p in batch if p.info.mark_id}
+        marks = self._store.get_marks(mark_ids) if mark_ids else {}
         rows = self._store.get_chunks({p.info.chunk_name for p in batch})
         active = {name for name, row in rows.items() if row.active}
-        # Only records of chunks still in the layout need to know whether their mark committed.
-        mark_ids = {p.info.mark_id for p in batch if p.info.chunk_name in active}
-        marks = self._store.get_marks(mark_ids) if mark_ids else {}
         placed = [p for p in batch if isinstance(places.get(p.copy), ChunkLocation)]
         without_row = [p.copy for p in placed if p.info.chunk_name not in rows]
         retired = [p.copy for p in placed

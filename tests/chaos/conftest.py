@@ -83,12 +83,17 @@ def own_broker(tmp_path: Path) -> Iterator[RestartableBroker]:
     broker.stop()
 
 
-def spawn_worker(pipe: Pipeline, fs_root: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    """A ``reclaim worker`` process serving ``pipe``, logging to ``log`` (a file, not a pipe nobody reads:
-    a chatty outage must not block it)."""
+def spawn_reclaim(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A ``reclaim <command>`` process with ``env`` over the test's environment, logging to ``log`` (a file,
+    not a pipe nobody reads: a chatty outage must not block it)."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], stdout=out, stderr=out,
-                                env={**os.environ, **pipe.worker_env(fs_root, **env)})
+        return subprocess.Popen([sys.executable, "-m", "ops.cli", command], stdout=out, stderr=out,
+                                env={**os.environ, **env})
+
+
+def spawn_worker(pipe: Pipeline, fs_root: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """A ``reclaim worker`` process serving ``pipe``."""
+    return spawn_reclaim("worker", pipe.worker_env(fs_root, **env), log)
 
 
 class RestartableMinio:
@@ -186,7 +191,7 @@ class Backlog:
             dead = read_all(self.pipe, self.pipe.topics.dlq, 1, timeout_s=2)
             audit = run_reclaim("audit", "--json", env={**os.environ, **self.pipe.worker_env(fs_root, **(env or {}))},
                                 timeout=60)
-            orphans = _orphans(audit.stdout)
+            orphans = orphans_in(audit.stdout)
             RESULTS.append(ChaosResult(
                 scenario, faults, len(self.live) + len(self.doomed),
                 deleted=sum(c.name not in on_tier2 for c in self.doomed), dead_lettered=len(dead), orphans=orphans,
@@ -217,7 +222,8 @@ class ChaosResult:
 RESULTS: list[ChaosResult] = []
 
 
-def _orphans(audit_json: str) -> int:
+def orphans_in(audit_json: str) -> int:
+    """The orphans ``reclaim audit --json`` counted; -1 when it printed no report."""
     try:
         report = json.loads(audit_json)
     except ValueError:
