@@ -105,8 +105,9 @@ def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
         if settings.record_every_s > 0:
             period_ms = int(settings.record_every_s * 1000)
             tick = RetentionRecorder(controller, publisher, topics.stream_cuts, period_ms).tick
-        log.info("truncation applier on %s (group %s); recording cuts every %ss", topics.truncation,
-                 settings.truncation_group_id, settings.record_every_s or "never")
+        log.info("truncation applier on %s (group %s); recording cuts %s", topics.truncation,
+                 settings.truncation_group_id,
+                 f"every {settings.record_every_s:g} s" if settings.record_every_s > 0 else "never")
         applier.run(stop, on_idle=tick)
     return 0
 
