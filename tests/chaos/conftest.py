@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ops import pg_server
+from ops.dlq import read_all as read_dlq
 from ops.kafka_broker import BrokerPorts, start_broker
 from ops.minio_server import start_minio
 from ops.procs import free_port, pid_alive, stop_pid, wait_until
@@ -24,7 +25,6 @@ from tests.cli import run_reclaim
 from tests.conftest import server_unavailable
 from tests.deletion.conftest import Pipeline
 from tests.deletion.test_crash import inflight, wait_drained
-from tests.deletion.test_faults import read_all
 
 
 class RestartablePostgres:
@@ -188,7 +188,7 @@ class Backlog:
             raise AssertionError(f"{exc}; the worker's log ends:\n{log.read_text()[-5000:]}") from exc
         finally:
             on_tier2 = set(self.binding.iter_names())
-            dead = read_all(self.pipe, self.pipe.topics.dlq, 1, timeout_s=2)
+            dead, _ = read_dlq(self.pipe.bootstrap, self.pipe.topics.dlq)  # to the high watermarks, by assignment
             audit = run_reclaim("audit", "--json", env={**os.environ, **self.pipe.worker_env(fs_root, **(env or {}))},
                                 timeout=60)
             orphans = orphans_in(audit.stdout)
