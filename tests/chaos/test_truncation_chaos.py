@@ -43,14 +43,14 @@ class HeadWatcher(threading.Thread):
     """Reads the stream's head every 50 ms and remembers each change; a head that moves back is the
     failure this test is for."""
 
-    def __init__(self, controller: StreamController) -> None:
+    def __init__(self, controller: StreamController, stream: str = STREAM) -> None:
         super().__init__(daemon=True)
-        self.controller, self.seen, self.stop = controller, [StreamCut()], threading.Event()
+        self.controller, self.stream, self.seen, self.stop = controller, stream, [StreamCut()], threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(0.05):
             try:
-                head = self.controller.head(STREAM)
+                head = self.controller.head(self.stream)
             except ReclaimError:
                 continue  # PostgreSQL is down: nothing to see
             if head != self.seen[-1]:
