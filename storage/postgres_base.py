@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -140,7 +140,7 @@ class PostgresDatabase:
         self.store = store
         self.where = describe(url)
         self._pool = ConnectionPool(url, min_size=min(2, pool_size), max_size=pool_size, open=False,
-                                    timeout=pool_timeout, kwargs={"autocommit": True, "connect_timeout": 5},
+                                    timeout=pool_timeout, kwargs={"autocommit": True, **_socket_options(url)},
                                     check=ConnectionPool.check_connection, name=f"reclaim {store}")
         _probe(url, self.where, connect_timeout)
         try:
@@ -203,11 +203,25 @@ class PostgresDatabase:
         self._pool.close()
 
 
+#: libpq's socket settings: a connection whose server stops answering (a dropped link, a partition
+#: that swallows packets) fails within about 30 s instead of waiting on the socket for as long as the
+#: kernel's TCP retries last (a quarter of an hour), or for ever when only the answer was lost.
+SOCKET_OPTIONS = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                  "keepalives_count": 3, "tcp_user_timeout": 30_000}
+
+
+def _socket_options(url: str) -> dict[str, int]:
+    """:data:`SOCKET_OPTIONS` but those the URL sets itself (an operator's choice wins)."""
+    given = conninfo_to_dict(url)
+    return {name: value for name, value in SOCKET_OPTIONS.items() if name not in given}
+
+
 def _probe(url: str, where: str, timeout: float) -> None:
     """One connection first, so that a refused connection or a wrong password fails at once, saying so
     (a pool would retry it until its timeout and then say only that it timed out)."""
     try:
-        psycopg.connect(url, connect_timeout=max(1, round(timeout))).close()
+        options = {**_socket_options(url), "connect_timeout": max(1, round(timeout))}
+        psycopg.connect(make_conninfo(url, **options)).close()
     except psycopg.Error as exc:
         raise MetadataUnavailableError(f"cannot reach PostgreSQL at {where}: {_first_line(exc)}") from exc
 

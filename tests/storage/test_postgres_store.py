@@ -203,3 +203,13 @@ def test_the_cli_names_a_missing_store_or_server_in_one_line(schema_url: str, tm
     assert ":pw@" not in down.stderr
     bad = _reclaim("audit", "--metadata-url", "mysql://x/y")
     assert bad.returncode == 64 and "postgresql://" in bad.stderr, bad.stderr
+
+
+def test_connections_time_out_on_a_silent_server_unless_the_url_says_otherwise() -> None:
+    from storage.postgres_base import SOCKET_OPTIONS, _socket_options
+
+    assert _socket_options("postgresql://u:p@db.example:5432/reclaim") == SOCKET_OPTIONS
+    assert SOCKET_OPTIONS["tcp_user_timeout"] <= 30_000 and SOCKET_OPTIONS["keepalives"] == 1
+    chosen = _socket_options("postgresql://u:p@db.example/reclaim?tcp_user_timeout=5000&keepalives_idle=60")
+    assert "tcp_user_timeout" not in chosen and "keepalives_idle" not in chosen
+    assert chosen["keepalives_count"] == SOCKET_OPTIONS["keepalives_count"]
