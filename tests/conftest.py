@@ -14,6 +14,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -21,6 +22,8 @@ from ops.minio_server import start_minio
 from ops.procs import StackError, free_port, stop_pid
 from ops.s3_server import LOCAL_REGION, S3Endpoint, ensure_bucket, start_s3
 from storage.s3 import S3ChunkStorage
+
+T = TypeVar("T")
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -37,6 +40,16 @@ def server_unavailable(what: str, exc: BaseException) -> None:
     if IN_CI:
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def started(what: str, start: Callable[[], T]) -> T:
+    """What ``start()`` returns (a server of a test's own), or :func:`server_unavailable` when it raises:
+    any failure to start is reported the same way."""
+    try:
+        return start()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        server_unavailable(what, exc)
+        raise AssertionError("unreachable") from exc
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from ops.procs import free_port, pid_alive, stop_pid, wait_until
 from storage.base import BaseChunkStorage
 from storage.metadata import ChunkRecord
 from tests.cli import run_reclaim
-from tests.conftest import server_unavailable
+from tests.conftest import started
 from tests.deletion.conftest import Pipeline
 from tests.deletion.test_crash import inflight, wait_drained
 
@@ -74,11 +74,7 @@ class RestartableBroker:
 def own_broker(tmp_path: Path) -> Iterator[RestartableBroker]:
     from ops.settings import Settings
 
-    try:
-        broker = RestartableBroker(tmp_path / "kafka", Settings.from_env().cache_dir)
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
-        server_unavailable("Kafka broker", exc)
-        raise AssertionError("unreachable") from exc
+    broker = started("Kafka broker", lambda: RestartableBroker(tmp_path / "kafka", Settings.from_env().cache_dir))
     yield broker
     broker.stop()
 
@@ -120,23 +116,14 @@ class RestartableMinio:
 def own_minio(tmp_path: Path) -> Iterator[RestartableMinio]:
     from ops.settings import Settings
 
-    try:
-        minio = RestartableMinio(tmp_path / "minio", Settings.from_env().cache_dir)
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
-        server_unavailable("S3 endpoint (MinIO)", exc)
-        raise AssertionError("unreachable") from exc
+    minio = started("S3 endpoint (MinIO)", lambda: RestartableMinio(tmp_path / "minio", Settings.from_env().cache_dir))
     yield minio
     minio.stop()
 
 
 @pytest.fixture
 def own_postgres() -> Iterator[RestartablePostgres]:
-    try:
-        server = pg_server.start()
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
-        server_unavailable("PostgreSQL", exc)
-        raise AssertionError("unreachable") from exc
-    own = RestartablePostgres(server)
+    own = RestartablePostgres(started("PostgreSQL", pg_server.start))
     yield own
     own.server.stop(remove=True)
 

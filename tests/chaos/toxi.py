@@ -18,7 +18,7 @@ from ops.settings import Settings
 from ops.topics import admin_client, create_topics, topic_specs
 from ops.toxiproxy import Proxy, Toxic, Toxiproxy, start_toxiproxy
 from producers.topics import TopicNames
-from tests.conftest import server_unavailable
+from tests.conftest import started
 
 from .conftest import Backlog
 
@@ -26,11 +26,8 @@ from .conftest import Backlog
 @pytest.fixture(scope="module")
 def toxiproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Toxiproxy]:
     """A Toxiproxy server of the module's own (the network between the workers and their servers)."""
-    try:
-        pid, client = start_toxiproxy(tmp_path_factory.mktemp("toxiproxy"), Settings.from_env().cache_dir)
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
-        server_unavailable("Toxiproxy", exc)
-        raise AssertionError("unreachable") from exc
+    pid, client = started("Toxiproxy", lambda: start_toxiproxy(tmp_path_factory.mktemp("toxiproxy"),
+                                                                Settings.from_env().cache_dir))
     yield client
     stop_pid(pid)
 
@@ -68,11 +65,8 @@ class ProxiedBroker:
 @pytest.fixture(scope="module")
 def proxied_broker(tmp_path_factory: pytest.TempPathFactory, toxiproxy: Toxiproxy) -> Iterator[ProxiedBroker]:
     """The module's broker: the workers reach it through Toxiproxy, the tests directly."""
-    try:
-        broker = ProxiedBroker(tmp_path_factory.mktemp("kafka"), Settings.from_env().cache_dir, toxiproxy)
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
-        server_unavailable("Kafka broker", exc)
-        raise AssertionError("unreachable") from exc
+    broker = started("Kafka broker", lambda: ProxiedBroker(tmp_path_factory.mktemp("kafka"),
+                                                            Settings.from_env().cache_dir, toxiproxy))
     yield broker
     broker.stop()
 

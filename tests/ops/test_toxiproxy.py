@@ -20,7 +20,7 @@ from ops.gotools import GoTool
 from ops.procs import StackError, stop_pid
 from ops.settings import Settings
 from ops.toxiproxy import Proxy, Toxiproxy, start_toxiproxy
-from tests.conftest import server_unavailable
+from tests.conftest import started
 
 
 def test_a_binary_go_install_names_after_its_directory_is_installed_under_the_tool_name(
@@ -69,11 +69,8 @@ def echo() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def toxi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Toxiproxy]:
-    try:
-        pid, client = start_toxiproxy(tmp_path_factory.mktemp("toxiproxy"), Settings.from_env().cache_dir)
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported the same way
-        server_unavailable("Toxiproxy", exc)
-        raise AssertionError("unreachable") from exc
+    pid, client = started("Toxiproxy", lambda: start_toxiproxy(tmp_path_factory.mktemp("toxiproxy"),
+                                                                Settings.from_env().cache_dir))
     yield client
     stop_pid(pid)
 
