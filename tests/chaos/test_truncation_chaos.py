@@ -106,7 +106,7 @@ def test_applier_and_postgres_killed_while_truncations_stream_in(
                     own_postgres.kill()
                     time.sleep(3)
                     own_postgres.restart()
-                    faults.append("SIGKILL of PostgreSQL mid-truncation, 3 s, restart")
+                    faults.append("SIGKILL of PostgreSQL while truncations stream in, 3 s, restart")
                 time.sleep(0.2)
             wait_for_head(watcher, CUTS, applier, applier_log, timeout_s=120)
             wait_lag(kafka_bootstrap, env["RECLAIM_TRUNCATION_GROUP_ID"], [topics.truncation])
