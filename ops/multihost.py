@@ -77,12 +77,16 @@ class MultiHostStack:
         return {"RECLAIM_BOOTSTRAP": self.bootstrap, "RECLAIM_METADATA_URL": self.metadata_url,
                 **self.endpoint.reclaim_env(bucket)}
 
-    def spawn_worker(self, host: str, env: Mapping[str, str], state_dir: Path) -> subprocess.Popen[bytes]:
+    def spawn_worker(self, host: str, env: Mapping[str, str], state_dir: Path,
+                     metrics: bool = True) -> subprocess.Popen[bytes]:
         """``reclaim worker`` on ``host`` with ``env`` (over this process's), its state and log in
-        ``state_dir``, its metrics served on the host's address (:meth:`metrics`)."""
+        ``state_dir``; with ``metrics``, its metrics served on the host's address (:meth:`metrics`)."""
         own = {"RECLAIM_STATE_DIR": str(state_dir), "RECLAIM_FS_ROOT": str(state_dir / "tier2"),
-               "RECLAIM_FS_CREATE_ROOT": "true", "RECLAIM_METRICS_PORT": str(METRICS_PORT)}
-        argv = [sys.executable, "-m", "ops.cli", "worker", "--metrics-addr", self.net[host].address]
+               "RECLAIM_FS_CREATE_ROOT": "true"}
+        argv = [sys.executable, "-m", "ops.cli", "worker"]
+        if metrics:
+            own["RECLAIM_METRICS_PORT"] = str(METRICS_PORT)
+            argv += ["--metrics-addr", self.net[host].address]
         with self.net[host].entered():
             return spawn(argv, state_dir / "worker.log", env={**os.environ, **env, **own})
 

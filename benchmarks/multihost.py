@@ -1,0 +1,130 @@
+"""Drain throughput across hosts on one machine: one worker host against two, side by side in one run.
+
+The topology of the multi-host chaos test (:mod:`ops.multihost`): the broker on one host, PostgreSQL
+(the metadata) and MinIO (tier-2) on another, a ``reclaim worker`` process on each worker host, every
+host a network namespace on one bridge. For each round and each worker count: fresh topics (6
+partitions) and a fresh bucket holding the marked chunks' objects; the workers join their group,
+are stopped (SIGSTOP) while phase 1 publishes the pending deletes and commits the marks, and the
+clock runs from their SIGCONT to the group's lag reaching 0 (every record final, every offset
+committed); the bucket is then checked empty. Worker counts alternate within a round (1, 2, 1, 2, ...).
+
+On one machine the hosts share its cores: a second worker host adds a process, not a CPU, so the
+ratio says what a consumer group gains when its members compete for the same cores as the broker,
+PostgreSQL and MinIO — on 2 cores, little or nothing.
+
+Run (as root: the hosts are network namespaces): ``.venv/bin/python benchmarks/multihost.py
+[--objects 20000] [--rounds 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.deletion_setup import group_lag  # noqa: E402
+from benchmarks.deletion_throughput import ratio, report  # noqa: E402
+from deletion.mark import LedgerDeletionService  # noqa: E402
+from ops.multihost import CHUNK_BYTES, MultiHostStack, object_count, wait_members, write_chunks  # noqa: E402
+from ops.s3_server import ensure_bucket  # noqa: E402
+from ops.settings import Settings  # noqa: E402
+from ops.topics import admin_client, create_topics, topic_specs  # noqa: E402
+from producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
+from producers.producer import RecordProducer  # noqa: E402
+from producers.topics import TopicNames  # noqa: E402
+from schemas.codec import build_codec  # noqa: E402
+from storage.metadata import ChunkRecord  # noqa: E402
+from storage.s3 import S3ChunkStorage  # noqa: E402
+from storage.sql_store import open_metadata_store  # noqa: E402
+
+WORKER_HOSTS = ("worker-a", "worker-b")
+PARTITIONS = 6
+PER_SEGMENT = 1000
+STALL_S = 120.0
+
+
+def drain(stack: MultiHostStack, hosts: tuple[str, ...], n: int, work: Path) -> float:
+    """Seconds for ``reclaim worker`` processes on ``hosts`` to drain ``n`` marked chunks (see the module)."""
+    run = uuid.uuid4().hex[:8]
+    prefix, group, bucket = f"bench-{run}.", f"bench-{run}-group", f"bench-{run}"
+    admin = admin_client(stack.bootstrap)
+    create_topics(admin, topic_specs(Settings(topic_prefix=prefix, partitions=PARTITIONS)))
+    topics = TopicNames.for_prefix(prefix)
+    ensure_bucket(stack.endpoint, bucket)
+    binding = S3ChunkStorage(stack.endpoint.binding_settings(bucket), name="s3-tier2")
+    store = open_metadata_store(stack.metadata_url)
+    segments: list[list[ChunkRecord]] = [
+        write_chunks(store, binding, f"bench/stream/{run}-{i}.#epoch.0", min(PER_SEGMENT, n - start),
+                     stream="bench/stream") for i, start in enumerate(range(0, n, PER_SEGMENT))]
+    producer = RecordProducer(stack.bootstrap, "idempotent-producer")
+    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, build_codec(), topics.deletion))
+    env = {**stack.reclaim_env(bucket), "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_GROUP_ID": group,
+           "RECLAIM_POLL_TIMEOUT_S": "0.05", "RECLAIM_COMMIT_INTERVAL_MS": "20"}
+    procs = [stack.spawn_worker(host, env, work / run / host, metrics=False) for host in hosts]
+    try:
+        wait_members(admin, group, [stack.host(host) for host in hosts])
+        for proc in procs:
+            proc.send_signal(signal.SIGSTOP)
+        for segment in segments:
+            assert not service.mark(segment).failed, "phase 1 could not publish every pending delete"
+        started = time.perf_counter()
+        for proc in procs:
+            proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + STALL_S + n / 100
+        while group_lag(stack.bootstrap, group, topics.deletion_inputs) != 0:
+            assert time.monotonic() < deadline, f"the workers on {', '.join(hosts)} did not drain the deletion topic"
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            proc.wait(30)
+        producer.close()
+        store.close()
+    assert object_count(stack.endpoint, bucket) == 0, "objects left behind"
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=20_000, help="marked chunks per drain (default 20000)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds, each draining with 1 and 2 hosts (default 1)")
+    parser.add_argument("--warmup", type=int, default=2000, help="chunks of an untimed drain per worker count first "
+                        "(default 2000; 0: none)")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.objects < 1:
+        parser.error("--rounds and --objects must be at least 1")
+    one, two = WORKER_HOSTS[:1], WORKER_HOSTS
+    with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
+        work = Path(tmp)
+        stack = MultiHostStack(work / "servers", Settings.from_env().cache_dir, WORKER_HOSTS)
+        try:
+            print(f"drain throughput across hosts on one machine ({os.cpu_count()} cores): broker | PostgreSQL + "
+                  f"MinIO | worker hosts, {args.objects} marked chunks of {CHUNK_BYTES} bytes, "
+                  f"{PARTITIONS} partitions, batches of {Settings().batch_size}; median of {args.rounds} round(s)")
+            if args.warmup:
+                for hosts in (one, two):
+                    drain(stack, hosts, args.warmup, work)
+            alone: list[float] = []
+            paired: list[float] = []
+            for _ in range(args.rounds):
+                alone.append(drain(stack, one, args.objects, work))
+                paired.append(drain(stack, two, args.objects, work))
+            report("1 worker host: SIGCONT -> lag 0", args.objects, alone)
+            report("2 worker hosts: SIGCONT -> lag 0", args.objects, paired)
+            ratio("2 worker hosts / 1:", paired, alone)
+        finally:
+            stack.close()
+
+
+if __name__ == "__main__":
+    main()
