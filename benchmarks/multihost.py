@@ -7,6 +7,8 @@ partitions) and a fresh bucket holding the marked chunks' objects; the workers j
 are stopped (SIGSTOP) while phase 1 publishes the pending deletes and commits the marks, and the
 clock runs from their SIGCONT to the group's lag reaching 0 (every record final, every offset
 committed); the bucket is then checked empty. Worker counts alternate within a round (1, 2, 1, 2, ...).
+How long the workers were stopped is printed too: past their session timeout they leave the group and
+the drain includes a rebalance.
 
 On one machine the hosts share its cores: a second worker host adds a process, not a CPU, so the
 ratio says what a consumer group gains when its members compete for the same cores as the broker,
@@ -32,6 +34,7 @@ if not __package__:  # run as a file: the sibling modules are imported as ``benc
 
 from benchmarks.deletion_setup import group_lag  # noqa: E402
 from benchmarks.deletion_throughput import ratio, report  # noqa: E402
+from consumers.deletion_worker import WorkerConfig  # noqa: E402
 from deletion.mark import LedgerDeletionService  # noqa: E402
 from ops.multihost import CHUNK_BYTES, MultiHostStack, object_count, wait_members, write_chunks  # noqa: E402
 from ops.s3_server import ensure_bucket  # noqa: E402
@@ -49,10 +52,14 @@ WORKER_HOSTS = ("worker-a", "worker-b")
 PARTITIONS = 6
 PER_SEGMENT = 1000
 STALL_S = 120.0
+#: reclaim's consumer session timeout: workers stopped longer than this leave their group.
+SESSION_TIMEOUT_S = WorkerConfig(bootstrap="", topics=TopicNames.for_prefix("")).consumer_config()[
+    "session.timeout.ms"] / 1000
 
 
-def drain(stack: MultiHostStack, hosts: tuple[str, ...], n: int, work: Path) -> float:
-    """Seconds for ``reclaim worker`` processes on ``hosts`` to drain ``n`` marked chunks (see the module)."""
+def drain(stack: MultiHostStack, hosts: tuple[str, ...], n: int, work: Path) -> tuple[float, float]:
+    """Seconds for ``reclaim worker`` processes on ``hosts`` to drain ``n`` marked chunks (see the module), and
+    the seconds they were stopped while phase 1 ran."""
     run = uuid.uuid4().hex[:8]
     prefix, group, bucket = f"bench-{run}.", f"bench-{run}-group", f"bench-{run}"
     admin = admin_client(stack.bootstrap)
@@ -73,6 +80,7 @@ def drain(stack: MultiHostStack, hosts: tuple[str, ...], n: int, work: Path) -> 
         wait_members(admin, group, [stack.host(host) for host in hosts])
         for proc in procs:
             proc.send_signal(signal.SIGSTOP)
+        stopped = time.perf_counter()
         for segment in segments:
             assert not service.mark(segment).failed, "phase 1 could not publish every pending delete"
         started = time.perf_counter()
@@ -91,7 +99,7 @@ def drain(stack: MultiHostStack, hosts: tuple[str, ...], n: int, work: Path) -> 
         producer.close()
         store.close()
     assert object_count(stack.endpoint, bucket) == 0, "objects left behind"
-    return elapsed
+    return elapsed, started - stopped
 
 
 def main() -> None:
@@ -116,12 +124,18 @@ def main() -> None:
                     drain(stack, hosts, args.warmup, work)
             alone: list[float] = []
             paired: list[float] = []
+            held: list[float] = []
             for _ in range(args.rounds):
-                alone.append(drain(stack, one, args.objects, work))
-                paired.append(drain(stack, two, args.objects, work))
+                for hosts, times in ((one, alone), (two, paired)):
+                    elapsed, stopped = drain(stack, hosts, args.objects, work)
+                    times.append(elapsed)
+                    held.append(stopped)
             report("1 worker host: SIGCONT -> lag 0", args.objects, alone)
             report("2 worker hosts: SIGCONT -> lag 0", args.objects, paired)
             ratio("2 worker hosts / 1:", paired, alone)
+            note = (f" (over the workers' {SESSION_TIMEOUT_S} s session timeout: a drain may include a rebalance)"
+                    if max(held) >= SESSION_TIMEOUT_S else "")
+            print(f"  workers stopped while phase 1 ran: at most {max(held):.1f} s{note}")
         finally:
             stack.close()
 
