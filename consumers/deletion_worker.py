@@ -106,7 +106,7 @@ class DeletionWorker:
         self._horizons = Horizons()
         self._report = BatchReport()
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -116,6 +116,18 @@ class DeletionWorker:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The batches in flight end, and their offsets are stored, while the partitions are still ours.
         self._complete_all()
+        self._forget(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Already another worker's: no offset of ours can be stored, and finishing the batches in
+        # flight would only send their deletes a second time.
+        cancelled = self._pipeline.abandon()
+        log.warning("lost %d partition(s) (the group's session expired): batches in flight abandoned, %d queued "
+                    "delete(s) cancelled; their records are read again by the partitions' new owner",
+                    len(partitions), cancelled)
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._held.pop((tp.topic, tp.partition), None)
             self._assigned.discard((tp.topic, tp.partition))

@@ -24,6 +24,7 @@ MAX_IN_FLIGHT = 2
 class _Running:
     checked: Checked
     verdicts: Future[list[Verdict]] | None
+    deleted: Future[DeleteResults] | None = None
     dropped: set[Partition] = field(default_factory=set)
 
 
@@ -47,11 +48,11 @@ class BatchPipeline:
 
     def start(self, checked: Checked) -> None:
         """Queue the batch's storage deletes, and its row cleanup after them (each stage in order)."""
-        verdicts = None
+        verdicts = deleted = None
         if checked.plan is not None:
             deleted = self._deleter.submit(self._executor.delete, checked.plan)
             verdicts = self._cleaner.submit(self._finish, checked.plan, deleted)
-        self._running.append(_Running(checked, verdicts))
+        self._running.append(_Running(checked, verdicts, deleted))
 
     def _finish(self, plan: BatchPlan, deleted: Future[DeleteResults]) -> list[Verdict]:
         return self._executor.finish(plan, deleted.result())
@@ -77,6 +78,20 @@ class BatchPipeline:
         if wanted:
             for running in self._running:
                 running.dropped |= wanted
+
+    def abandon(self) -> int:
+        """The worker lost its partitions (its session expired, say behind a cut link): the group gave
+        them to another worker, which reads these records again. Deletes not begun yet are cancelled
+        rather than sent a second time; one already under way finishes. Every running batch is
+        forgotten; returns how many deletes were cancelled."""
+        cancelled = 0
+        for running in self._running:
+            if running.deleted is not None and running.deleted.cancel():
+                cancelled += 1
+            if running.verdicts is not None:
+                running.verdicts.cancel()
+        self._running.clear()
+        return cancelled
 
     def clear(self) -> None:
         """Forget every running batch (their deletes still finish; the records come again)."""
