@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Sequence
@@ -145,3 +147,26 @@ def wait_for_members(bootstrap: str, group: str, members: int, timeout_s: float 
             return
         time.sleep(0.2)
     raise AssertionError(f"group {group} did not settle with {members} members")
+
+
+def release_and_drain(procs: Sequence[subprocess.Popen[bytes]], bootstrap: str, group: str, inputs: Sequence[str],
+                      records: int, who: str) -> float:
+    """Wake the stopped worker processes (SIGCONT) and time them until ``group`` has drained ``inputs``."""
+    from benchmarks.worker_memory import STALL_S
+
+    started = time.perf_counter()
+    for proc in procs:
+        proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + STALL_S + records / 100
+    while group_lag(bootstrap, group, inputs) != 0:
+        assert time.monotonic() < deadline, f"{who} did not drain the deletion topic"
+        time.sleep(0.01)
+    return time.perf_counter() - started
+
+
+def stop_workers(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Terminate worker processes, stopped (SIGSTOP) or not."""
+    for proc in procs:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(30)

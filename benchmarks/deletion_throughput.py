@@ -47,9 +47,10 @@ from benchmarks.deletion_setup import (  # noqa: E402
     create_topic,
     filled_bucket,
     fresh_topics,
-    group_lag,
     new_chunks,
     read_back,
+    release_and_drain,
+    stop_workers,
     store_rows,
     wait_for_members,
     write_chunks,
@@ -180,19 +181,9 @@ def worker_processes(bootstrap: str, binding: BaseChunkStorage, env: dict[str, s
             proc.send_signal(signal.SIGSTOP)
         os.sync()
         service.mark(chunks)
-        started = time.perf_counter()
-        for proc in procs:
-            proc.send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + STALL_S + n / 100
-        while group_lag(bootstrap, group, topics.deletion_inputs) != 0:
-            assert time.monotonic() < deadline, "the worker processes did not drain the deletion topic"
-            time.sleep(0.01)
-        elapsed = time.perf_counter() - started
+        elapsed = release_and_drain(procs, bootstrap, group, topics.deletion_inputs, n, "the worker processes")
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()
-            proc.wait(30)
+        stop_workers(procs)
         producer.close()
         store.close()
     assert not any(True for _ in binding.iter_names()), "objects left behind"

@@ -32,7 +32,7 @@ from pathlib import Path
 if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.deletion_setup import group_lag  # noqa: E402
+from benchmarks.deletion_setup import release_and_drain, stop_workers  # noqa: E402
 from benchmarks.deletion_throughput import ratio, report  # noqa: E402
 from consumers.deletion_worker import WorkerConfig  # noqa: E402
 from deletion.mark import LedgerDeletionService  # noqa: E402
@@ -84,18 +84,10 @@ def drain(stack: MultiHostStack, hosts: tuple[str, ...], n: int, work: Path) -> 
         for segment in segments:
             assert not service.mark(segment).failed, "phase 1 could not publish every pending delete"
         started = time.perf_counter()
-        for proc in procs:
-            proc.send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + STALL_S + n / 100
-        while group_lag(stack.bootstrap, group, topics.deletion_inputs) != 0:
-            assert time.monotonic() < deadline, f"the workers on {', '.join(hosts)} did not drain the deletion topic"
-            time.sleep(0.01)
-        elapsed = time.perf_counter() - started
+        elapsed = release_and_drain(procs, stack.bootstrap, group, topics.deletion_inputs, n,
+                                    f"the workers on {', '.join(hosts)}")
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()
-            proc.wait(30)
+        stop_workers(procs)
         producer.close()
         store.close()
     assert object_count(stack.endpoint, bucket) == 0, "objects left behind"
