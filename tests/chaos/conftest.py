@@ -27,6 +27,12 @@ from tests.deletion.conftest import Pipeline
 from tests.deletion.test_crash import inflight, wait_drained
 
 
+def crash(pid: int, what: str) -> None:
+    """SIGKILL the server ``pid`` leads and its whole process group, as a crashed host would lose them."""
+    os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(pid), 30, f"killed {what}")
+
+
 class RestartablePostgres:
     """A PostgreSQL server of the test's own: ``kill()`` it (SIGKILL, as a crash) and ``restart()`` it from
     its data directory on the same port."""
@@ -39,8 +45,7 @@ class RestartablePostgres:
 
     def kill(self) -> None:
         """SIGKILL the server and its backends at once, as a crashed database host would lose them."""
-        os.killpg(self.server.pid, signal.SIGKILL)
-        wait_until(lambda: not pid_alive(self.server.pid), 30, "killed PostgreSQL")
+        crash(self.server.pid, "PostgreSQL")
 
     def restart(self) -> None:
         self.server = pg_server.restart(self.server)
@@ -60,8 +65,7 @@ class RestartableBroker:
         return self.ports.bootstrap
 
     def kill(self) -> None:
-        os.killpg(self.pid, signal.SIGKILL)
-        wait_until(lambda: not pid_alive(self.pid), 30, "killed Kafka broker")
+        crash(self.pid, "Kafka broker")
 
     def restart(self) -> None:
         self.pid = start_broker(self._data_dir, self._cache_dir, self.ports).pid
@@ -101,8 +105,7 @@ class RestartableMinio:
         self.pid, self.endpoint = start_minio(work, cache_dir)
 
     def kill(self) -> None:
-        os.killpg(self.pid, signal.SIGKILL)
-        wait_until(lambda: not pid_alive(self.pid), 30, "killed MinIO")
+        crash(self.pid, "MinIO")
 
     def restart(self) -> None:
         port = int(self.endpoint.url.rsplit(":", 1)[1])
