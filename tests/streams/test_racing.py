@@ -8,8 +8,8 @@ import multiprocessing
 import random
 from collections import Counter
 from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,7 +39,7 @@ def _controller(location: str, fs_root: Path) -> StreamController:
 
 
 def _race(location: str, fs_root: Path, seed: int, results: Queue[tuple[int, list[str], dict[str, int]]],
-          start: Any) -> None:
+          start: Barrier) -> None:
     controller = _controller(location, fs_root)
     start.wait(60)  # both racers begin together: a spawned process can take longer to start than the other's rounds
     rng = random.Random(seed)
