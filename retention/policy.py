@@ -13,12 +13,15 @@ from schemas.streams import LimitType, RetentionPolicy, RetentionType
 class Limits:
     """What the truncation rules need of a policy: which rules (TIME or SIZE) and the min/max to keep.
 
-    ``min_keep`` and ``max_keep`` are millis for TIME and bytes for SIZE.
+    ``min_keep`` and ``max_keep`` are millis for TIME and bytes for SIZE. ``by_consumption`` says
+    whether subscribers' cuts count: only for a CONSUMPTION policy (PDP-47: subscribers' cuts do not
+    impact TIME or SIZE retention).
     """
 
     kind: LimitType
     min_keep: int
     max_keep: int
+    by_consumption: bool = False
 
 
 def limits_of(policy: RetentionPolicy) -> Limits | None:
@@ -42,7 +45,7 @@ def limits_of(policy: RetentionPolicy) -> Limits | None:
         kind = LimitType.SIZE
     else:
         kind = policy.limit_type or LimitType.TIME
-    return Limits(kind, policy.min_limit, policy.max_limit)
+    return Limits(kind, policy.min_limit, policy.max_limit, policy.retention_type is RetentionType.CONSUMPTION)
 
 
 def check_policy(policy: RetentionPolicy) -> None:

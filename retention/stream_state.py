@@ -158,7 +158,8 @@ class StreamRetentionState:
         limits = limits_of(self.config.policy)
         if limits is None:
             return None
-        decision = decide(limits, self.retention, self.lower_bound(), now_ms, self.topology)
+        bound = self.lower_bound() if limits.by_consumption else StreamCut()
+        decision = decide(limits, self.retention, bound, now_ms, self.topology)
         cut = decision.cut
         if cut is None or cut == self.last_emitted:
             return None

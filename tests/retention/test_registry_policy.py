@@ -67,8 +67,8 @@ def test_cuts_are_accepted_only_at_the_current_generation() -> None:
     (RetentionPolicy(RetentionType.NONE), None),
     (RetentionPolicy(RetentionType.TIME, None, 60_000), Limits(LimitType.TIME, 60_000, LONG_MAX)),
     (RetentionPolicy(RetentionType.SIZE, LimitType.SIZE, 10, 100), Limits(LimitType.SIZE, 10, 100)),
-    (RetentionPolicy(RetentionType.CONSUMPTION), Limits(LimitType.TIME, 0, LONG_MAX)),
-    (RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 0, 500), Limits(LimitType.SIZE, 0, 500)),
+    (RetentionPolicy(RetentionType.CONSUMPTION), Limits(LimitType.TIME, 0, LONG_MAX, True)),
+    (RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 0, 500), Limits(LimitType.SIZE, 0, 500, True)),
 ])
 def test_policy_limits(policy: RetentionPolicy, limits: Limits | None) -> None:
     assert limits_of(policy) == limits

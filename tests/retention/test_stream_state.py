@@ -103,6 +103,20 @@ def test_plain_time_retention_without_subscribers() -> None:
     assert [r.cut for r in state.retention.records] == [two_segments(30, 30)]  # entries at or before it dropped
 
 
+def test_subscribers_do_not_hold_back_time_retention_once_the_policy_leaves_consumption() -> None:
+    # PDP-47: after a move from consumption to time retention, subscribers' cuts "won't impact working
+    # of Time/Space based retention policy": the stream keeps 10 s, not what a lagging reader left.
+    state = state_with()
+    add(state, "lagging")
+    publish(state, "lagging", two_segments(5, 5))
+    assert state.apply(StreamConfig(STREAM, RetentionPolicy(RetentionType.TIME, None, 10_000), 2), 0) is None
+    record(state, two_segments(10, 10), 0)
+    record(state, two_segments(20, 20), 5_000)
+    record(state, two_segments(30, 30), 10_000)
+    event = state.decide(15_000)
+    assert event is not None and event.cut == two_segments(20, 20) and event.reason is TruncationReason.TIME
+
+
 def test_refusals_name_their_kind_and_change_nothing() -> None:
     state = state_with()
     rejection = publish(state, "ghost", two_segments(1, 1))
