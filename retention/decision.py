@@ -18,6 +18,8 @@ class Rule(enum.Enum):
 
     NO_RECORDED_CUT = "no recorded cut keeps the min limit yet"
     EMPTY_BOUND_AT_MIN = "no subscriber cut: at the newest recorded cut that keeps the min limit"
+    NO_CONSUMPTION_WITHIN_MAX = "consumption, no subscriber cut, nothing kept past max: nowhere"
+    NO_CONSUMPTION_PAST_MAX_AT_MAX = "consumption, no subscriber cut, more than max kept: at the max cut"
     SIZE_BELOW_MIN_AT_MIN = "the bound keeps less than min: at the min cut, which is before the bound"
     SIZE_BELOW_MIN_BEFORE_BOUND = "the bound keeps less than min and overlaps the min cut: at a recorded cut before it"
     SIZE_AT_BOUND = "the bound keeps between min and max: at the bound"
@@ -63,7 +65,11 @@ def bound_cuts(limits: Limits, retention: RetentionSet, delta: Callable[[StreamC
 
 
 def decide(limits: Limits, retention: RetentionSet, bound: StreamCut, now_ms: int, topology: Topology) -> Decision:
-    """Where ``limits`` with the subscribers' lower ``bound`` (empty: no subscriber cut) truncate the stream now."""
+    """Where ``limits`` with the subscribers' lower ``bound`` (empty: no subscriber cut) truncate the stream now.
+
+    With an empty bound, TIME and SIZE limits truncate at the min cut (PDP-19); CONSUMPTION limits
+    truncate only when a recorded cut keeps more than max, at the max cut (PDP-47's fallback).
+    """
     latest = retention.latest
     if latest is None:
         return Decision(None, Rule.NO_RECORDED_CUT)
@@ -75,6 +81,11 @@ def decide(limits: Limits, retention: RetentionSet, bound: StreamCut, now_ms: in
     max_cut, min_cut = bound_cuts(limits, retention, kept)
     if min_cut is None:
         return Decision(None, Rule.NO_RECORDED_CUT)
+    if not len(bound) and limits.by_consumption:
+        # PDP-47: with no subscriber cut "the Stream size can grow unbounded"; only the max limit truncates.
+        if all(kept(record) <= limits.max_keep for record in retention.records):
+            return Decision(None, Rule.NO_CONSUMPTION_WITHIN_MAX)
+        return Decision((max_cut or min_cut).cut, Rule.NO_CONSUMPTION_PAST_MAX_AT_MAX)
     if not len(bound):
         return Decision(min_cut.cut, Rule.EMPTY_BOUND_AT_MIN)
     if limits.kind is LimitType.SIZE:

@@ -15,7 +15,8 @@ class Limits:
 
     ``min_keep`` and ``max_keep`` are millis for TIME and bytes for SIZE. ``by_consumption`` says
     whether subscribers' cuts count: only for a CONSUMPTION policy (PDP-47: subscribers' cuts do not
-    impact TIME or SIZE retention).
+    impact TIME or SIZE retention); with no subscriber's cut a CONSUMPTION stream is truncated only
+    past its max.
     """
 
     kind: LimitType

@@ -28,12 +28,12 @@ def entry(a: int, b: int, at_ms: int) -> StreamCutRecord:
 SET = RetentionSet.of([entry(0, 0, 0), entry(50, 50, 1000), entry(100, 100, 2000), entry(150, 150, 3000)])
 
 
-def size(min_keep: int, max_keep: int = LONG_MAX) -> Limits:
-    return Limits(LimitType.SIZE, min_keep, max_keep)
+def size(min_keep: int, max_keep: int = LONG_MAX, consumption: bool = False) -> Limits:
+    return Limits(LimitType.SIZE, min_keep, max_keep, consumption)
 
 
-def time(min_keep: int, max_keep: int = LONG_MAX) -> Limits:
-    return Limits(LimitType.TIME, min_keep, max_keep)
+def time(min_keep: int, max_keep: int = LONG_MAX, consumption: bool = False) -> Limits:
+    return Limits(LimitType.TIME, min_keep, max_keep, consumption)
 
 
 def test_bound_cuts_pick_newest_keeping_min_and_oldest_within_max() -> None:
@@ -59,6 +59,22 @@ def test_empty_bound_truncates_at_min(limits: Limits) -> None:
     # of 2000 ms is the newest at least 1000 ms old.
     expected = c(50, 50) if limits.kind is LimitType.SIZE else c(100, 100)
     assert (decision.rule, decision.cut) == (Rule.EMPTY_BOUND_AT_MIN, expected)
+
+
+@pytest.mark.parametrize("limits", [size(0, consumption=True), time(0, consumption=True),
+                                    size(150, 300, consumption=True), time(1000, 3500, consumption=True)])
+def test_consumption_with_no_subscriber_cut_keeps_everything_within_max(limits: Limits) -> None:
+    # PDP-47: a stream changed to consumption retention with no subscriber "would not get truncated".
+    decision = decide(limits, SET, NO_BOUND, 3500, TOPOLOGY)
+    assert (decision.rule, decision.cut) == (Rule.NO_CONSUMPTION_WITHIN_MAX, None)
+
+
+@pytest.mark.parametrize("limits", [size(0, 120, consumption=True), time(0, 2000, consumption=True)])
+def test_consumption_with_no_subscriber_cut_truncates_past_max_at_max(limits: Limits) -> None:
+    # SIZE: of 300 bytes the entry at 200 is the oldest keeping at most 120; TIME: at 3500 ms the entry of
+    # 2000 ms is the oldest at most 2000 ms old.
+    decision = decide(limits, SET, NO_BOUND, 3500, TOPOLOGY)
+    assert (decision.rule, decision.cut) == (Rule.NO_CONSUMPTION_PAST_MAX_AT_MAX, c(100, 100))
 
 
 def test_size_bound_keeping_less_than_min_truncates_at_min() -> None:

@@ -117,6 +117,20 @@ def test_subscribers_do_not_hold_back_time_retention_once_the_policy_leaves_cons
     assert event is not None and event.cut == two_segments(20, 20) and event.reason is TruncationReason.TIME
 
 
+def test_consumption_keeps_everything_until_a_subscriber_publishes_a_cut() -> None:
+    # PDP-47: without subscriber cuts "the Stream size can grow unbounded": a subscriber that has not
+    # reported yet loses nothing, and the first cut it publishes is where truncation starts.
+    state = state_with()
+    record(state, two_segments(10, 10), 1_000)
+    assert state.decide(2_000) is None  # no subscriber at all
+    add(state, "late")
+    record(state, two_segments(20, 20), 3_000)
+    assert state.decide(4_000) is None  # subscribed, but silent
+    publish(state, "late", two_segments(15, 15))
+    event = state.decide(5_000)
+    assert event is not None and event.cut == two_segments(15, 15) and event.reason is TruncationReason.CONSUMPTION
+
+
 def test_refusals_name_their_kind_and_change_nothing() -> None:
     state = state_with()
     rejection = publish(state, "ghost", two_segments(1, 1))
