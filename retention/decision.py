@@ -79,6 +79,9 @@ def decide(limits: Limits, retention: RetentionSet, bound: StreamCut, now_ms: in
         return current - record.recording_size if limits.kind is LimitType.SIZE else now_ms - record.recording_time
 
     max_cut, min_cut = bound_cuts(limits, retention, kept)
+    if limits.kind is LimitType.SIZE and len(bound):
+        # The bound's own size says whether it keeps min: it needs no recorded cut that does (Pravega).
+        return _by_size(limits, retention, bound, topology, current, (max_cut, min_cut))
     if min_cut is None:
         return Decision(None, Rule.NO_RECORDED_CUT)
     if not len(bound) and limits.by_consumption:
@@ -88,8 +91,6 @@ def decide(limits: Limits, retention: RetentionSet, bound: StreamCut, now_ms: in
         return Decision((max_cut or min_cut).cut, Rule.NO_CONSUMPTION_PAST_MAX_AT_MAX)
     if not len(bound):
         return Decision(min_cut.cut, Rule.EMPTY_BOUND_AT_MIN)
-    if limits.kind is LimitType.SIZE:
-        return _by_size(limits, retention, bound, topology, current, (max_cut or min_cut, min_cut))
     return _by_time(limits, retention, bound, topology, now_ms, (max_cut or min_cut, min_cut))
 
 
@@ -105,16 +106,18 @@ Bounds = tuple[StreamCutRecord, StreamCutRecord]
 
 
 def _by_size(limits: Limits, retention: RetentionSet, bound: StreamCut, topology: Topology, current: int,
-             bounds: Bounds) -> Decision:
+             bounds: tuple[StreamCutRecord | None, StreamCutRecord | None]) -> Decision:
     max_cut, min_cut = bounds
     kept_at_bound = current - size_till(topology, bound)
     if kept_at_bound < limits.min_keep:
+        if min_cut is None:
+            return Decision(None, Rule.NO_RECORDED_CUT)
         if compare(topology, min_cut.cut, bound) is CutComparison.BEFORE:
             return Decision(min_cut.cut, Rule.SIZE_BELOW_MIN_AT_MIN)
         return _before_bound(retention, bound, topology)
     if kept_at_bound < limits.max_keep:
         return Decision(bound, Rule.SIZE_AT_BOUND)
-    if current - max_cut.recording_size < kept_at_bound:
+    if max_cut is not None and current - max_cut.recording_size < kept_at_bound:
         return Decision(max_cut.cut, Rule.SIZE_PAST_MAX_AT_MAX)
     return Decision(bound, Rule.SIZE_PAST_MAX_AT_BOUND)
 

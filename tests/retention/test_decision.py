@@ -99,6 +99,18 @@ def test_size_bound_within_limits_truncates_at_the_bound() -> None:
     assert (decision.rule, decision.cut) == (Rule.SIZE_AT_BOUND, c(50, 50))
 
 
+def test_size_bound_keeping_min_needs_no_recorded_cut_that_keeps_min() -> None:
+    # After a truncation at 100 bytes only entries at 200 and 300 bytes are left; none keeps 150, but a
+    # bound at 120 bytes keeps 180: truncate there (PDP-47: at the common cut, inside the min limit).
+    later = RetentionSet.of([entry(100, 100, 2000), entry(150, 150, 3000)])
+    decision = decide(size(150), later, c(60, 60), 0, TOPOLOGY)
+    assert (decision.rule, decision.cut) == (Rule.SIZE_AT_BOUND, c(60, 60))
+    decision = decide(size(150, 160), later, c(60, 60), 0, TOPOLOGY)
+    assert (decision.rule, decision.cut) == (Rule.SIZE_PAST_MAX_AT_BOUND, c(60, 60))
+    decision = decide(size(150), later, c(80, 80), 0, TOPOLOGY)  # keeps 140: below min, and no entry keeps min
+    assert (decision.rule, decision.cut) == (Rule.NO_RECORDED_CUT, None)
+
+
 def test_size_bound_past_max_truncates_at_max() -> None:
     decision = decide(size(50, 120), SET, c(50, 50), 0, TOPOLOGY)
     assert (decision.rule, decision.cut) == (Rule.SIZE_PAST_MAX_AT_MAX, c(100, 100))
