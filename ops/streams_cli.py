@@ -20,6 +20,7 @@ from retention.policy import check_policy
 from schemas.base import LONG_MAX
 from schemas.errors import ReclaimError
 from schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut
+from segments.ids import split_stream
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +29,19 @@ class NotAdminError(ReclaimError):
     """A principal that is not an admin asked to truncate a stream by hand (PDP-47: admins only)."""
 
 
-def parse_cut(text: str) -> StreamCut:
+def parse_cut(text: str | None) -> StreamCut:
     """A cut from JSON ``{"<segment id>": offset, ...}``, as ``reclaim streams cut`` prints it."""
+    if text is None:
+        raise UsageError("streams truncate needs --cut, e.g. '{\"0\": 128}' (see `reclaim streams cut`)")
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        return StreamCut.from_mapping({int(segment): int(offset) for segment, offset in data.items()})
+        # int() would read 1.5 as 1 and true as 1: a truncation must be at exactly the offset given.
+        bad = [offset for offset in data.values() if isinstance(offset, bool) or not isinstance(offset, int)]
+        if bad:
+            raise ValueError(f"offset {json.dumps(bad[0])} is not a whole number")
+        return StreamCut.from_mapping({int(segment): offset for segment, offset in data.items()})
     except (ValueError, TypeError) as exc:
         raise ValueError(f"--cut must be a JSON object of segment id to offset, e.g. '{{\"0\": 128}}': {exc}") \
             from exc
@@ -47,6 +54,10 @@ def format_cut(cut: StreamCut) -> str:
 def policy_from(args: argparse.Namespace) -> RetentionPolicy:
     kind = RetentionType[args.type.upper()]
     limit = LimitType[args.limit_type.upper()] if args.limit_type else None
+    for flag, value in (("--min", args.min), ("--max", args.max)):
+        # Checked before the policy is stored: a limit beyond a long cannot be published or read back.
+        if value is not None and value > LONG_MAX:
+            raise UsageError(f"{flag} {value} is above the largest limit {LONG_MAX}")
     policy = RetentionPolicy(kind, limit, args.min if args.min is not None else 0,
                              args.max if args.max is not None else LONG_MAX)
     check_policy(policy)
@@ -62,8 +73,14 @@ def require_admin(settings: Settings) -> str:
 
 
 def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
-    if args.action != "record" and "/" not in args.stream:
-        raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
+    if args.action != "record":
+        if "/" not in args.stream:
+            raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
+        split_stream(args.stream)  # a bad name is refused before the broker or the store is touched
+    if args.action == "create" and args.segments < 1:
+        raise UsageError(f"--segments must be at least 1, got {args.segments}")
+    if args.action == "set-policy":
+        policy = policy_from(args)  # before anything is opened: a refusal changes nothing
     if args.action == "truncate":
         principal = require_admin(settings)  # before anything is opened: a refusal changes nothing
         cut = parse_cut(args.cut)
@@ -73,7 +90,6 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
             controller.create_stream(scope, name, args.segments)
             print(f"stream {args.stream} created with {args.segments} segment(s)")
         elif args.action == "set-policy":
-            policy = policy_from(args)
             controller.set_policy(args.stream, policy)
             SubscriberClient(publisher, runtime.topic_names(settings)).set_policy(args.stream, policy)
             print(f"stream {args.stream}: policy {policy.to_avro()}")

@@ -38,7 +38,8 @@ def plan_truncation(topology: Topology, head: StreamCut | None, cut: StreamCut,
             raise InvalidCutError(CutProblem.BAD_OFFSET, f"offset {offset} is beyond segment {segment}'s length "
                                                          f"{lengths[segment]}")
     start = head if head is not None else StreamCut()
-    if cut == head or not is_at_or_after(topology, cut, start):
+    # The empty cut is the very start of the stream: never a reason to delete anything.
+    if cut == start or not len(cut) or not is_at_or_after(topology, cut, start):
         return None
     in_cut = cut.as_dict()
     doomed = tuple(sorted(s.segment_id for s in segments_between(topology, start, cut)

@@ -1,0 +1,90 @@
+"""``reclaim streams`` refuses bad input before it opens anything, and a cut it accepts truncates exactly
+there: the empty cut (the very start) deletes nothing, an offset is never rounded, a limit fits a long."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ops.exits import ExitCode, UsageError
+from ops.streams_cli import parse_cut
+from schemas.streams import StreamCut
+from segments.chunked import ChunkedSegmentStorage
+from segments.garbage import RecordingGarbageSink
+from segments.streams import StreamController
+from storage.filesystem import FileSystemChunkStorage
+from storage.sql_store import SQLiteMetadataStore
+from tests.cli import run_reclaim
+from tests.ops.test_cli_errors import NOBODY, clean_env, one_line_error
+
+STREAM = "scope/orders"
+SEGMENTS = (f"{STREAM}/0.#epoch.0", f"{STREAM}/1.#epoch.0")
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[StreamController]:
+    store = SQLiteMetadataStore(tmp_path / "metadata.db")
+    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2"),
+                                     RecordingGarbageSink(), max_rolling_length=8)
+    controller = StreamController.beside(segments, store.path)
+    controller.create_stream("scope", "orders", 2)
+    for segment in SEGMENTS:
+        controller.append(segment, b"x" * 40)
+    yield controller
+    controller.close()
+    store.close()
+
+
+def test_truncating_at_the_empty_cut_deletes_nothing(controller: StreamController) -> None:
+    """``--cut '{}'`` deleted every segment of the stream (and ``streams cut`` then failed on it)."""
+    assert controller.truncate(STREAM, StreamCut()) is False
+    assert all(controller.segments.exists(segment) for segment in SEGMENTS)
+    assert controller.tail_cut(STREAM) == (StreamCut.from_mapping({0: 40, 1: 40}), 80)
+    # Nor once the stream has a head: the empty cut is behind every head.
+    assert controller.truncate(STREAM, StreamCut.from_mapping({0: 8, 1: 8})) is True
+    assert controller.truncate(STREAM, StreamCut()) is False
+    assert controller.head(STREAM) == StreamCut.from_mapping({0: 8, 1: 8})
+    assert all(controller.segments.exists(segment) for segment in SEGMENTS)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"0": 1.5}', "offset 1.5 is not a whole number"),  # was truncated at 1
+    ('{"0": true}', "offset true is not a whole number"),  # was truncated at 1
+    ('{"0": "8"}', 'offset "8" is not a whole number'),
+    ("[1]", "not a JSON object"),
+])
+def test_a_cut_offset_is_never_rounded(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_cut(text)
+
+
+def test_a_cut_reads_whole_offsets() -> None:
+    assert parse_cut('{"0": 128, "1": -1}') == StreamCut.from_mapping({0: 128, 1: -1})
+
+
+def test_a_missing_cut_is_named() -> None:
+    with pytest.raises(UsageError, match="streams truncate needs --cut"):
+        parse_cut(None)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["create", "/"], "scope name '' must match"),
+    (["create", "scope/a b"], "stream name 'a b' must match"),
+    (["cut", "scope/x/y"], "stream name 'x/y' must match"),
+    (["create", "scope/s", "--segments", "0"], "--segments must be at least 1, got 0"),
+    (["create", "scope/s", "--segments", "-3"], "--segments must be at least 1, got -3"),
+    # A limit above a long was stored, then could not be published or read back: every later command
+    # on the stream (and `streams record` on all of them) failed until the row was mended by hand.
+    (["set-policy", "scope/s", "--type", "size", "--max", str(2**64)], f"--max {2**64} is above the largest limit"),
+    (["set-policy", "scope/s", "--type", "time", "--min", "5", "--max", "3"], "min limit 5 is above max limit 3"),
+    (["truncate", "scope/s"], "streams truncate needs --cut"),
+    (["truncate", "scope/s", "--cut", '{"0": 1.5}'], "offset 1.5 is not a whole number"),
+])
+def test_bad_streams_input_is_refused_before_anything_is_opened(tmp_path: Path, args: list[str],
+                                                                message: str) -> None:
+    env = clean_env(tmp_path, RECLAIM_ADMIN_PRINCIPALS="ops", RECLAIM_PRINCIPAL="ops")
+    result = run_reclaim("streams", *args, "--bootstrap", NOBODY, env=env, timeout=60)
+    assert message in one_line_error(result, ExitCode.USAGE)
+    assert not (tmp_path / "state").exists()  # neither the broker nor the store was touched
