@@ -141,7 +141,9 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     from consumers.lag import estimated_inflight
     from ops.runtime import topic_names
 
-    count = estimated_inflight(preflight.broker(settings), settings.group_id, topic_names(settings).deletion_inputs)
+    address, inputs = preflight.bootstrap(settings), topic_names(settings).deletion_inputs
+    preflight.require_topics(address, inputs)  # a lag of 0 on topics that do not exist would be a false all-clear
+    count = estimated_inflight(address, settings.group_id, inputs)
     if args.json:
         _print_json({"group": settings.group_id, "estimated_inflight": count})
     else:
@@ -289,8 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = args.config or (Path(os.environ["RECLAIM_CONFIG"]) if os.environ.get("RECLAIM_CONFIG") else None)
         if config is not None:
             config_file.apply(config)
-        configure_logging(verbose=args.verbose, quiet=args.quiet,
-                          json_lines=(args.log_format or os.environ.get("RECLAIM_LOG_FORMAT", "text")) == "json")
+        log_format = args.log_format or os.environ.get("RECLAIM_LOG_FORMAT") or "text"
+        if log_format not in ("text", "json"):
+            raise UsageError(f"RECLAIM_LOG_FORMAT must be text or json, got {log_format!r}")
+        configure_logging(verbose=args.verbose, quiet=args.quiet, json_lines=log_format == "json")
         settings = settings_from(args)
         run: Command = args.run
         return run(args, settings)

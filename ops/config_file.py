@@ -30,7 +30,7 @@ def load(path: Path) -> dict[str, str]:
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise UsageError(f"config file {path} does not exist") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"config file {path}: {exc}") from exc
     env = {f"RECLAIM_{key.upper()}": _text(path, key, value) for key, value in data.items() if _known(path, key)}
     try:

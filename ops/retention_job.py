@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -47,7 +48,8 @@ class RetentionJobSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        if self.trigger_interval_s <= 0 or self.reevaluate_s <= 0 or self.state_buckets <= 0:
+        periods = (self.trigger_interval_s, self.reevaluate_s)
+        if not all(math.isfinite(period) and period > 0 for period in periods) or self.state_buckets <= 0:
             raise ValueError("trigger_interval_s, reevaluate_s and state_buckets must be positive")
 
     @classmethod

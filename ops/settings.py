@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -10,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_RETRY_DELAYS = (10, 60, 600)
+MAX_BATCH_SIZE = 1_000_000
+"""The most records librdkafka's ``consume`` returns at once."""
+MAX_COMMIT_INTERVAL_MS = 86_400_000
+"""librdkafka's bound on ``auto.commit.interval.ms``."""
 
 METADATA_URL_HELP = ("a metadata store shared by hosts: postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
                      "(RECLAIM_METADATA_URL; wins over --metadata-path)")
@@ -116,15 +121,27 @@ class Settings:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if self.poll_timeout_s <= 0 or self.mark_timeout_s <= 0:
-            raise ValueError("poll_timeout_s and mark_timeout_s must be positive")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} (librdkafka's limit), got {self.batch_size}")
+        # NaN compares false with everything, so "not > 0" and isfinite keep it (and infinity) out.
+        if not all(math.isfinite(value) and value > 0 for value in (self.poll_timeout_s, self.mark_timeout_s)):
+            raise ValueError("poll_timeout_s and mark_timeout_s must be positive, got "
+                             f"{self.poll_timeout_s} and {self.mark_timeout_s}")
+        if not 0 <= self.commit_interval_ms <= MAX_COMMIT_INTERVAL_MS:
+            raise ValueError(f"commit_interval_ms must be between 0 and {MAX_COMMIT_INTERVAL_MS}, "
+                             f"got {self.commit_interval_ms}")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be between 1 and 65535, got {self.metrics_port}")
+        for name in ("group_id", "truncation_group_id"):
+            if not getattr(self, name).strip():  # librdkafka aborts the process on an empty group.id
+                raise ValueError(f"{name} must not be empty")
         if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):
             raise ValueError(f"retry_delays must be whole seconds >= 1, e.g. 10,60,600; got {self.retry_delays}")
         if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):
             raise ValueError("metadata_url must be a postgresql://user:password@host:port/database URL "
                              f"(or sqlite://PATH), got {self.metadata_url.split('://')[0]!r}...")
-        if self.record_every_s < 0:
-            raise ValueError(f"record_every_s must not be negative, got {self.record_every_s}")
+        if not math.isfinite(self.record_every_s) or self.record_every_s < 0:
+            raise ValueError(f"record_every_s must be a number of seconds >= 0, got {self.record_every_s}")
 
     @property
     def admins(self) -> frozenset[str]:

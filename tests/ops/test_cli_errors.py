@@ -72,6 +72,15 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
     (["worker", "--retry-delays", "10,0"], {}, "retry_delays must be whole seconds >= 1"),
     (["config", "show"], {"RECLAIM_BATCH_SIZE": "many"}, "RECLAIM_BATCH_SIZE: cannot read 'many' as int"),
     (["config", "show"], {"RECLAIM_PARTITIONS": "0"}, "partitions must be at least 1, got 0"),
+    # Each of these reached a traceback, a librdkafka abort (exit 134), exit 2 or an idle worker before.
+    (["worker", "--metrics-port", "99999"], {}, "metrics_port must be between 1 and 65535, got 99999"),
+    (["worker", "--batch-size", "2000000"], {}, "batch_size must be at most 1000000"),
+    (["worker", "--poll-timeout-s", "nan"], {}, "poll_timeout_s and mark_timeout_s must be positive, got nan"),
+    (["worker", "--commit-interval-ms", "-1"], {}, "commit_interval_ms must be between 0 and 86400000, got -1"),
+    (["deletions", "inflight", "--group-id", ""], {}, "group_id must not be empty"),
+    (["truncation-applier", "--record-every-s", "inf"], {}, "record_every_s must be a number of seconds >= 0"),
+    (["config", "show"], {"RECLAIM_MARK_TIMEOUT_S": "inf"}, "must be positive, got 1.0 and inf"),
+    (["config", "show"], {"RECLAIM_LOG_FORMAT": "xml"}, "RECLAIM_LOG_FORMAT must be text or json, got 'xml'"),
 ])
 def test_a_bad_setting_value_is_one_line_and_exit_64(tmp_path: Path, args: list[str], env: dict[str, str],
                                                     message: str) -> None:
@@ -116,6 +125,14 @@ def test_a_bad_config_file_is_one_line_and_exit_64(tmp_path: Path, text: str, me
     line = one_line_error(run_reclaim("config", "show", "--config", str(config), env=clean_env(tmp_path)),
                           ExitCode.USAGE)
     assert message in line
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "reclaim.toml"
+    config.write_bytes(b"\xff\xfe batch_size = 1\n")
+    line = one_line_error(run_reclaim("config", "show", "--config", str(config), env=clean_env(tmp_path)),
+                          ExitCode.USAGE)
+    assert f"config file {config}: 'utf-8' codec can't decode" in line
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
@@ -211,6 +228,16 @@ def test_missing_topics_stop_the_worker(tmp_path: Path, kafka_bootstrap: str,
     store_at(tmp_path / "state").close()
     prefix = unique_name("absent") + "."
     line = one_line_error(run_reclaim("worker", "--bootstrap", kafka_bootstrap, "--create-fs-root", "--topic-prefix",
+                                      prefix, env=clean_env(tmp_path), timeout=60), ExitCode.UNAVAILABLE)
+    assert f"missing topics {prefix}ledger-deletion" in line and "run `reclaim topics create`" in line
+
+
+@pytest.mark.integration
+def test_inflight_on_missing_topics_is_no_false_all_clear(tmp_path: Path, kafka_bootstrap: str,
+                                                         unique_name: Callable[[str], str]) -> None:
+    """It printed 0 (nothing in flight) and exit 0 for topics that do not exist, e.g. a mistyped prefix."""
+    prefix = unique_name("absent") + "."
+    line = one_line_error(run_reclaim("deletions", "inflight", "--bootstrap", kafka_bootstrap, "--topic-prefix",
                                       prefix, env=clean_env(tmp_path), timeout=60), ExitCode.UNAVAILABLE)
     assert f"missing topics {prefix}ledger-deletion" in line and "run `reclaim topics create`" in line
 
