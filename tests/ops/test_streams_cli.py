@@ -11,30 +11,16 @@ import pytest
 from ops.exits import ExitCode, UsageError
 from ops.streams_cli import parse_cut
 from schemas.streams import StreamCut
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
 from segments.streams import StreamController
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.ops.test_cli_errors import NOBODY, clean_env, one_line_error
-
-STREAM = "scope/orders"
-SEGMENTS = (f"{STREAM}/0.#epoch.0", f"{STREAM}/1.#epoch.0")
+from tests.streams.orders import SEGMENTS, STREAM, orders_stream
 
 
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[StreamController]:
-    store = SQLiteMetadataStore(tmp_path / "metadata.db")
-    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2"),
-                                     RecordingGarbageSink(), max_rolling_length=8)
-    controller = StreamController.beside(segments, store.path)
-    controller.create_stream("scope", "orders", 2)
-    for segment in SEGMENTS:
-        controller.append(segment, b"x" * 40)
-    yield controller
-    controller.close()
-    store.close()
+    with orders_stream(tmp_path) as controller:
+        yield controller
 
 
 def test_truncating_at_the_empty_cut_deletes_nothing(controller: StreamController) -> None:

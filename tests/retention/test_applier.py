@@ -20,10 +20,10 @@ from storage.filesystem import FileSystemChunkStorage
 from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import Outgoing, produce_confirmed
+from tests.streams.orders import STREAM, orders_stream
 
 pytestmark = pytest.mark.integration
 
-STREAM = "scope/orders"
 POLICY = RetentionPolicy(RetentionType.CONSUMPTION)
 
 
@@ -33,16 +33,8 @@ def cut(a: int, b: int) -> StreamCut:
 
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[StreamController]:
-    store = SQLiteMetadataStore(tmp_path / "metadata.db")
-    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2"),
-                                     RecordingGarbageSink(), max_rolling_length=8)
-    controller = StreamController.beside(segments, store.path)
-    controller.create_stream("scope", "orders", 2)
-    for number in (0, 1):
-        controller.append(f"{STREAM}/{number}.#epoch.0", b"x" * 40)
-    yield controller
-    controller.close()
-    store.close()
+    with orders_stream(tmp_path) as controller:
+        yield controller
 
 
 def event(at: StreamCut, stream: str = STREAM) -> bytes:
