@@ -58,6 +58,9 @@ def _known(path: Path, key: str) -> bool:
 
 def _text(path: Path, key: str, value: Any) -> str:
     """A TOML value as its environment variable would spell it."""
+    if value == "" or value == []:
+        # An empty variable means "not set"; in a file an empty value is a mistake, not the default.
+        raise UsageError(f"config file {path}: {key} is empty (leave it out for the default)")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str | int | float):

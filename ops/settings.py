@@ -135,6 +135,9 @@ class Settings:
         for name in ("group_id", "truncation_group_id"):
             if not getattr(self, name).strip():  # librdkafka aborts the process on an empty group.id
                 raise ValueError(f"{name} must not be empty")
+        if self.principal is not None and not self.principal.strip():
+            # An empty --principal would stand for the OS user, who may be an admin the caller is not.
+            raise ValueError("principal must not be empty (leave it out for the OS user)")
         if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):
             raise ValueError(f"retry_delays must be whole seconds >= 1, e.g. 10,60,600; got {self.retry_delays}")
         if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):

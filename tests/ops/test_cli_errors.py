@@ -3,6 +3,7 @@ failure, global options anywhere, the config file's precedence, and nothing crea
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import socket
@@ -81,6 +82,9 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
     (["truncation-applier", "--record-every-s", "inf"], {}, "record_every_s must be a number of seconds >= 0"),
     (["config", "show"], {"RECLAIM_MARK_TIMEOUT_S": "inf"}, "must be positive, got 1.0 and inf"),
     (["config", "show"], {"RECLAIM_LOG_FORMAT": "xml"}, "RECLAIM_LOG_FORMAT must be text or json, got 'xml'"),
+    # An empty --principal stood for the OS user, who may be an admin.
+    (["streams", "truncate", "scope/s", "--cut", '{"0": 1}', "--principal", ""],
+     {"RECLAIM_ADMIN_PRINCIPALS": getpass.getuser()}, "principal must not be empty"),
 ])
 def test_a_bad_setting_value_is_one_line_and_exit_64(tmp_path: Path, args: list[str], env: dict[str, str],
                                                     message: str) -> None:
@@ -118,6 +122,9 @@ def test_config_file_precedence_is_flag_then_env_then_file_then_default(tmp_path
     ('batch_size = "x"\n', "RECLAIM_BATCH_SIZE: cannot read 'x' as int"),
     ("[bootstrap]\nhost = 'x'\n", "bootstrap cannot be a table"),
     ("[s3]\nendpoint = 'x'\n", "unknown setting 's3'"),
+    # Empty values were taken as "not set", so the file's author silently got the default broker.
+    ('bootstrap = ""\n', "bootstrap is empty (leave it out for the default)"),
+    ("retry_delays = []\n", "retry_delays is empty"),
 ])
 def test_a_bad_config_file_is_one_line_and_exit_64(tmp_path: Path, text: str, message: str) -> None:
     config = tmp_path / "reclaim.toml"
