@@ -12,6 +12,7 @@ from deletion.facts import Facts, Pending, Policy, Proceed
 from deletion.outcomes import Outcome, Verdict, stack_summary
 from deletion.ownership import LEDGER_TYPES, component_of
 from schemas.ledger import PendingDeleteLedgerInfo
+from segments.backup import EXPORT_COMPONENT
 from storage.chunks import ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
 from storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState
@@ -82,6 +83,10 @@ def _by_object(pending: Pending, facts: Facts) -> Decision:
         return error_verdict(seen)
     if seen is None:
         return Verdict(Outcome.RETRYABLE, "the object was not looked up", "NotLookedUp")
+    if seen.tags is not None and seen.tags.component == EXPORT_COMPONENT:
+        # A segment's layout export is no chunk and never garbage; its tags name a segment like a
+        # chunk's do, and its component maps to SEGMENT like any unknown one.
+        return Verdict(Outcome.OWNERSHIP_MISMATCH, "the object is a layout export, not a chunk")
     mismatch = tags_mismatch(pending.info, seen.tags)
     return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch) if mismatch else Proceed.DELETE
 

@@ -12,6 +12,7 @@ from deletion.records import pending_deletes
 from deletion.verify import conclude, judge
 from schemas.ledger import ChunkLocation as RecordLocation
 from schemas.ledger import PendingDeleteLedgerInfo
+from segments.backup import EXPORT_COMPONENT
 from storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult, Tier
 from storage.errors import (
     AccessDeniedError,
@@ -87,6 +88,19 @@ def test_no_row_judges_by_the_objects_own_tags() -> None:
     assert outcome(record(), theirs) is Outcome.OWNERSHIP_MISMATCH
     untagged = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, None)})
     assert outcome(record(), untagged) is Outcome.OWNERSHIP_MISMATCH
+
+
+def test_a_forged_record_never_deletes_a_layout_export() -> None:
+    # A layout export has no chunk row and carries its segment's tags, as an orphan chunk does: a
+    # record naming it with those owner fields once deleted it (the backup `import_layout` restores from).
+    export = f"_reclaim_layouts/{SEGMENT}/1800000000000-0a1b2c3d.json"
+    forged = record(chunk_name=export, location=RecordLocation(key=export, bucket=None))
+    tags = replace(TAGS, component=EXPORT_COMPONENT)
+    seen = facts(rows={}, places={("fs-tier2", export): replace(PLACE, key=export)},
+                 objects={("fs-tier2", export): ChunkInfo(export, 512, tags)})
+    verdict = judge(Pending(forged), seen, POLICY)
+    assert isinstance(verdict, Verdict)
+    assert verdict.outcome is Outcome.OWNERSHIP_MISMATCH and "layout export" in verdict.reason
 
 
 @pytest.mark.parametrize("change", [
