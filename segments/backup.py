@@ -62,6 +62,8 @@ def parse_layout(raw: bytes, object_name: str) -> tuple[SegmentRecord, list[Chun
         seg = doc["segment"]
         record = SegmentRecord(**{name: seg[name] for name in _SEGMENT_FIELDS},
                                status=SegmentStatus(int(seg["status"])) & ~SegmentStatus.DELETED)
+        if not isinstance(record.max_rolling_length, int) or record.max_rolling_length <= 0:
+            raise ValueError(f"max_rolling_length {record.max_rolling_length!r} is not a positive integer")
         chain = [_chunk_from_doc(chunk) for chunk in doc["chunks"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LayoutImportError(f"malformed layout object {object_name!r}: {exc}", segment="?") from exc

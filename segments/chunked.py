@@ -121,6 +121,9 @@ class ChunkedSegmentStorage:
                max_rolling_length: int | None = None) -> SegmentRecord:
         """Add a segment header; no tier-2 object is created. A deleted segment's name may be reused."""
         validate_segment_name(segment)
+        if max_rolling_length is not None and max_rolling_length <= 0:
+            # A write splits its bytes into pieces of at most this length: none would ever finish.
+            raise ValueError(f"max_rolling_length must be positive, got {max_rolling_length}")
         rolling = max_rolling_length or self.max_rolling_length
         with self.store.transaction() as txn:
             existing = txn.get_segment(segment)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,20 @@ def test_import_refuses_garbage(segments: ChunkedSegmentStorage) -> None:
     with pytest.raises(LayoutImportError):
         import_layout(segments, f"{LAYOUT_PREFIX}bad/1.json")
     assert latest_export(segments.binding, "nothing") is None
+
+
+def test_import_refuses_a_max_rolling_length_that_is_not_positive(segments: ChunkedSegmentStorage,
+                                                                  tmp_path: Path) -> None:
+    # A restored segment's writes split at its max rolling length (PDP-34): a non-positive one
+    # would make every write create empty chunks without end, so such a layout is not imported.
+    _segment_with_data(segments)
+    exported = export_layout(segments, "scope/str/0")
+    raw = segments.binding.read(segments.binding.open_read(exported), 0, segments.binding.get_info(exported).length)
+    doc = json.loads(raw)
+    doc["segment"]["max_rolling_length"] = 0
+    edited = f"{LAYOUT_PREFIX}scope/str/0/edited.json"
+    segments.binding.create_with_content(edited, json.dumps(doc).encode(), None)
+    restored = _fresh(tmp_path, segments.binding, "restored")
+    with pytest.raises(LayoutImportError, match="max_rolling_length"):
+        import_layout(restored, edited)
+    assert not restored.exists("scope/str/0"), "nothing was imported"

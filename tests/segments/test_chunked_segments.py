@@ -35,6 +35,17 @@ def test_create_exists_and_info(segments: ChunkedSegmentStorage) -> None:
             segments.create(bad)
 
 
+@pytest.mark.parametrize("rolling", [0, -3])
+def test_create_refuses_a_max_rolling_length_that_is_not_positive(segments: ChunkedSegmentStorage,
+                                                                  rolling: int) -> None:
+    # PDP-34: a large write is split into chunks of at most the segment's max rolling length; with
+    # none positive the split never ends (it used to create empty chunks on tier-2 without end).
+    with pytest.raises(ValueError, match="max_rolling_length"):
+        segments.create("s/bad", max_rolling_length=rolling)
+    assert not segments.exists("s/bad")
+    assert segments.create("s/bad").max_rolling_length == ROLLING
+
+
 def test_write_and_read_across_chunks(any_segments: ChunkedSegmentStorage) -> None:
     segments = any_segments
     segments.create("s/0")
