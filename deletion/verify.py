@@ -95,11 +95,12 @@ def still_active(pending: Pending, mark: MarkRecord | None, now_ms: int, policy:
     """The chunk is in the live layout: wait for an uncommitted mark, at most the mark timeout.
 
     PIP-186 publishes before the metadata update; a record read in between must wait, not be
-    dropped. The wait runs from the earlier of the record's creation and phase 2's first failure
-    on it, so a record whose ``created_at`` lies ahead of the clock still stops waiting.
+    dropped. The wait runs from phase 2's first failure on the record (now, when this is the first),
+    on phase 2's own clock: ``created_at`` is the publisher's clock, and one running behind by more
+    than the timeout would have a record read before its mark commits judged in use at first sight.
     """
     committed = mark is not None and mark.state is MarkState.COMMITTED
-    started = min(pending.info.created_at, pending.first_failure_ms or now_ms)
+    started = now_ms if pending.first_failure_ms is None else pending.first_failure_ms
     if not committed and now_ms - started < policy.mark_timeout_ms:
         return Verdict(Outcome.MARK_PENDING, "chunk still active; its mark is not committed yet")
     why = "mark committed without this chunk" if committed else "mark never committed"

@@ -131,7 +131,7 @@ def test_missing_essentials_are_invalid() -> None:
 def test_an_active_chunk_waits_for_its_mark_then_is_in_use() -> None:
     live = facts(rows={NAME: replace(ROW, active=True)})
     assert outcome(record(created_at=NOW - 1000), live) is Outcome.MARK_PENDING
-    assert outcome(record(created_at=NOW - 300_001), live) is Outcome.IN_USE
+    assert outcome(record(created_at=NOW - 1000), live, first_failure_ms=NOW - 300_001) is Outcome.IN_USE
     committed = replace(live, marks={"m1": MarkRecord("m1", MarkState.COMMITTED, NOW / 1000)})
     assert outcome(record(), committed) is Outcome.IN_USE
     pending = replace(live, marks={"m1": MarkRecord("m1", MarkState.PENDING, NOW / 1000)})
@@ -144,6 +144,17 @@ def test_a_record_from_the_future_is_dead_lettered_not_retried_forever() -> None
     verdict = judge(Pending(record(created_at=NOW + ten_years)), live, POLICY)
     assert isinstance(verdict, Verdict)
     assert (verdict.outcome, verdict.route, verdict.error_class) == (Outcome.FATAL, Route.DLQ, "FutureRecord")
+
+
+def test_a_publisher_clock_running_late_does_not_time_a_mark_out_at_first_sight() -> None:
+    # Phase 1's host six minutes behind: its record, read before its mark commits (the race PIP-186
+    # leaves open), once counted as past the mark timeout, was judged in use and acked; the mark then
+    # committed and the retired chunk was left with no record to delete it.
+    live = facts(rows={NAME: replace(ROW, active=True)})
+    late = record(created_at=NOW - 360_000)
+    assert outcome(late, live) is Outcome.MARK_PENDING
+    assert outcome(late, live, first_failure_ms=NOW - 10_000) is Outcome.MARK_PENDING
+    assert outcome(late, live, first_failure_ms=NOW - 300_000) is Outcome.IN_USE
 
 
 def test_a_slightly_early_clock_waits_from_the_first_failure_not_from_created_at() -> None:
