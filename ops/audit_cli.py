@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -12,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ops.exits import ExitCode
+from ops.exits import ExitCode, Unavailable
 from ops.settings import METADATA_URL_HELP, Settings
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     from ops import runtime
     from ops.audit import AuditHooks, audit, auditable
 
+    if args.metrics_file is not None:
+        metrics_target(args.metrics_file)
     # An audit only reads: never the root of a filesystem binding, whatever RECLAIM_FS_CREATE_ROOT says.
     settings = replace(settings, fs_create_root=False)
     with ExitStack() as stack:
@@ -67,6 +70,20 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     else:
         _print_report(report, repair)
     return ExitCode.OK if report.clean else ExitCode.FINDINGS
+
+
+def metrics_target(path: Path) -> None:
+    """Refuse, before anything is audited or repaired, a ``--metrics-file`` the audit could not replace
+    with a file at the end: one in no writable directory, or a path that is no regular file (a directory,
+    or a device such as /dev/null, which the atomic replace would swap for a plain file)."""
+    if path.exists() and not path.is_file():
+        raise Unavailable(f"--metrics-file {path} is not a regular file (the audit replaces it whole): name a "
+                          "file in node_exporter's textfile directory; nothing was audited")
+    directory = path.parent
+    if not directory.is_dir():
+        raise Unavailable(f"--metrics-file {path}: there is no directory {directory}; nothing was audited")
+    if not os.access(directory, os.W_OK):
+        raise Unavailable(f"--metrics-file {path}: the directory {directory} is not writable; nothing was audited")
 
 
 @contextmanager
@@ -167,9 +184,10 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                     "  missing   an active row whose object is gone\n"
                     "  dangling  an inactive row whose object is gone and whose mark is older than --grace,\n"
                     "            or a row naming a binding (or bucket) that is not configured\n"
-                    "Exit status: 0 clean; 1 findings; 2 a binding, the store or (--repair) the broker could not\n"
-                    "be used, and nothing is reported. The audit creates and deletes nothing; --repair publishes\n"
-                    "pending deletes for the orphans (phase 1), which the worker deletes after its checks.")
+                    "Exit status: 0 clean; 1 findings; 2 a binding, the store, the --metrics-file or (--repair)\n"
+                    "the broker could not be used, and nothing is reported. The audit creates and deletes\n"
+                    "nothing; --repair publishes pending deletes for the orphans (phase 1), which the worker\n"
+                    "deletes after its checks.")
     audit.add_argument("--limit", type=_limit, default=20, help="names listed per finding (default 20)")
     audit.add_argument("--grace", type=parse_grace, default=3600.0, metavar="DURATION",
                        help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "

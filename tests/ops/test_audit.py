@@ -158,6 +158,18 @@ def test_the_metrics_file_holds_the_orphans_per_binding(tmp_path: Path, fs: File
     assert "reclaim_audit_last_run_timestamp_seconds " in text
 
 
+def test_a_metrics_file_that_cannot_be_replaced_is_exit_2_before_anything_is_audited(
+        tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
+    findings_fixture(fs, store)
+    device = tmp_path / "fifo"  # stands for /dev/null, which the atomic replace swapped for a plain file
+    os.mkfifo(device)
+    for target, says in ((device, "is not a regular file"), (tmp_path, "is not a regular file"),
+                         (tmp_path / "gone" / "m.prom", f"there is no directory {tmp_path / 'gone'}")):
+        line = one_line_error(run_audit(tmp_path, "--metrics-file", str(target)))
+        assert says in line and "nothing was audited" in line
+    assert device.is_fifo()
+
+
 def test_json_is_one_document_with_counts_names_and_totals(tmp_path: Path, fs: FileSystemChunkStorage,
                                                            store: SQLiteMetadataStore) -> None:
     findings_fixture(fs, store)

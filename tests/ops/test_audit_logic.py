@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from ops.audit import (
     orphan_chunk,
     unreachable,
 )
-from ops.audit_cli import human, parse_grace
+from ops.audit_cli import human, metrics_target, parse_grace
+from ops.exits import Unavailable
 from schemas.ledger import LedgerType
 from segments.garbage import PreparedMark
 from storage.base import StoredObject
@@ -162,3 +164,15 @@ def test_repair_sends_tagged_orphans_and_reports_the_rest(tmp_path: Path) -> Non
     assert repair.report.sent.names == [names[0], names[2]]
     assert repair.report.failed.names == [names[1]]
     assert repair.report.unattributed.names == ["s/a/untagged"]
+
+
+def test_a_metrics_file_must_be_a_regular_file_in_an_existing_directory(tmp_path: Path) -> None:
+    metrics_target(tmp_path / "reclaim_audit.prom")  # not there yet: created at the end
+    (tmp_path / "old.prom").write_text("")
+    metrics_target(tmp_path / "old.prom")  # replaced at the end
+    device = tmp_path / "device"
+    os.mkfifo(device)
+    for refused, says in ((device, "not a regular file"), (tmp_path, "not a regular file"),
+                          (tmp_path / "no" / "m.prom", "there is no directory")):
+        with pytest.raises(Unavailable, match=says):
+            metrics_target(refused)
