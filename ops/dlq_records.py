@@ -136,10 +136,15 @@ def _int(raw: str | None) -> int | None:
 
 
 def iso(millis: int | None) -> str | None:
-    """``2026-11-23T12:00:00.000Z`` for epoch millis; None stays None."""
+    """``2026-11-23T12:00:00.000Z`` for epoch millis; None stays None, and so do millis no date can
+    state (a header may hold any number: such a record is still shown, with the number as it is)."""
     if millis is None:
         return None
-    return datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        moment = datetime.fromtimestamp(millis / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def text(data: bytes | None) -> str | None:

@@ -97,7 +97,9 @@ def print_show(letter: DeadLetter) -> None:
 
 
 def _when(millis: int | None) -> str:
-    return "unknown" if millis is None else f"{iso(millis)} ({millis})"
+    if millis is None:
+        return "unknown"
+    return f"{iso(millis) or 'not a date'} ({millis})"
 
 
 def _flat(fields: Mapping[str, object], prefix: str = "") -> list[tuple[str, str]]:

@@ -8,7 +8,8 @@ from consumers import retry
 from consumers.retry import Delivery, RetryTiers
 from consumers.routing import route
 from deletion.outcomes import Outcome, Verdict
-from ops.dlq_records import UNDECODABLE_STREAM, DeadLetter, dead_letter
+from ops.dlq_records import UNDECODABLE_STREAM, DeadLetter, dead_letter, iso
+from ops.dlq_render import print_show
 from ops.dlq_select import (
     Filters,
     age_bucket,
@@ -152,3 +153,12 @@ def test_stats_count_each_record_once_by_outcome_class_stream_and_age() -> None:
     assert counted["by_stream"] == {"scope/stream": 3, "(undecodable)": 1, "scope/b": 1}
     assert counted["by_age"] == {"<1h": 2, "<1d": 1, "<7d": 1, "older": 1}
     assert stats(letters, Filters(reason="slow"), NOW).as_json()["by_outcome"] == {"retryable-error": 1}
+
+
+def test_a_timestamp_header_no_date_can_state_is_shown_as_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    headers = [(retry.H_OUTCOME, b"fatal"), (retry.H_TIMESTAMP, b"99999999999999999")]
+    dead = dead_letter("dlq", 0, 12, NOW, None, b"x", headers, CODEC)
+    assert dead.original_timestamp_ms == 99999999999999999 and iso(dead.original_timestamp_ms) is None
+    print_show(dead)  # was "year 3170843 is out of range", exit 64, for a record that is there
+    assert "not a date (99999999999999999)" in capsys.readouterr().out
+    assert dead.detail()["original_timestamp_ms"] == 99999999999999999
