@@ -54,17 +54,40 @@ def parsed(flag: str, raw: str | None, parse: Callable[[str], T]) -> T | None:
         raise UsageError(f"{flag}: {exc}") from None
 
 
+def text_filter(flag: str, raw: str | None) -> str | None:
+    """``raw`` unless it is blank: an empty ``--reason`` would match every record (a purge of all), an
+    empty ``--stream`` none; one usage line instead."""
+    if raw is not None and not raw.strip():
+        raise UsageError(f"{flag} must not be empty: give the text to match")
+    return raw
+
+
 def filters_of(args: argparse.Namespace) -> Filters:
-    """The filters the flags ask for; one usage line for a bad value."""
+    """The filters the flags ask for; one usage line for a bad value or filters no record can match."""
     from ops.dlq_select import Filters, parse_age
 
-    return Filters(stream=args.stream, reason=args.reason, error_class=args.error_class,
-                   older_than_ms=parsed("--older-than", args.older_than, parse_age),
-                   newer_than_ms=parsed("--newer-than", args.newer_than, parse_age),
-                   min_attempt=whole("--attempt", args.attempt, 1),
-                   partition=whole("--partition", args.partition, 0),
-                   from_offset=whole("--from-offset", args.from_offset, 0),
-                   to_offset=whole("--to-offset", args.to_offset, 0))
+    chosen = Filters(stream=text_filter("--stream", args.stream), reason=text_filter("--outcome/--reason", args.reason),
+                     error_class=text_filter("--error-class", args.error_class),
+                     older_than_ms=parsed("--older-than", args.older_than, parse_age),
+                     newer_than_ms=parsed("--newer-than", args.newer_than, parse_age),
+                     min_attempt=whole("--attempt", args.attempt, 1),
+                     partition=whole("--partition", args.partition, 0),
+                     from_offset=whole("--from-offset", args.from_offset, 0),
+                     to_offset=whole("--to-offset", args.to_offset, 0))
+    if chosen.from_offset is not None and chosen.to_offset is not None and chosen.from_offset > chosen.to_offset:
+        raise UsageError(f"--from-offset {chosen.from_offset} is after --to-offset {chosen.to_offset}: "
+                         "no record is in that range")
+    if (chosen.newer_than_ms is not None and chosen.older_than_ms is not None
+            and chosen.newer_than_ms <= chosen.older_than_ms):
+        raise UsageError(f"--newer-than {args.newer_than} and --older-than {args.older_than}: no record is both "
+                         "(give --newer-than the larger age)")
+    return chosen
+
+
+def check_partition(filters: Filters, found: DlqScan) -> None:
+    """One usage line when ``--partition`` names a partition the DLQ does not have."""
+    if filters.partition is not None and filters.partition not in found.watermarks:
+        raise UsageError(f"{found.topic} has no partition {filters.partition} (it has {len(found.watermarks)})")
 
 
 def scan_dlq(settings: Settings, *more_topics: str) -> tuple[str, DlqScan]:
@@ -83,6 +106,7 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
 
     filters, limit = filters_of(args), whole("--limit", args.limit, 1)
     _, found = scan_dlq(settings)
+    check_partition(filters, found)
     now = now_ms()
     chosen = select(found.letters, filters, now, newest_first=not args.oldest_first, limit=limit)
     if args.json:
@@ -121,6 +145,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
     filters = filters_of(args)
     _, found = scan_dlq(settings)
+    check_partition(filters, found)
     counted = stats(found.letters, filters, now_ms())
     if args.json:
         print_json({"topic": found.topic, **counted.as_json()})

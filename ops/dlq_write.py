@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 
-from ops.dlq_cli import filter_flags, filters_of, now_ms, parsed, scan_dlq, whole
+from ops.dlq_cli import check_partition, filter_flags, filters_of, now_ms, parsed, scan_dlq, whole
 from ops.exits import ExitCode, UsageError
 from ops.settings import Settings
 
@@ -28,7 +29,7 @@ def _rate(raw: str) -> float:
         rate = float(raw)
     except ValueError:
         raise UsageError(f"--rate: cannot read {raw!r} as records per second") from None
-    if not rate > 0:
+    if not (rate > 0 and math.isfinite(rate)):
         raise UsageError(f"--rate must be a positive number of records per second, got {raw}")
     return rate
 
@@ -46,6 +47,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     names = topic_names(settings)
     topics = ReplayTopics(names.deletion, dlq_replayed_topic(names))
     address, found = scan_dlq(settings, topics.deletion, topics.replayed)
+    check_partition(filters, found)
     now = now_ms()
     chosen = select(found.letters, filters, now, newest_first=False)
     replayed = read_replayed(address, topics.replayed)
@@ -89,6 +91,7 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
     if up_to is None and not filters.active and not args.all:
         raise UsageError("purge needs filters, --up-to PARTITION:OFFSET, or --all to drop every record")
     address, found = scan_dlq(settings)
+    check_partition(filters, found)
     if up_to is not None:
         try:
             plans = plan_up_to(found.letters, found.watermarks, *up_to)
@@ -106,7 +109,7 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
         if not args.json:
             print("nothing to purge" if not dropping else f"dry run: {dropping} record(s) would be dropped")
         return ExitCode.OK
-    if not args.yes and not _confirmed(dropping, found.topic):
+    if not args.yes and not confirmed(dropping, found.topic):
         print("purge cancelled: nothing dropped", file=sys.stderr)
         return ExitCode.OK
     starts = purge(address, found.topic, plans)
@@ -116,12 +119,19 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
     return ExitCode.OK
 
 
-def _confirmed(dropping: int, topic: str) -> bool:
-    """The operator's answer at the terminal; without one, a usage line asking for ``--yes``."""
+def confirmed(dropping: int, topic: str) -> bool:
+    """The operator's answer at the terminal; without one, a usage line asking for ``--yes``.
+
+    The question goes to stderr, so it is seen when stdout is a file (``--json > plan.json``) and
+    never lands in it; end of input (Ctrl-D) is no.
+    """
     if not sys.stdin.isatty():
         raise UsageError(f"purge drops {dropping} record(s) from {topic} for good: confirm with --yes "
                          "(there is no terminal to ask)")
-    answer = input(f"drop {dropping} record(s) from {topic} for good? [y/N] ")
+    print(f"drop {dropping} record(s) from {topic} for good? [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    if not answer:
+        print(file=sys.stderr)
     return answer.strip().lower() in {"y", "yes"}
 
 

@@ -165,6 +165,11 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
     (["replay", "--rate", "0"], "--rate must be a positive number"),
     (["purge"], "purge needs filters, --up-to PARTITION:OFFSET, or --all"),
     (["purge", "--up-to", "0:3", "--reason", "fatal"], "--up-to drops one partition's oldest records"),
+    (["replay", "--rate", "inf"], "--rate must be a positive number"),  # was an OverflowError traceback
+    (["purge", "--reason", "", "--yes"], "--outcome/--reason must not be empty"),  # matched, so dropped, all
+    (["list", "--stream", " "], "--stream must not be empty"),
+    (["replay", "--from-offset", "5", "--to-offset", "3"], "--from-offset 5 is after --to-offset 3"),
+    (["stats", "--newer-than", "1h", "--older-than", "2h"], "no record is both"),
 ])
 def test_bad_flags_are_one_usage_line(tmp_path: Path, args: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
@@ -191,6 +196,8 @@ def test_no_broker_or_no_topics_is_one_line_and_exit_2(kafka_bootstrap: str, tmp
     create_topics(admin_client(kafka_bootstrap), older)
     line = one_line_error(run_reclaim("dlq", "replay", env=env, timeout=60), ExitCode.UNAVAILABLE)
     assert f"missing topic {prefix}ledger-deletion.dlq-replayed" in line and "reclaim topics create" in line
+    line = one_line_error(run_reclaim("dlq", "list", "--partition", "5", env=env, timeout=60), ExitCode.USAGE)
+    assert f"{prefix}ledger-deletion.dlq has no partition 5 (it has 1)" in line  # not "0 matching"
     result = run_reclaim("dlq", "show", "0:0", env=env, timeout=60)
     assert f"no record at 0:0: partition 0 of {prefix}ledger-deletion.dlq holds no records" in one_line_error(
         result, ExitCode.USAGE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -14,6 +15,7 @@ from ops.dlq_purge import plan_filtered, plan_up_to
 from ops.dlq_records import DeadLetter, dead_letter
 from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
 from ops.dlq_select import Filters
+from ops.dlq_write import confirmed
 from schemas.codec import build_codec
 
 from .test_dlq_units import NOW, letter
@@ -134,3 +136,18 @@ def test_a_stack_summary_is_bounded_and_empty_for_an_error_never_raised() -> Non
         assert len(stack_summary(exc, frames=50, limit=120)) == 120
     assert stack_summary(ValueError("never raised")) == ""
     assert Delivery.of("t", 0, 1, None, -1).timestamp_ms is None  # librdkafka's "no timestamp"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("typed", "answer"), [("y\n", True), ("yes\n", True), ("n\n", False), ("", False)])
+def test_the_purge_question_is_asked_on_stderr_and_end_of_input_is_no(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], typed: str, answer: bool) -> None:
+    monkeypatch.setattr("sys.stdin", Terminal(typed))
+    assert confirmed(3, "t.dlq") is answer  # Ctrl-D ("") was an EOFError traceback
+    out, err = capsys.readouterr()
+    assert out == ""  # `purge --json > plan.json` at a terminal: the question went into the file, unseen
+    assert err.startswith("drop 3 record(s) from t.dlq for good? [y/N] ")
