@@ -157,9 +157,15 @@ def _print_report(report: AuditReport, repair: OrphanRepair | None) -> None:
         _print_names("unsent", sent.failed)
 
 
+def shown(name: str) -> str:
+    """An object name as a report line shows it: quoted and escaped when it holds a newline or another
+    unprintable character, so a name cannot split into lines that read as other findings."""
+    return name if name.isprintable() else repr(name)
+
+
 def _print_names(label: str, sample: Sample) -> None:
     for name in sample.names:
-        print(f"  {label:8} {name}")
+        print(f"  {label:8} {shown(name)}")
     if sample.count > len(sample.names):
         print(f"  ... and {sample.count - len(sample.names)} more (--limit)")
 

@@ -158,6 +158,19 @@ def test_the_metrics_file_holds_the_orphans_per_binding(tmp_path: Path, fs: File
     assert "reclaim_audit_last_run_timestamp_seconds " in text
 
 
+def test_a_name_holding_a_newline_is_one_escaped_line_of_the_report(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                                     store: SQLiteMetadataStore) -> None:
+    put(store, chunk(fs, name(0)))
+    odd = fs.root / "chunks" / "evil\n  orphan   FORGED"  # no valid chunk name: written behind reclaim's back
+    odd.write_bytes(b"x")
+    result = run_audit(tmp_path, "--grace", "0")
+    assert result.returncode == ExitCode.FINDINGS, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  orphan   'evil\\n  orphan   FORGED'" in lines and "  orphan   FORGED" not in lines, result.stdout
+    assert json.loads(run_audit(tmp_path, "--grace", "0", "--json").stdout)["bindings"]["fs-tier2"]["orphans"][
+        "names"] == ["evil\n  orphan   FORGED"]
+
+
 def test_a_metrics_file_that_cannot_be_replaced_is_exit_2_before_anything_is_audited(
         tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
     findings_fixture(fs, store)
