@@ -88,6 +88,8 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
     up_to = parsed("--up-to", args.up_to, parse_coordinates)
     if up_to is not None and (filters.active or args.all):
         raise UsageError("--up-to drops one partition's oldest records: give it without filters or --all")
+    if args.all and filters.active:
+        raise UsageError("--all drops every record: give it without filters (with them, only matching records go)")
     if up_to is None and not filters.active and not args.all:
         raise UsageError("purge needs filters, --up-to PARTITION:OFFSET, or --all to drop every record")
     address, found = scan_dlq(settings)

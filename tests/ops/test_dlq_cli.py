@@ -165,6 +165,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
     (["replay", "--rate", "0"], "--rate must be a positive number"),
     (["purge"], "purge needs filters, --up-to PARTITION:OFFSET, or --all"),
     (["purge", "--up-to", "0:3", "--reason", "fatal"], "--up-to drops one partition's oldest records"),
+    (["purge", "--all", "--reason", "fatal"], "--all drops every record: give it without filters"),
     (["replay", "--rate", "inf"], "--rate must be a positive number"),  # was an OverflowError traceback
     (["purge", "--reason", "", "--yes"], "--outcome/--reason must not be empty"),  # matched, so dropped, all
     (["list", "--stream", " "], "--stream must not be empty"),
