@@ -71,11 +71,13 @@ class DeadLetter:
         return self.info.chunk_name if self.info is not None else "<undecodable>"
 
     @property
-    def identity(self) -> tuple[str, int, int]:
-        """What makes two dead letters the same record: the original's coordinates (its own without them)."""
+    def identity(self) -> tuple[str, int, int, int | None]:
+        """What makes two dead letters the same record: the original's coordinates and timestamp (its own
+        coordinates without them). Copies of one record share its timestamp; a record at the same
+        coordinates of a deletion topic created again does not, and is another record."""
         if self.origin is not None:
-            return (self.origin.topic, self.origin.partition, self.origin.offset)
-        return (self.topic, self.partition, self.offset)
+            return (self.origin.topic, self.origin.partition, self.origin.offset, self.original_timestamp_ms)
+        return (self.topic, self.partition, self.offset, None)
 
     def summary(self) -> dict[str, Any]:
         """The record as ``list --json`` prints it."""

@@ -8,7 +8,7 @@ as a new record on its first attempt. It names where it came from instead: ``rec
 Each record sent is remembered in the compacted topic ``<prefix>ledger-deletion.dlq-replayed``, keyed
 by its DLQ coordinates, so every operator's replay, from any machine, skips it: a record is skipped
 when its coordinates are remembered with the same DLQ timestamp (a recreated DLQ starts its offsets
-again), or when another copy of the same original record was replayed.
+again), or when another copy of the same original record (its coordinates and timestamp) was replayed.
 
 A record's delivery to the deletion topic (idempotent producer, ``acks=all``) is confirmed before it
 is remembered. If the process dies in between, the record was sent but is not remembered: the next
@@ -64,16 +64,21 @@ def replay_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
 
 def memo(letter: DeadLetter, now_ms: int) -> tuple[bytes, bytes]:
     """The key and value that remember ``letter`` as replayed."""
-    value = {"dlq_timestamp_ms": letter.timestamp_ms, "origin": _origin(letter), "replayed_at_ms": now_ms}
+    value = {"dlq_timestamp_ms": letter.timestamp_ms, "origin": _origin(letter),
+             "original_timestamp_ms": letter.original_timestamp_ms, "replayed_at_ms": now_ms}
     return dlq_coordinates(letter).encode(), json.dumps(value, sort_keys=True).encode()
 
 
 @dataclass
 class Replayed:
-    """The dead letters replayed so far, as their memos say."""
+    """The dead letters replayed so far, as their memos say.
+
+    ``origins`` holds, per original record's coordinates, the original timestamps replayed (None: a memo
+    that does not say, which matches any).
+    """
 
     timestamps: dict[str, int | None] = field(default_factory=dict)
-    origins: set[str] = field(default_factory=set)
+    origins: dict[str, set[int | None]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, memos: Iterable[tuple[bytes | None, bytes | None]]) -> Replayed:
@@ -89,7 +94,9 @@ class Replayed:
             timestamp = fields.get("dlq_timestamp_ms")
             replayed.timestamps[key.decode("utf-8", "replace")] = timestamp if isinstance(timestamp, int) else None
             if isinstance(fields.get("origin"), str):
-                replayed.origins.add(fields["origin"])
+                original = fields.get("original_timestamp_ms")
+                replayed.origins.setdefault(fields["origin"], set()).add(original if isinstance(original, int)
+                                                                         else None)
         return replayed
 
     def __contains__(self, letter: object) -> bool:
@@ -98,7 +105,13 @@ class Replayed:
         coordinates = dlq_coordinates(letter)
         if coordinates in self.timestamps and self.timestamps[coordinates] == letter.timestamp_ms:
             return True
-        return _origin(letter) in self.origins
+        origin = _origin(letter)
+        if origin is None or origin not in self.origins:
+            return False
+        # Another copy of the same record was replayed; the same coordinates of a deletion topic created
+        # again (another original timestamp) are another record, which must not be skipped.
+        replayed = self.origins[origin]
+        return None in replayed or letter.original_timestamp_ms is None or letter.original_timestamp_ms in replayed
 
 
 def read_replayed(address: str, topic: str) -> Replayed:

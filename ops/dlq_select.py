@@ -4,6 +4,8 @@ A record dead-lettered more than once (by two consumer groups reading the same d
 sent again after an unconfirmed delivery) is one record: copies are told apart by the original
 record's coordinates (``reclaim.original-topic/-partition/-offset``). :func:`select` keeps the first
 copy in DLQ order and counts the others as ``duplicates``; a record without those headers is its own.
+Copies also share ``reclaim.original-timestamp-ms``: records at the same coordinates of a deletion
+topic that was created again differ there, and are two records.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ def dlq_order(letters: Iterable[DeadLetter]) -> list[DeadLetter]:
 
 def dedupe(letters: Iterable[DeadLetter]) -> tuple[list[DeadLetter], int]:
     """The first copy of each record (oldest first) and how many later copies were left out."""
-    first: dict[tuple[str, int, int], DeadLetter] = {}
+    first: dict[tuple[str, int, int, int | None], DeadLetter] = {}
     copies = 0
     for letter in dlq_order(letters):
         if letter.identity in first:

@@ -59,13 +59,18 @@ def pending(chunk: str, stream: str = "scope/stream", binding: str = "fs-tier2")
                                    int(time.time() * 1000))
 
 
+ORIGINALS_AT = int(time.time() * 1000) - 9000
+"""When the forged dead letters' original records were written (plus their offset)."""
+
+
 def dead_letter(pipeline: Pipeline, origin_offset: int, verdict: Verdict, group: str,
                 chunk: str | None = None) -> None:
     """Produce a DLQ record with exactly the headers the worker's routing writes for ``verdict``."""
     chunk = chunk or f"scope/stream/0.#epoch.0.E-1-O-{origin_offset}.forged"
     now = int(time.time() * 1000)
     tiers = RetryTiers(pipeline.topics.retries, max_attempts=3)
-    delivery = Delivery(3, now - 5000, None, pipeline.topics.deletion, 0, origin_offset, now - 9000)  # its last try
+    # Its last try; every group that reads the original record sees its one timestamp.
+    delivery = Delivery(3, now - 5000, None, pipeline.topics.deletion, 0, origin_offset, ORIGINALS_AT + origin_offset)
     routing = route(verdict, delivery, tiers, pipeline.topics.dlq, now, group)
     assert routing.route is Route.DLQ
     pipeline.producer.send(pipeline.topics.dlq, pipeline.codec.encode(pending(chunk), pipeline.topics.dlq),

@@ -14,7 +14,7 @@ from deletion.outcomes import Outcome, Verdict, stack_summary
 from ops.dlq_purge import plan_filtered, plan_up_to
 from ops.dlq_records import DeadLetter, dead_letter
 from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
-from ops.dlq_select import Filters
+from ops.dlq_select import Filters, dedupe
 from ops.dlq_write import confirmed
 from schemas.codec import build_codec
 
@@ -99,6 +99,23 @@ def test_replay_memos_remember_by_coordinates_and_by_origin() -> None:
     assert letter(5, origin_offset=10) not in replayed
     recreated = dead_letter(sent.topic, 0, 4, 5, sent.key, sent.value, [], build_codec())
     assert recreated not in replayed  # same coordinates in a DLQ created again: another record
+
+
+def test_the_same_coordinates_of_a_deletion_topic_created_again_are_another_record() -> None:
+    def dead(dlq_offset: int, original_ms: int) -> DeadLetter:
+        delivery = Delivery(3, NOW, None, "t.ledger-deletion", 0, 9, original_ms)
+        routing = route(Verdict(Outcome.FATAL, "denied", "X"), delivery, TIERS, "t.dlq", NOW, "g")
+        return dead_letter("t.dlq", 0, dlq_offset, NOW, b"k", b"v", routing.headers, build_codec())
+
+    before, copy, after = dead(0, 1_000), dead(1, 1_000), dead(2, 5_000)  # `after`: the topic was recreated
+    unique, copies = dedupe([before, copy, after])
+    assert [d.offset for d in unique] == [0, 2] and copies == 1  # was one record, `after` a "duplicate"
+    replayed = Replayed.of([memo(before, NOW)])
+    assert before in replayed and copy in replayed
+    assert after not in replayed  # was skipped as already replayed, so never replayed at all
+    key, value = memo(before, NOW)
+    older = {k: v for k, v in json.loads(value).items() if k != "original_timestamp_ms"}
+    assert after in Replayed.of([(key, json.dumps(older).encode())])  # a memo that does not say still holds
 
 
 def test_a_dead_letter_names_its_group_the_original_timestamp_and_where_the_error_was_raised() -> None:
