@@ -14,8 +14,9 @@ from ops.settings import Settings
 _REPLAY = """\
 Send dead letters back to the deletion topic (after fixing what made them fail), each once: a record
 sent is remembered in the compacted topic <prefix>ledger-deletion.dlq-replayed (created by `reclaim
-topics create`), shared by every operator, and never sent again. A replayed record starts again at
-attempt 1 and names its DLQ coordinates in the header reclaim.replayed-from."""
+topics create`), shared by every operator, and not sent again by a later replay (one that dies between
+a delivery and its memo sends that record once more; phase 2 finds it already gone). A replayed
+record starts again at attempt 1 and names its DLQ coordinates in the header reclaim.replayed-from."""
 
 _PURGE = """\
 Drop dead letters for good with delete-records, which can only drop the oldest records of a partition:
