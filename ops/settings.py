@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 DEFAULT_RETRY_DELAYS = (10, 60, 600)
 MAX_BATCH_SIZE = 1_000_000
@@ -135,6 +136,10 @@ class Settings:
         for name in ("group_id", "truncation_group_id"):
             if not getattr(self, name).strip():  # librdkafka aborts the process on an empty group.id
                 raise ValueError(f"{name} must not be empty")
+        endpoint = urlsplit(self.s3_endpoint or "")
+        if self.s3_endpoint and (endpoint.scheme not in ("http", "https") or not endpoint.hostname):
+            # botocore's own refusal came only at the first request, after a logged traceback.
+            raise ValueError(f"s3_endpoint must be an http:// or https:// URL with a host, got {self.s3_endpoint!r}")
         if self.principal is not None and not self.principal.strip():
             # An empty --principal would stand for the OS user, who may be an admin the caller is not.
             raise ValueError("principal must not be empty (leave it out for the OS user)")

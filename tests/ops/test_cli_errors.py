@@ -82,6 +82,8 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
     (["truncation-applier", "--record-every-s", "inf"], {}, "record_every_s must be a number of seconds >= 0"),
     (["config", "show"], {"RECLAIM_MARK_TIMEOUT_S": "inf"}, "must be positive, got 1.0 and inf"),
     (["config", "show"], {"RECLAIM_LOG_FORMAT": "xml"}, "RECLAIM_LOG_FORMAT must be text or json, got 'xml'"),
+    (["config", "show"], {"RECLAIM_S3_ENDPOINT": "notaurl"}, "s3_endpoint must be an http:// or https:// URL"),
+    (["config", "show"], {"RECLAIM_S3_ENDPOINT": "http://"}, "s3_endpoint must be an http:// or https:// URL"),
     # An empty --principal stood for the OS user, who may be an admin.
     (["streams", "truncate", "scope/s", "--cut", '{"0": 1}', "--principal", ""],
      {"RECLAIM_ADMIN_PRINCIPALS": getpass.getuser()}, "principal must not be empty"),
