@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 LayoutUpdate = Callable[[MetadataTransaction, Sequence[ChunkRecord]], None]
 
+COMMIT_WITHIN_S = 150.0
+"""How long after its publish began a mark may still be committed: half of phase 2's default mark
+timeout (300 s), which phase 2 counts from its first sight of a record, never before the publish."""
+
 
 class PendingDeletePublisher(Protocol):
     """Sends records to the deletion topic and waits for every delivery report."""
@@ -66,13 +70,21 @@ class LedgerDeletionService:
 
     It is also the :class:`~segments.garbage.GarbageSink` of ``ChunkedSegmentStorage``: ``prepare``
     publishes, ``commit`` is the metadata part inside the segment operation's own transaction.
+
+    A mark is committed within ``commit_within_s`` of the start of its publish, or not at all: phase 2
+    judges a record of a mark still uncommitted after its mark timeout in use and acks it, so a mark
+    committed later (a phase-1 process stalled between its publish and its transaction) would retire
+    chunks no record is left to delete. Keep it below the workers' mark timeout (half of it by default).
     """
 
     def __init__(self, store: MetadataStore, publisher: PendingDeletePublisher,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, commit_within_s: float = COMMIT_WITHIN_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._publisher = publisher
         self._clock = clock
+        self._commit_within_s = commit_within_s
+        self._monotonic = monotonic
 
     def mark(self, chunks: Sequence[ChunkRecord], layout_update: LayoutUpdate | None = None) -> MarkResult:
         """Hand ``chunks`` to phase 2; chunks whose send failed stay live and are reported.
@@ -80,8 +92,14 @@ class LedgerDeletionService:
         ``layout_update`` runs in the same transaction, with the chunks whose records were confirmed.
         """
         mark_id = new_mark_id()
+        commit_by = self._monotonic() + self._commit_within_s
         failed = self._publish(chunks, mark_id)
         sent = [chunk for chunk in chunks if chunk.name not in failed] if failed else list(chunks)
+        if sent and self._monotonic() > commit_by:
+            log.warning("mark %s: published too long ago to commit (over %.0f s); its %d chunks stay live and "
+                        "phase 2 acks its records as in use", mark_id, self._commit_within_s, len(sent))
+            metrics.MARK_BATCHES.labels("expired").inc()
+            return MarkResult(mark_id, (), tuple(sorted(c.name for c in chunks)))
         if sent:
             with self._store.transaction() as txn:
                 if layout_update is not None:
@@ -96,16 +114,25 @@ class LedgerDeletionService:
         Raises :class:`MarkError` unless the broker confirmed every record; nothing has changed then.
         """
         mark_id = new_mark_id()
+        commit_by = self._monotonic() + self._commit_within_s
         failed = self._publish(chunks, mark_id)
         if failed:
             metrics.MARK_BATCHES.labels("failed").inc()
             raise MarkError(f"mark {mark_id}: {len(failed)} of {len(chunks)} chunks not confirmed on the "
                             "deletion topic; nothing left the layout", sorted(failed))
-        return PreparedMark(mark_id, tuple(chunks))
+        return PreparedMark(mark_id, tuple(chunks), commit_by)
 
     def commit(self, txn: MetadataTransaction, prepared: PreparedMark, chunks: Sequence[ChunkRecord]) -> None:
-        """The metadata half of a prepared mark, inside the caller's transaction; no network."""
+        """The metadata half of a prepared mark, inside the caller's transaction; no network.
+
+        Raises :class:`MarkError` (the caller's transaction rolls back) once the mark is past its
+        commit deadline."""
         prepared.require_covers(chunks)
+        if prepared.expired(self._monotonic()):
+            metrics.MARK_BATCHES.labels("expired").inc()
+            raise MarkError(f"mark {prepared.mark_id}: published too long ago to commit (over "
+                            f"{self._commit_within_s:.0f} s); nothing left the layout",
+                            [c.name for c in chunks])
         self.commit_mark(txn, chunks, prepared.mark_id)
         txn.on_commit(metrics.MARK_BATCHES.labels("complete").inc)
 

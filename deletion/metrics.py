@@ -44,7 +44,7 @@ INFLIGHT = Gauge("reclaim_estimated_inflight_deletions",
 
 #: The label values of the enums, as the call sites write them.
 LEDGER_TYPES = tuple(snake(t.name) for t in LedgerType)
-MARK_RESULTS = ("complete", "partial", "failed")
+MARK_RESULTS = ("complete", "partial", "failed", "expired")
 OUTCOME_LABELS = tuple(snake(o.value) for o in Outcome)
 #: A record reaches the DLQ with an outcome routed there, or with a retried one whose attempts ran out.
 DLQ_REASONS = tuple(snake(o.value) for o, route in ROUTES.items() if route is not Route.ACK)

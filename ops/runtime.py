@@ -80,7 +80,7 @@ def deletion_service(settings: Settings, store: SQLMetadataStore,
     """Phase 1 wired to the deletion topic through ``producer`` (an idempotent one)."""
     topics = topic_names(settings)
     publisher = KafkaPendingDeletePublisher(producer, codec(settings), topics.deletion)
-    return LedgerDeletionService(store, publisher)
+    return LedgerDeletionService(store, publisher, commit_within_s=settings.mark_timeout_s / 2)
 
 
 def deletion_worker(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,

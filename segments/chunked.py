@@ -241,11 +241,12 @@ class ChunkedSegmentStorage:
         """The sink's network step for ``chunks``, outside any metadata transaction.
 
         A re-plan that retires the same copies again reuses ``previous``: its records are on the
-        topic already, so a segment that keeps being appended to does not republish its head.
+        topic already, so a segment that keeps being appended to does not republish its head (unless
+        it is past its commit deadline).
         """
         if not chunks:
             return None
-        if previous is not None and previous.covers(chunks):
+        if previous is not None and previous.covers(chunks) and not previous.expired():
             return previous
         return self.garbage.prepare(chunks)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,10 +24,16 @@ class PreparedMark:
 
     mark_id: str
     chunks: tuple[ChunkRecord, ...]
+    commit_by: float | None = None
+    """The ``time.monotonic()`` after which the mark may no longer be committed (None: no deadline)."""
 
     def covers(self, chunks: Sequence[ChunkRecord]) -> bool:
         """True when ``chunks`` are the same copies, in the same order, as those prepared."""
         return _copies(self.chunks) == _copies(chunks)
+
+    def expired(self, now: float | None = None) -> bool:
+        """True once the mark is past its commit deadline: it must not be committed (nor reused)."""
+        return self.commit_by is not None and (time.monotonic() if now is None else now) > self.commit_by
 
     def require_covers(self, chunks: Sequence[ChunkRecord]) -> None:
         """Raise ``MetadataConflictError`` unless ``chunks`` are exactly the prepared copies."""
