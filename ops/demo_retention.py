@@ -40,4 +40,7 @@ def show_retention(settings: Settings, bootstrap: str) -> None:
     finally:
         bindings.close()
         store.close()
+        # The Kafka connector's cached producer lives as long as this process's JVM, past the broker the
+        # demo stops next; its reconnect warnings would be the demo's last lines.
+        spark.sparkContext.setLogLevel("ERROR")
         spark.stop()
