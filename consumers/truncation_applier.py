@@ -45,7 +45,7 @@ class Applied(enum.Enum):
     NO_OP = "no-op"  # a duplicate, or a cut at or behind the stream's head
     UNKNOWN_STREAM = "unknown-stream"
     INVALID = "invalid"  # undecodable, or a cut that does not fit the stream: never applicable
-    RETRY = "retry"  # the controller was busy or unavailable: read again later
+    RETRY = "retry"  # the controller was busy, or it or the schema registry unavailable: read again later
 
     @property
     def final(self) -> bool:
@@ -61,6 +61,9 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
     try:
         event = codec.decode(value or b"", topic, TruncationEvent)
     except RecordDecodeError as exc:
+        if exc.retryable:  # the schema registry is down: the bytes may be fine, so they are read again
+            log.warning("truncation event at %s cannot be decoded yet: %s", where, exc)
+            return Applied.RETRY
         log.error("truncation event undecodable at %s: %s", where, exc)
         return Applied.INVALID
     try:
@@ -72,6 +75,9 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
         if exc.retryable:
             log.warning("truncation of %s at %s must wait: %s", event.stream, where, exc)
             return Applied.RETRY
+        log.error("truncation of %s at %s refused: %s", event.stream, where, exc)
+        return Applied.INVALID
+    except ValueError as exc:  # a cut naming no possible segment (a negative id) stopped the applier for good
         log.error("truncation of %s at %s refused: %s", event.stream, where, exc)
         return Applied.INVALID
     outcome = Applied.TRUNCATED if done else Applied.NO_OP
