@@ -47,6 +47,21 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def pid_runs(pid: int, *needles: str) -> bool:
+    """True when ``pid`` is alive and its command line has every one of ``needles`` as an argument (or part
+    of one): a pid from a state file may since have been reused by a process we did not start."""
+    if not pid_alive(pid):
+        return False
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        args = raw.decode(errors="replace").split("\0")
+    except OSError:
+        result = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True,
+                                check=False)
+        args = result.stdout.split()
+    return all(any(needle in arg for arg in args) for needle in needles)
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, proc: subprocess.Popen[bytes] | None = None,
                log: Path | None = None) -> None:
     """Poll ``check`` until it is true; fail early when ``proc`` exits, naming its log."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
-from ops.procs import StackError, pid_alive, port_open, stop_pid
+from ops.procs import StackError, pid_runs, port_open, stop_pid
 from ops.s3_server import S3Endpoint, ensure_bucket, start_s3
 from ops.settings import Settings
 from storage.filesystem import FileSystemChunkStorage
@@ -46,13 +46,28 @@ class StackState:
         (state_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
 
 
-def _kafka_running(state: StackState) -> bool:
-    return bool(state.kafka_pid and pid_alive(state.kafka_pid) and state.bootstrap
-                and broker_answers(state.bootstrap))
+def _kafka_ours(state: StackState, state_dir: Path) -> bool:
+    """The state's broker pid still runs the broker ``up`` started from this state directory (a pid in a
+    stale state file may belong to another process by now, which reclaim must never signal)."""
+    if not state.kafka_pid:
+        return False
+    config = state_dir / "kafka" / "server.properties"
+    return any(pid_runs(state.kafka_pid, "kafka.Kafka", str(path)) for path in {str(config), str(config.resolve())})
+
+
+def _s3_ours(state: StackState) -> bool:
+    """The state's S3 pid still runs the moto server ``up`` started on the state's port."""
+    if not (state.s3_pid and state.s3_url):
+        return False
+    return pid_runs(state.s3_pid, "moto.server", state.s3_url.rpartition(":")[2])
+
+
+def _kafka_running(state: StackState, state_dir: Path) -> bool:
+    return bool(_kafka_ours(state, state_dir) and state.bootstrap and broker_answers(state.bootstrap))
 
 
 def _s3_running(state: StackState) -> bool:
-    if not (state.s3_pid and pid_alive(state.s3_pid) and state.s3_url):
+    if not (_s3_ours(state) and state.s3_url):
         return False
     host, _, port = state.s3_url.removeprefix("http://").rpartition(":")
     return port_open(host, int(port))
@@ -61,7 +76,7 @@ def _s3_running(state: StackState) -> bool:
 def up(settings: Settings) -> StackState:
     """Start whatever of the stack is not running; idempotent."""
     state = StackState.load(settings.state_dir)
-    if not _kafka_running(state):
+    if not _kafka_running(state, settings.state_dir):
         previous = None
         if state.kafka_client_port and state.kafka_controller_port:
             previous = BrokerPorts(state.kafka_client_port, state.kafka_controller_port)
@@ -86,9 +101,12 @@ def up(settings: Settings) -> StackState:
 def down(settings: Settings) -> StackState:
     """Stop the processes ``up`` started (by pid) and forget them; data stays for the next ``up``."""
     state = StackState.load(settings.state_dir)
-    for pid in (state.kafka_pid, state.s3_pid):
-        if pid:
+    for pid, ours in ((state.kafka_pid, _kafka_ours(state, settings.state_dir)), (state.s3_pid, _s3_ours(state))):
+        if pid and ours:
             stop_pid(pid)
+        elif pid:
+            log.info("pid %s from %s is not a server reclaim started (gone, or reused): left alone",
+                     pid, settings.state_dir / STATE_FILE)
     state.kafka_pid = state.s3_pid = None
     state.s3_url = None
     state.save(settings.state_dir)
@@ -100,7 +118,7 @@ def status(settings: Settings) -> dict[str, dict[str, Any]]:
     state = StackState.load(settings.state_dir)
     return {
         "kafka": {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
-                  "healthy": _kafka_running(state)},
+                  "healthy": _kafka_running(state, settings.state_dir)},
         "s3": {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
                "healthy": _s3_running(state)},
     }
@@ -111,7 +129,7 @@ def require_bootstrap(settings: Settings) -> str:
     if settings.bootstrap:
         return settings.bootstrap
     state = StackState.load(settings.state_dir)
-    if not _kafka_running(state):
+    if not _kafka_running(state, settings.state_dir):
         raise StackError("no Kafka broker: set RECLAIM_BOOTSTRAP (or --bootstrap), or run `reclaim local up`")
     assert state.bootstrap is not None
     return state.bootstrap

@@ -287,3 +287,20 @@ def test_a_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
         result = run_reclaim("worker", "--bootstrap", NOBODY, "--metrics-port", str(port), env=clean_env(tmp_path))
     line = one_line_error(result, ExitCode.UNAVAILABLE)
     assert f"cannot serve metrics on 127.0.0.1:{port}: Address already in use" in line
+
+
+def test_local_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> None:
+    # A stale state file whose pids now belong to another process (here a session leader, as a reused
+    # pid may well be): `local down` must leave it running, not SIGTERM its process group.
+    foreign = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = StackState(kafka_pid=foreign.pid, kafka_client_port=1, kafka_controller_port=2,
+                           s3_pid=foreign.pid, s3_url="http://127.0.0.1:1")
+        state.save(tmp_path / "state")
+        result = run_reclaim("local", "down", env=clean_env(tmp_path))
+        assert result.returncode == 0, result.stderr
+        assert foreign.poll() is None, "local down killed a process reclaim did not start"
+        assert json.loads((tmp_path / "state" / "stack.json").read_text())["kafka_pid"] is None
+    finally:
+        foreign.kill()
+        foreign.wait()
