@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from retention.spark_metrics import BatchSummary
 
 log = logging.getLogger(__name__)
+
+SHORTEST_PERIOD_S = 0.001  # Spark counts both periods in whole milliseconds: below this they are 0
+LONGEST_PERIOD_S = 366 * 86400.0
+# The master URLs Spark accepts (``SparkContext``): anything else failed only once Spark had started, in a traceback.
+MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]"
+                    r"|(spark|mesos|k8s)://\S+|yarn")
 
 DESCRIPTION = """\
 Read the retention inputs (stream topology, stream config, subscribers, subscriber cuts, recorded
@@ -51,6 +58,13 @@ class RetentionJobSettings(Settings):
         periods = (self.trigger_interval_s, self.reevaluate_s)
         if not all(math.isfinite(period) and period > 0 for period in periods) or self.state_buckets <= 0:
             raise ValueError("trigger_interval_s, reevaluate_s and state_buckets must be positive")
+        for name, period in (("trigger_interval_s", self.trigger_interval_s), ("reevaluate_s", self.reevaluate_s)):
+            if not SHORTEST_PERIOD_S <= period <= LONGEST_PERIOD_S:
+                raise ValueError(f"{name} must be between {SHORTEST_PERIOD_S:g} and {LONGEST_PERIOD_S:.0f} seconds, "
+                                 f"got {period:g}")
+        if not MASTER.fullmatch(self.master):
+            raise ValueError(f"master must be a Spark master URL (local, local[N], local[*], spark://host:port, "
+                             f"yarn, k8s://..., mesos://...), got {self.master!r}")
 
     @classmethod
     def of(cls, base: Settings, args: argparse.Namespace) -> RetentionJobSettings:
