@@ -8,8 +8,8 @@ from collections.abc import Callable
 from producers.publisher import ConfirmedPublisher
 from retention.retention_set import recording_due
 from schemas.base import millis_now
+from schemas.errors import ReclaimError
 from schemas.streams import RetentionType, StreamCutRecord
-from segments.stream_errors import StreamError
 from segments.stream_model import StreamState
 from segments.streams import StreamController
 
@@ -31,10 +31,12 @@ class RetentionRecorder:
         self.period_ms = period_ms
         self.clock = clock
         self.latest: dict[str, StreamCutRecord] = {}
+        self.skipped: dict[str, str] = {}  # the last tick's streams whose cut could not be read, with why
 
     def tick(self, force: bool = False) -> list[StreamCutRecord]:
         """Record every stream that is due (all of them with ``force``); returns what was recorded."""
         recorded: list[StreamCutRecord] = []
+        self.skipped = {}
         now = self.clock()
         for stream in self.controller.store.list_streams():
             if stream.state is StreamState.DELETED or stream.policy.retention_type is RetentionType.NONE:
@@ -43,8 +45,9 @@ class RetentionRecorder:
                 continue
             try:
                 cut, size = self.controller.tail_cut(stream.qualified)
-            except StreamError as exc:
+            except ReclaimError as exc:  # e.g. a segment of the stream missing: the other streams are still recorded
                 log.warning("no cut recorded for %s: %s", stream.qualified, exc)
+                self.skipped[stream.qualified] = str(exc)
                 continue
             record = StreamCutRecord(stream.qualified, cut, now, size)
             self.publisher.publish(self.topic, record, stream.qualified)

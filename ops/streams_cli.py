@@ -11,7 +11,7 @@ from collections.abc import Callable
 from consumers.truncation_applier import ApplierConfig, TruncationApplier
 from ops import preflight, runtime
 from ops.controller_runtime import stream_controller
-from ops.exits import UsageError
+from ops.exits import Unavailable, UsageError
 from ops.procs import stop_on_signals
 from ops.retention_recorder import RetentionRecorder
 from ops.settings import METADATA_URL_HELP, Settings
@@ -99,8 +99,14 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
                               "head": json.loads(format_cut(controller.head(args.stream)))}))
         elif args.action == "record":
             recorder = RetentionRecorder(controller, publisher, runtime.topic_names(settings).stream_cuts, 0)
-            for record in recorder.tick(force=True):
+            recorded = recorder.tick(force=True)
+            for record in recorded:
                 print(f"recorded {record.stream} size={record.recording_size} cut={format_cut(record.cut)}")
+            if recorder.skipped:
+                first, why = next(iter(recorder.skipped.items()))
+                raise Unavailable(f"{len(recorder.skipped)} stream(s) not recorded, e.g. {first}: {why}")
+            if not recorded:
+                print("no stream with a retention policy: nothing recorded")
         else:
             done = controller.truncate(args.stream, cut)
             log.info("manual truncation by %s stream=%s applied=%s", principal, args.stream, done)

@@ -1,0 +1,82 @@
+"""The retention recorder and ``reclaim streams record`` without a broker: one broken stream stops no other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from ops import streams_cli
+from ops.cli import build_parser, settings_from
+from ops.exits import Unavailable
+from ops.retention_recorder import RetentionRecorder
+from schemas.base import AvroRecord
+from schemas.streams import RetentionPolicy, RetentionType
+from segments.streams import StreamController
+from tests.streams.orders import SEGMENTS, STREAM, orders_stream
+
+POLICY = RetentionPolicy(RetentionType.CONSUMPTION)
+
+
+class Published:
+    def __init__(self) -> None:
+        self.records: list[AvroRecord] = []
+
+    def publish(self, topic: str, record: AvroRecord, key: str) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[StreamController]:
+    with orders_stream(tmp_path) as controller:
+        yield controller
+
+
+def broken(controller: StreamController) -> None:
+    """scope/orders loses a segment's metadata; scope/other, listed after it, is sound."""
+    controller.create_stream("scope", "other", 1)
+    for stream in (STREAM, "scope/other"):
+        controller.set_policy(stream, POLICY)
+    controller.segments.delete(SEGMENTS[1])
+
+
+def test_a_stream_whose_cut_cannot_be_read_does_not_stop_the_others(controller: StreamController) -> None:
+    # Its SegmentNotFoundError escaped tick(): `streams record` recorded nothing after it, and the truncation
+    # applier (which ticks after every poll) died, and died again at the first tick after each restart.
+    broken(controller)
+    published = Published()
+    recorder = RetentionRecorder(controller, published, "cuts", 0)  # type: ignore[arg-type]
+    assert [record.stream for record in recorder.tick(force=True)] == ["scope/other"]
+    assert list(recorder.skipped) == [STREAM] and "no such segment" in recorder.skipped[STREAM]
+    assert [record.stream for record in published.records] == ["scope/other"]  # type: ignore[attr-defined]
+
+
+def record(tmp_path: Path, controller: StreamController, capsys: pytest.CaptureFixture[str],
+           monkeypatch: pytest.MonkeyPatch) -> str:
+    @contextmanager
+    def fake(settings: object) -> Iterator[tuple[StreamController, Published]]:
+        yield controller, Published()
+
+    monkeypatch.setattr(streams_cli, "stream_controller", fake)
+    args = build_parser().parse_args(["streams", "record", "--state-dir", str(tmp_path / "state")])
+    assert streams_cli.cmd_streams(args, settings_from(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_streams_record_with_a_broken_stream_records_the_rest_and_fails(
+        tmp_path: Path, controller: StreamController, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    broken(controller)
+    with pytest.raises(Unavailable, match=f"1 stream\\(s\\) not recorded, e.g. {STREAM}: no such segment"):
+        record(tmp_path, controller, capsys, monkeypatch)
+    assert capsys.readouterr().out.startswith("recorded scope/other size=0")
+
+
+def test_streams_record_with_nothing_to_record_says_so(tmp_path: Path, controller: StreamController,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # It printed nothing at all, as if it had not run (scope/orders has no retention policy).
+    out = record(tmp_path, controller, capsys, monkeypatch)
+    assert out == "no stream with a retention policy: nothing recorded\n"
