@@ -9,9 +9,12 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from ops import preflight, runtime
+from ops.exits import Unavailable, UsageError
 from ops.procs import stop_on_signals
 from ops.settings import Settings
 
@@ -77,6 +80,37 @@ class RetentionJobSettings(Settings):
         return settings
 
 
+BUCKETS_FILE = "reclaim-state-buckets"
+
+
+def pin_checkpoint(location: str, buckets: int) -> None:
+    """Check a local checkpoint before Spark starts: a directory, writable, made with ``buckets`` state buckets.
+
+    A stream's state lives in the bucket its name hashes to, so another bucket count would start streams
+    over with no state while their old state still decides in the old bucket. The count a new local
+    checkpoint is made with is written beside Spark's files; a checkpoint elsewhere (hdfs://, s3a://) or
+    made before that file existed is not checked.
+    """
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        return
+    path = Path(parsed.path if parsed.scheme else location)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"checkpoint {location} is a file, not a directory")
+    pinned = path / BUCKETS_FILE
+    try:
+        if pinned.is_file():
+            made_with = pinned.read_text().strip()
+            if made_with != str(buckets):
+                raise UsageError(f"state_buckets {buckets} differs from the {made_with} the checkpoint {location} "
+                                 f"was made with: keep {made_with}, or start from a new checkpoint")
+        elif not (path / "offsets").exists():  # a new checkpoint: the count it is made with
+            path.mkdir(parents=True, exist_ok=True)
+            pinned.write_text(f"{buckets}\n")
+    except OSError as exc:
+        raise Unavailable(f"checkpoint {location} cannot be used: {exc}") from exc
+
+
 def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig:
     from retention.spark_io import RetentionTopics
     from retention.spark_job import RetentionJobConfig
@@ -94,6 +128,7 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     from retention.spark_session import build_spark_session
 
     stop = stop_on_signals("stopping the retention query", log.info)
+    pin_checkpoint(settings.checkpoint_location, settings.state_buckets)
     preflight.broker(settings)  # bounded and in one line, before Spark starts
     config = job_config(settings, once)
     if settings.metrics_port is not None:
