@@ -45,12 +45,14 @@ class RetentionRecorder:
                 continue
             try:
                 cut, size = self.controller.tail_cut(stream.qualified)
-            except ReclaimError as exc:  # e.g. a segment of the stream missing: the other streams are still recorded
+                record = StreamCutRecord(stream.qualified, cut, now, size)
+                self.publisher.publish(self.topic, record, stream.qualified)
+            except ReclaimError as exc:
+                # e.g. a segment of the stream missing, or its record refused by the broker: the other streams
+                # are still recorded, and this one is tried again at the next tick
                 log.warning("no cut recorded for %s: %s", stream.qualified, exc)
                 self.skipped[stream.qualified] = str(exc)
                 continue
-            record = StreamCutRecord(stream.qualified, cut, now, size)
-            self.publisher.publish(self.topic, record, stream.qualified)
             self.latest[stream.qualified] = record
             recorded.append(record)
             log.info("stream cut recorded stream=%s size=%d segments=%d", stream.qualified, size, len(cut))

@@ -12,6 +12,7 @@ from ops import streams_cli
 from ops.cli import build_parser, settings_from
 from ops.exits import Unavailable
 from ops.retention_recorder import RetentionRecorder
+from producers.publisher import PublishError
 from schemas.base import AvroRecord
 from schemas.streams import RetentionPolicy, RetentionType
 from segments.streams import StreamController
@@ -51,6 +52,29 @@ def test_a_stream_whose_cut_cannot_be_read_does_not_stop_the_others(controller: 
     assert [record.stream for record in recorder.tick(force=True)] == ["scope/other"]
     assert list(recorder.skipped) == [STREAM] and "no such segment" in recorder.skipped[STREAM]
     assert [record.stream for record in published.records] == ["scope/other"]  # type: ignore[attr-defined]
+
+
+class Refused(Published):
+    """A broker that refuses the record of one stream (e.g. a cut of many segments above max.message.bytes)."""
+
+    def publish(self, topic: str, record: AvroRecord, key: str) -> None:
+        if key == STREAM:
+            raise PublishError("StreamCutRecord", topic, "Broker: Message size too large")
+        super().publish(topic, record, key)
+
+
+def test_a_stream_whose_record_the_broker_refuses_does_not_stop_the_others(controller: StreamController) -> None:
+    # The PublishError escaped tick() and stopped the truncation applier, again after every restart.
+    controller.create_stream("scope", "other", 1)
+    for stream in (STREAM, "scope/other"):
+        controller.set_policy(stream, POLICY)
+    refused = Refused()
+    recorder = RetentionRecorder(controller, refused, "cuts", 60_000)  # type: ignore[arg-type]
+    assert [record.stream for record in recorder.tick()] == ["scope/other"]
+    assert "Message size too large" in recorder.skipped[STREAM]
+    assert STREAM not in recorder.latest  # so the next tick tries it again
+    assert [record.stream for record in recorder.tick()] == []
+    assert list(recorder.skipped) == [STREAM]
 
 
 def record(tmp_path: Path, controller: StreamController, capsys: pytest.CaptureFixture[str],
