@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from ops import streams_cli
+from ops import preflight, streams_cli
 from ops.cli import build_parser, settings_from
 from ops.exits import Unavailable
 from ops.retention_recorder import RetentionRecorder
@@ -104,3 +105,22 @@ def test_streams_record_with_nothing_to_record_says_so(tmp_path: Path, controlle
     # It printed nothing at all, as if it had not run (scope/orders has no retention policy).
     out = record(tmp_path, controller, capsys, monkeypatch)
     assert out == "no stream with a retention policy: nothing recorded\n"
+
+
+@pytest.mark.parametrize(("flags", "missing"), [([], "missing topics p.truncation, p.stream-cuts on h:1"),
+                                                (["--record-every-s", "0"], "missing topic p.truncation on h:1")])
+def test_the_applier_without_its_topics_stops_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          flags: list[str], missing: str) -> None:
+    # With another --topic-prefix than `topics create` was given, it polled a topic that is not there for ever.
+    monkeypatch.setattr(preflight, "cluster_metadata", lambda address, timeout_s=0: SimpleNamespace(topics={}))
+
+    @contextmanager
+    def unreached(settings: object) -> Iterator[None]:
+        raise AssertionError("nothing is opened before the topics are checked")
+        yield
+
+    monkeypatch.setattr(streams_cli, "stream_controller", unreached)
+    args = build_parser().parse_args(["truncation-applier", "--bootstrap", "h:1", "--topic-prefix", "p.",
+                                      "--state-dir", str(tmp_path / "state"), *flags])
+    with pytest.raises(Unavailable, match=missing):
+        streams_cli.cmd_applier(args, settings_from(args))
