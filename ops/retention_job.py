@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MAX_STATE_BUCKETS = 2**31 - 1
 SHORTEST_PERIOD_S = 0.001  # Spark counts both periods in whole milliseconds: below this they are 0
 LONGEST_PERIOD_S = 366 * 86400.0
 # The master URLs Spark accepts (``SparkContext``): anything else failed only once Spark had started, in a traceback.
@@ -65,6 +66,8 @@ class RetentionJobSettings(Settings):
             if not SHORTEST_PERIOD_S <= period <= LONGEST_PERIOD_S:
                 raise ValueError(f"{name} must be between {SHORTEST_PERIOD_S:g} and {LONGEST_PERIOD_S:.0f} seconds, "
                                  f"got {period:g}")
+        if self.state_buckets > MAX_STATE_BUCKETS:  # Spark casts a row's bucket to INT: above, buckets wrapped
+            raise ValueError(f"state_buckets must be at most {MAX_STATE_BUCKETS}, got {self.state_buckets}")
         if not MASTER.fullmatch(self.master):
             raise ValueError(f"master must be a Spark master URL (local, local[N], local[*], spark://host:port, "
                              f"yarn, k8s://..., mesos://...), got {self.master!r}")

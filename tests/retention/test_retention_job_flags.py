@@ -32,6 +32,9 @@ def test_every_spark_master_form_is_accepted(master: str) -> None:
     (["--trigger-interval-s", "1e-9"], "trigger_interval_s must be between 0.001 and 31622400 seconds"),
     (["--trigger-interval-s", "nan"], "trigger_interval_s, reevaluate_s and state_buckets must be positive"),
     (["--state-buckets", "0"], "trigger_interval_s, reevaluate_s and state_buckets must be positive"),
+    # Spark's CAST(... AS INT) of a bucket above 2**31 - 1 wrapped to a negative one, the undecodable rows' -1 among
+    # them, and no longer matched retention.buckets.bucket_of.
+    (["--state-buckets", "4294967296"], "state_buckets must be at most 2147483647, got 4294967296"),
 ])
 def test_a_bad_job_flag_is_one_line_and_exit_64(tmp_path: Path, flags: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
