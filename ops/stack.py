@@ -35,15 +35,33 @@ class StackState:
 
     @classmethod
     def load(cls, state_dir: Path) -> StackState:
+        if state_dir.exists() and not state_dir.is_dir():
+            raise StackError(f"the state directory {state_dir} is not a directory: check --state-dir / "
+                             "RECLAIM_STATE_DIR")
         path = state_dir / STATE_FILE
         if not path.exists():
             return cls()
-        data: dict[str, Any] = json.loads(path.read_text())
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise _unreadable(path, str(exc)) from exc
+        if not isinstance(data, dict):
+            raise _unreadable(path, "not a JSON object")
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key, value in fields.items():
+            wanted = str if key in ("s3_url", "s3_bucket") else int
+            if value is not None and (type(value) is not wanted):
+                raise _unreadable(path, f"{key} is {value!r}")
+        return cls(**fields)
 
     def save(self, state_dir: Path) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         (state_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+
+def _unreadable(path: Path, why: str) -> StackError:
+    return StackError(f"cannot read the local stack's state {path} ({why}): stop any server it started by its "
+                      "pid, then remove the file")
 
 
 def _kafka_ours(state: StackState, state_dir: Path) -> bool:

@@ -304,3 +304,20 @@ def test_local_down_never_signals_a_process_it_did_not_start(tmp_path: Path) -> 
     finally:
         foreign.kill()
         foreign.wait()
+
+
+@pytest.mark.parametrize("content", [b"{bad", b"[1]", b'{"kafka_pid": "x"}', b"\xff"])
+@pytest.mark.parametrize("action", ["status", "down", "up"])
+def test_an_unreadable_stack_state_is_one_line_naming_it(tmp_path: Path, content: bytes, action: str) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "stack.json").write_bytes(content)
+    line = one_line_error(run_reclaim("local", action, env=clean_env(tmp_path)), ExitCode.UNAVAILABLE)
+    assert f"cannot read the local stack's state {tmp_path / 'state' / 'stack.json'}" in line
+
+
+@pytest.mark.parametrize("action", ["status", "down", "up"])
+def test_a_state_dir_that_is_a_file_is_one_line(tmp_path: Path, action: str) -> None:
+    (tmp_path / "state").write_text("")
+    line = one_line_error(run_reclaim("local", action, env=clean_env(tmp_path)), ExitCode.UNAVAILABLE)
+    assert f"the state directory {tmp_path / 'state'} is not a directory" in line
+
