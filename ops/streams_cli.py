@@ -73,6 +73,9 @@ def require_admin(settings: Settings) -> str:
 
 
 def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "record" and args.stream:  # it recorded every stream, not the one named
+        raise UsageError(f"streams record records every stream with a retention policy; it takes no stream, "
+                         f"got {args.stream!r}")
     if args.action != "record":
         if "/" not in args.stream:
             raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")

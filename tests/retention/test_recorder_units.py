@@ -11,7 +11,7 @@ import pytest
 
 from ops import preflight, streams_cli
 from ops.cli import build_parser, settings_from
-from ops.exits import Unavailable
+from ops.exits import Unavailable, UsageError
 from ops.retention_recorder import RetentionRecorder
 from producers.publisher import PublishError
 from schemas.base import AvroRecord
@@ -124,3 +124,11 @@ def test_the_applier_without_its_topics_stops_in_one_line(monkeypatch: pytest.Mo
                                       "--state-dir", str(tmp_path / "state"), *flags])
     with pytest.raises(Unavailable, match=missing):
         streams_cli.cmd_applier(args, settings_from(args))
+
+
+def test_streams_record_naming_a_stream_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It recorded every stream with a policy, not the one named.
+    args = build_parser().parse_args(["streams", "record", STREAM, "--state-dir", str(tmp_path / "state")])
+    with pytest.raises(UsageError, match="streams record records every stream with a retention policy; it takes "
+                                         "no stream, got 'scope/orders'"):
+        streams_cli.cmd_streams(args, settings_from(args))
