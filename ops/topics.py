@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from ops.exits import UsageError
 from ops.procs import StackError
 from ops.settings import Settings
 from producers.config import kafka_config
 from producers.topics import TopicNames
 
 COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+#: What Kafka accepts as a topic name (checked by the broker only, one topic at a time).
+LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     parts = settings.partitions
     deleting = {"cleanup.policy": "delete", "retention.ms": str(settings.deletion_retention_ms)}
     dead = {"cleanup.policy": "delete", "retention.ms": str(settings.dlq_retention_ms)}
-    return [
+    specs = [
         TopicSpec(names.deletion, parts, deleting),
         *(TopicSpec(topic, parts, deleting) for topic in names.retry_topics),
         TopicSpec(names.dlq, 1, dead),
@@ -49,6 +53,14 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # Rejected retention inputs are for operators to look at, kept as long as the deletion records.
         TopicSpec(names.retention_rejects, parts, deleting),
     ]
+    illegal = [spec.name for spec in specs if not LEGAL_TOPIC.fullmatch(spec.name) or spec.name in (".", "..")]
+    if illegal:
+        # Refused before any topic is created: the broker would create the legal names and refuse the rest.
+        longest = max(0, 249 - max(len(spec.name) for spec in specs) + len(settings.topic_prefix))
+        raise UsageError(f"--topic-prefix / RECLAIM_TOPIC_PREFIX {settings.topic_prefix!r} makes topic names Kafka "
+                         f"refuses (e.g. {illegal[-1]!r}): use ASCII letters, digits, '.', '_' and '-', "
+                         f"and at most {longest} characters")
+    return specs
 
 
 def dlq_replayed_topic(names: TopicNames) -> str:

@@ -321,3 +321,17 @@ def test_a_state_dir_that_is_a_file_is_one_line(tmp_path: Path, action: str) -> 
     line = one_line_error(run_reclaim("local", action, env=clean_env(tmp_path)), ExitCode.UNAVAILABLE)
     assert f"the state directory {tmp_path / 'state'} is not a directory" in line
 
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tail", ["bad prefix/", "y" * 230])
+def test_a_topic_prefix_kafka_refuses_creates_nothing(tmp_path: Path, kafka_bootstrap: str,
+                                                     unique_name: Callable[[str], str], tail: str) -> None:
+    """A too-long prefix created the shorter names and failed on the longer ones, exit 2."""
+    prefix = unique_name("illegal") + tail
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_TOPIC_PREFIX=prefix)
+    line = one_line_error(run_reclaim("topics", "create", env=env, timeout=60), ExitCode.USAGE)
+    assert "makes topic names Kafka refuses" in line
+    from confluent_kafka.admin import AdminClient
+
+    existing = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert not [topic for topic in existing if topic.startswith(prefix)]
