@@ -23,6 +23,7 @@ from schemas.codec import RecordCodec
 from schemas.errors import ReclaimError, RecordDecodeError
 from schemas.streams import StreamCut, TruncationEvent
 from segments.stream_errors import StreamNotFoundError
+from segments.stream_model import StreamRecord
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ APPLIED = Counter("reclaim_truncations", "Truncation events by outcome (lower-ca
 
 class Truncator(Protocol):
     """What the applier needs of a stream controller."""
+
+    def get_stream(self, stream: str) -> StreamRecord:
+        """The stream's row; :class:`StreamNotFoundError` when there is none."""
+        ...
 
     def truncate(self, stream: str, cut: StreamCut) -> bool:
         """Truncate ``stream`` at ``cut``; False when the stream's head is at or past it already."""
@@ -67,6 +72,10 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
         log.error("truncation event undecodable at %s: %s", where, exc)
         return Applied.INVALID
     try:
+        if event.computed_at < truncator.get_stream(event.stream).created_at * 1000:
+            # Decided for a deleted stream of the same name: its cut would cut the new stream's bytes.
+            log.warning("truncation event for %s at %s predates the stream's creation: skipped", event.stream, where)
+            return Applied.UNKNOWN_STREAM
         done = truncator.truncate(event.stream, event.cut)
     except StreamNotFoundError:
         log.warning("truncation event for unknown stream %s at %s: skipped", event.stream, where)

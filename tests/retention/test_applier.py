@@ -12,6 +12,7 @@ import pytest
 from consumers.truncation_applier import Applied, ApplierConfig, TruncationApplier
 from producers.topics import TopicNames
 from schemas import build_codec
+from schemas.base import millis_now
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
 from segments.chunked import ChunkedSegmentStorage
 from segments.garbage import RecordingGarbageSink
@@ -38,7 +39,8 @@ def controller(tmp_path: Path) -> Iterator[StreamController]:
 
 
 def event(at: StreamCut, stream: str = STREAM) -> bytes:
-    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, 1, POLICY), "t")
+    # Decided now: an event decided before its stream was created is skipped as one for a deleted namesake.
+    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, millis_now(), POLICY), "t")
 
 
 def test_applier_applies_once_and_skips_duplicates_behind_unknown_and_garbage(

@@ -10,10 +10,11 @@ import pytest
 
 from consumers.truncation_applier import Applied, apply_event
 from schemas import build_codec
+from schemas.base import millis_now
 from schemas.errors import DecodeReason, RecordDecodeError
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
 from segments.streams import StreamController
-from tests.streams.orders import STREAM, orders_stream
+from tests.streams.orders import SEGMENTS, STREAM, orders_stream
 
 T = TypeVar("T")
 
@@ -31,9 +32,10 @@ def controller(tmp_path: Path) -> Iterator[StreamController]:
         yield controller
 
 
-def event(at: StreamCut, stream: str = STREAM) -> bytes:
+def event(at: StreamCut, stream: str = STREAM, computed_at: int | None = None) -> bytes:
     policy = RetentionPolicy(RetentionType.CONSUMPTION)
-    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, 1, policy), "t")
+    decided = millis_now() if computed_at is None else computed_at
+    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, decided, policy), "t")
 
 
 def test_an_event_undecodable_only_while_the_registry_is_down_is_read_again(controller: StreamController) -> None:
@@ -78,3 +80,20 @@ def test_an_event_for_a_missing_or_deleted_stream_is_skipped(controller: StreamC
     controller.delete_stream(STREAM)
     outcome = apply_event(controller, codec, event(StreamCut.from_mapping({0: 1, 1: 1})), "t", "t[0]@1")
     assert outcome is Applied.UNKNOWN_STREAM
+
+
+def test_an_event_decided_before_the_stream_was_created_again_is_skipped(controller: StreamController) -> None:
+    # An event for a deleted stream, delivered after a stream of the same name was created, truncated the new
+    # stream: its segment ids start at 0 again, so the old cut fitted it.
+    codec = build_codec()
+    stale = event(StreamCut.from_mapping({0: 30, 1: 30}), computed_at=millis_now() - 1000)
+    controller.seal_stream(STREAM)
+    controller.delete_stream(STREAM)
+    controller.create_stream("scope", "orders", 2)
+    for segment in SEGMENTS:
+        controller.append(segment, b"n" * 40)
+    assert apply_event(controller, codec, stale, "t", "t[0]@0") is Applied.UNKNOWN_STREAM
+    assert controller.head(STREAM) == StreamCut()
+    assert controller.read_all(SEGMENTS[0]) == b"n" * 40
+    assert apply_event(controller, codec, event(StreamCut.from_mapping({0: 30, 1: 30})), "t",
+                       "t[0]@1") is Applied.TRUNCATED
