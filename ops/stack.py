@@ -119,6 +119,8 @@ def up(settings: Settings) -> StackState:
 def down(settings: Settings) -> StackState:
     """Stop the processes ``up`` started (by pid) and forget them; data stays for the next ``up``."""
     state = StackState.load(settings.state_dir)
+    if not (settings.state_dir / STATE_FILE).exists():
+        return state  # nothing was started from here: create no state directory either
     for pid, ours in ((state.kafka_pid, _kafka_ours(state, settings.state_dir)), (state.s3_pid, _s3_ours(state))):
         if pid and ours:
             stop_pid(pid)

@@ -335,3 +335,9 @@ def test_a_topic_prefix_kafka_refuses_creates_nothing(tmp_path: Path, kafka_boot
 
     existing = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert not [topic for topic in existing if topic.startswith(prefix)]
+
+
+def test_local_down_with_nothing_up_creates_nothing(tmp_path: Path) -> None:
+    result = run_reclaim("local", "down", env=clean_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "state").exists()
