@@ -41,7 +41,8 @@ class S3Endpoint:
         return {"RECLAIM_S3_ENDPOINT": self.url, "RECLAIM_S3_BUCKET": bucket, **self.credentials_env()}
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """True when a moto server at ``url`` answers an HTTP request within a second."""
     try:
         with urllib.request.urlopen(url + "/moto-api/", timeout=1):
             return True
@@ -55,7 +56,7 @@ def start_s3(log: Path, port: int | None = None, host: str = "127.0.0.1",
     port = port or free_port(host)
     proc = spawn([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)], log)
     endpoint = S3Endpoint(url=f"http://{host}:{port}")
-    wait_until(lambda: _answers(endpoint.url), timeout, "S3 endpoint (moto)", proc, log)
+    wait_until(lambda: answers(endpoint.url), timeout, "S3 endpoint (moto)", proc, log)
     return proc, endpoint
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
-from ops.procs import StackError, pid_runs, port_open, stop_pid
-from ops.s3_server import S3Endpoint, ensure_bucket, start_s3
+from ops.procs import StackError, pid_runs, stop_pid
+from ops.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
 from ops.settings import Settings
 from storage.filesystem import FileSystemChunkStorage
 
@@ -85,15 +85,23 @@ def _kafka_running(state: StackState, state_dir: Path) -> bool:
 
 
 def _s3_running(state: StackState) -> bool:
-    if not (_s3_ours(state) and state.s3_url):
-        return False
-    host, _, port = state.s3_url.removeprefix("http://").rpartition(":")
-    return port_open(host, int(port))
+    # An HTTP answer, not an open port: a stopped or hung server still accepts connections.
+    return bool(_s3_ours(state) and state.s3_url and answers(state.s3_url))
 
 
 def up(settings: Settings) -> StackState:
     """Start whatever of the stack is not running; idempotent."""
     state = StackState.load(settings.state_dir)
+    # A server of ours that runs but does not answer is not replaced: a second one would be left untracked
+    # (or, for the broker, fail on the same data directory), and the first would hang whoever uses it.
+    stuck = []
+    if _kafka_ours(state, settings.state_dir) and not _kafka_running(state, settings.state_dir):
+        stuck.append(f"Kafka broker (pid {state.kafka_pid}) at {state.bootstrap}")
+    if _s3_ours(state) and not _s3_running(state):
+        stuck.append(f"S3 endpoint (pid {state.s3_pid}) at {state.s3_url}")
+    if stuck:
+        raise StackError(f"the local {' and '.join(stuck)} runs but does not answer: run `reclaim local down`, "
+                         "then `reclaim local up`")
     if not _kafka_running(state, settings.state_dir):
         previous = None
         if state.kafka_client_port and state.kafka_controller_port:

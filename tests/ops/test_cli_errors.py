@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -341,3 +342,32 @@ def test_local_down_with_nothing_up_creates_nothing(tmp_path: Path) -> None:
     result = run_reclaim("local", "down", env=clean_env(tmp_path))
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_local_s3_endpoint_that_accepts_but_never_answers(tmp_path: Path) -> None:
+    """`local status` called it healthy (its port was open) and `local up` hung in boto3 on it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    hung = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[2]))); s.listen()\n"
+            "time.sleep(120)")
+    # Named as `up` names moto, so that it counts as the stack's own endpoint.
+    fake = subprocess.Popen([sys.executable, "-c", hung, "moto.server", str(port)], start_new_session=True)
+    try:
+        state = StackState(s3_pid=fake.pid, s3_url=f"http://127.0.0.1:{port}")
+        state.save(tmp_path / "state")
+        env = clean_env(tmp_path)
+        for _ in range(50):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        status = run_reclaim("local", "status", "--json", env=env, timeout=30)
+        assert status.returncode == ExitCode.UNHEALTHY
+        assert not json.loads(status.stdout)["s3"]["healthy"]
+        line = one_line_error(run_reclaim("local", "up", env=env, timeout=30), ExitCode.UNAVAILABLE)
+        assert f"S3 endpoint (pid {fake.pid}) at http://127.0.0.1:{port} runs but does not answer" in line
+        assert fake.poll() is None
+    finally:
+        fake.kill()
+        fake.wait()
