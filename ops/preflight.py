@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ResourceType
 
 from ops import stack
 from ops.exits import Unavailable
@@ -55,6 +55,28 @@ def cluster_metadata(address: str, timeout_s: float = BROKER_TIMEOUT_S) -> Clust
         cause = error.str() if error is not None else str(exc)
         raise Unavailable(f"cannot reach a Kafka broker at {address} within {timeout_s:g} s ({cause}): check "
                           "--bootstrap / RECLAIM_BOOTSTRAP, or start the local stack with `reclaim local up`") from exc
+
+
+def require_deleting(address: str, topics: Iterable[str], timeout_s: float = BROKER_TIMEOUT_S) -> None:
+    """Every topic in ``topics`` keeps each record until its retention (``cleanup.policy=delete``); else
+    one line naming them. Compaction keeps one record a key, and the records of a chunk's copies share
+    theirs (the chunk name): on a compacted deletion topic a copy's record could vanish unread, its
+    object leaked."""
+    wanted = list(topics)
+    config = kafka_config(address, "admin")
+    config.update({"logger": _QUIET})
+    admin = AdminClient(config)
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in wanted]
+    try:
+        configs = {r.name: f.result(timeout=timeout_s) for r, f in admin.describe_configs(resources).items()}
+    except KafkaException as exc:
+        raise Unavailable(f"cannot read the configuration of {', '.join(wanted)} on {address}: {exc}") from exc
+    compacting = [topic for topic in wanted if "compact" in str(getattr(configs[topic].get("cleanup.policy"),
+                                                                        "value", ""))]
+    if compacting:
+        raise Unavailable(f"topic{'s' if len(compacting) > 1 else ''} {', '.join(compacting)} on {address} "
+                          "compact (cleanup.policy): compaction drops pending deletes that share a key; set "
+                          "cleanup.policy=delete (see `reclaim topics describe`)")
 
 
 def serve_metrics(port: int, addr: str = "127.0.0.1") -> None:

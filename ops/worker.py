@@ -75,7 +75,9 @@ def _checked_dependencies(settings: Settings) -> tuple[SQLMetadataStore, Storage
                               "are deleted, not dead-lettered")
         bindings.check()
         topics = runtime.topic_names(settings)
-        preflight.require_topics(preflight.bootstrap(settings), [*topics.deletion_inputs, topics.dlq])
+        address = preflight.bootstrap(settings)
+        preflight.require_topics(address, [*topics.deletion_inputs, topics.dlq])
+        preflight.require_deleting(address, [*topics.deletion_inputs, topics.dlq])
     except BaseException:
         bindings.close()
         store.close()

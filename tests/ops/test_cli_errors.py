@@ -18,6 +18,8 @@ import pytest
 from ops.exits import ExitCode
 from ops.s3_server import S3Endpoint
 from ops.stack import StackState
+from ops.topics import TopicSpec, admin_client, create_topics
+from producers.topics import TopicNames
 from storage.chunks import ChunkLocation, ChunkTags, Tier
 from storage.metadata import ChunkRecord
 from storage.sql_store import SQLiteMetadataStore
@@ -240,6 +242,20 @@ def test_missing_topics_stop_the_worker(tmp_path: Path, kafka_bootstrap: str,
     line = one_line_error(run_reclaim("worker", "--bootstrap", kafka_bootstrap, "--create-fs-root", "--topic-prefix",
                                       prefix, env=clean_env(tmp_path), timeout=60), ExitCode.UNAVAILABLE)
     assert f"missing topics {prefix}ledger-deletion" in line and "run `reclaim topics create`" in line
+
+
+@pytest.mark.integration
+def test_a_compacted_deletion_topic_stops_the_worker(tmp_path: Path, kafka_bootstrap: str,
+                                                     unique_name: Callable[[str], str]) -> None:
+    """It started: compaction keeps one record a key, and a chunk's copies share theirs (records lost)."""
+    store_at(tmp_path / "state").close()
+    prefix = unique_name("compacted") + "."
+    deletion = TopicNames.for_prefix(prefix).deletion
+    create_topics(admin_client(kafka_bootstrap), [TopicSpec(deletion, 1, {"cleanup.policy": "compact"})])
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_TOPIC_PREFIX=prefix)
+    assert run_reclaim("topics", "create", env=env).returncode == 1  # the others created, the mismatch named
+    line = one_line_error(run_reclaim("worker", "--create-fs-root", env=env, timeout=60), ExitCode.UNAVAILABLE)
+    assert f"topic {deletion} on {kafka_bootstrap} compact" in line and "cleanup.policy=delete" in line
 
 
 @pytest.mark.integration
