@@ -86,9 +86,6 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
             return Applied.RETRY
         log.error("truncation of %s at %s refused: %s", event.stream, where, exc)
         return Applied.INVALID
-    except ValueError as exc:  # a cut naming no possible segment (a negative id) stopped the applier for good
-        log.error("truncation of %s at %s refused: %s", event.stream, where, exc)
-        return Applied.INVALID
     outcome = Applied.TRUNCATED if done else Applied.NO_OP
     log.info("truncation %s stream=%s reason=%s segments=%d at %s", outcome.value, event.stream,
              event.reason.name, len(event.cut), where)

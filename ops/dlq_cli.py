@@ -84,20 +84,18 @@ def filters_of(args: argparse.Namespace) -> Filters:
     return chosen
 
 
-def check_partition(filters: Filters, found: DlqScan) -> None:
-    """One usage line when ``--partition`` names a partition the DLQ does not have."""
-    if filters.partition is not None and filters.partition not in found.watermarks:
-        raise UsageError(f"{found.topic} has no partition {filters.partition} (it has {len(found.watermarks)})")
-
-
-def scan_dlq(settings: Settings, *more_topics: str) -> tuple[str, DlqScan]:
-    """The broker address, once it answers with the DLQ and ``more_topics``, and every DLQ record."""
+def scan_dlq(settings: Settings, filters: Filters, *more_topics: str) -> tuple[str, DlqScan]:
+    """The broker address, once it answers with the DLQ and ``more_topics``, and every DLQ record; one
+    usage line when ``filters`` name a partition the DLQ does not have."""
     from ops.dlq import connect, scan
     from ops.runtime import codec, topic_names
 
     dlq = topic_names(settings).dlq
     address = connect(settings, [dlq, *more_topics])
-    return address, scan(address, dlq, codec(settings))
+    found = scan(address, dlq, codec(settings))
+    if filters.partition is not None and filters.partition not in found.watermarks:
+        raise UsageError(f"{found.topic} has no partition {filters.partition} (it has {len(found.watermarks)})")
+    return address, found
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -105,8 +103,7 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     from ops.dlq_select import select
 
     filters, limit = filters_of(args), whole("--limit", args.limit, 1)
-    _, found = scan_dlq(settings)
-    check_partition(filters, found)
+    _, found = scan_dlq(settings, filters)
     now = now_ms()
     chosen = select(found.letters, filters, now, newest_first=not args.oldest_first, limit=limit)
     if args.json:
@@ -144,8 +141,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from ops.dlq_select import stats
 
     filters = filters_of(args)
-    _, found = scan_dlq(settings)
-    check_partition(filters, found)
+    _, found = scan_dlq(settings, filters)
     counted = stats(found.letters, filters, now_ms())
     if args.json:
         print_json({"topic": found.topic, **counted.as_json()})

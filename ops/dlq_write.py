@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Callable
 
-from ops.dlq_cli import check_partition, filter_flags, filters_of, now_ms, parsed, scan_dlq, whole
+from ops.dlq_cli import filter_flags, filters_of, now_ms, parsed, scan_dlq, whole
 from ops.exits import ExitCode, UsageError
 from ops.settings import Settings
 
@@ -47,8 +47,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     filters, limit, rate = filters_of(args), whole("--limit", args.limit, 1), _rate(args.rate)
     names = topic_names(settings)
     topics = ReplayTopics(names.deletion, dlq_replayed_topic(names))
-    address, found = scan_dlq(settings, topics.deletion, topics.replayed)
-    check_partition(filters, found)
+    address, found = scan_dlq(settings, filters, topics.deletion, topics.replayed)
     now = now_ms()
     chosen = select(found.letters, filters, now, newest_first=False)
     replayed = read_replayed(address, topics.replayed)
@@ -93,8 +92,7 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--all drops every record: give it without filters (with them, only matching records go)")
     if up_to is None and not filters.active and not args.all:
         raise UsageError("purge needs filters, --up-to PARTITION:OFFSET, or --all to drop every record")
-    address, found = scan_dlq(settings)
-    check_partition(filters, found)
+    address, found = scan_dlq(settings, filters)
     if up_to is not None:
         try:
             plans = plan_up_to(found.letters, found.watermarks, *up_to)

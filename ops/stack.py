@@ -70,7 +70,7 @@ def _kafka_ours(state: StackState, state_dir: Path) -> bool:
     if not state.kafka_pid:
         return False
     config = state_dir / "kafka" / "server.properties"
-    return any(pid_runs(state.kafka_pid, "kafka.Kafka", str(path)) for path in {str(config), str(config.resolve())})
+    return any(pid_runs(state.kafka_pid, "kafka.Kafka", path) for path in {str(config), str(config.resolve())})
 
 
 def _s3_ours(state: StackState) -> bool:

@@ -118,15 +118,15 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
-    topics = runtime.topic_names(settings)
+    topics, address = runtime.topic_names(settings), preflight.bootstrap(settings)
     # A topic that is not there (another --topic-prefix) left the applier polling nothing, without end.
-    preflight.require_topics(preflight.bootstrap(settings), [topics.truncation] + (
-        [topics.stream_cuts] if settings.record_every_s > 0 else []))
+    preflight.require_topics(address, [topics.truncation] + ([topics.stream_cuts] if settings.record_every_s > 0
+                                                             else []))
     stop = stop_on_signals("finishing the event in hand, then stopping", log.info)
     if settings.metrics_port is not None:
         preflight.serve_metrics(settings.metrics_port, args.metrics_addr)
     with stream_controller(settings) as (controller, publisher):
-        config = ApplierConfig(preflight.bootstrap(settings), topics.truncation, settings.truncation_group_id,
+        config = ApplierConfig(address, topics.truncation, settings.truncation_group_id,
                                poll_timeout_s=settings.poll_timeout_s)
         applier = TruncationApplier(config, controller, runtime.codec(settings))
         tick: Callable[[], object] | None = None

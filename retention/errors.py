@@ -15,7 +15,7 @@ class CutProblem(enum.Enum):
     """Why a stream cut does not describe a position of its stream."""
 
     UNKNOWN_SEGMENT = "names a segment the stream never had"
-    BAD_OFFSET = "has an offset below -1"
+    BAD_OFFSET = "has an offset below -1 or beyond its segment's length"
     OVERLAP = "has two reached segments whose key ranges overlap"
     UNREACHED_BEFORE_REACHED = "has an unreached (-1) segment that is older than a reached segment over its keys"
     GAP = "does not cover the whole key space [0, 1)"

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from retention.errors import CutProblem, InvalidCutError
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut
 from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
@@ -227,6 +228,8 @@ class StreamController:
         self.get_stream(stream)
         lengths = {}
         for segment in cut.as_dict():
+            if segment < 0:
+                raise InvalidCutError(CutProblem.UNKNOWN_SEGMENT, f"segment {segment}")
             name = segment_name(stream, SegmentId.from_value(segment))
             if self.segments.exists(name):
                 lengths[segment] = self.segments.get_info(name).length
