@@ -25,6 +25,7 @@ COPY storage/ storage/
 COPY segments/ segments/
 COPY deletion/ deletion/
 COPY retention/ retention/
+COPY security/ security/
 COPY producers/ producers/
 COPY consumers/ consumers/
 COPY ops/ ops/

@@ -26,6 +26,8 @@ class Polled:
     value: bytes | None
     delivery: Delivery
     redelivered: bool = True
+    signature: tuple[tuple[str, bytes], ...] = ()
+    """The record's signature headers, carried along when it is re-routed."""
 
     @property
     def source(self) -> Partition:
@@ -42,7 +44,8 @@ class Decoded:
 
 @dataclass(frozen=True)
 class Undecodable:
-    """A record that is not a reclaim record; its verdict is known without any check."""
+    """A record refused before any check (not signed by a key allowed to write it, or not a reclaim
+    record); its verdict is known without reading the metadata or the storage."""
 
     polled: Polled
     verdict: Verdict

@@ -40,6 +40,8 @@ from producers.topics import TopicNames
 from schemas.codec import RecordCodec
 from schemas.errors import RecordDecodeError
 from schemas.ledger import PendingDeleteLedgerInfo
+from security.rules import signers_of
+from security.signing import RecordVerifier, Unauthenticated, signature_headers
 
 __all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tune_interpreter"]
 
@@ -91,8 +93,10 @@ class DeletionWorker:
     """Consumes the deletion topic and its retry tiers; offsets are stored only for final records."""
 
     def __init__(self, config: WorkerConfig, executor: DeletionExecutor, codec: RecordCodec,
-                 producer: RecordProducer | None = None) -> None:
+                 producer: RecordProducer | None = None, verifier: RecordVerifier | None = None) -> None:
         self._config = config
+        self._verifier = verifier
+        self._signers = signers_of(PendingDeleteLedgerInfo)
         self._executor = executor
         self._codec = codec
         self._tiers = RetryTiers(config.topics.retries, config.max_attempts)
@@ -206,7 +210,11 @@ class DeletionWorker:
             if (topic, partition) in held_now:
                 held += 1
                 continue
-            delivery = Delivery.of(topic, partition, offset, msg.headers(), msg.timestamp()[1])
+            headers = msg.headers()
+            signature = tuple(signature_headers(headers))
+            # A record as phase 1 wrote it carries its signature only: no retry history to read.
+            history = headers if headers and len(headers) > len(signature) else None
+            delivery = Delivery.of(topic, partition, offset, history, msg.timestamp()[1])
             retrying = topic in self._retry_topics
             if retrying and delivery.not_before_ms and delivery.not_before_ms > now_ms:
                 self._hold((topic, partition), offset, delivery.not_before_ms / 1000)
@@ -215,7 +223,7 @@ class DeletionWorker:
                 continue
             below_horizon = self._horizons.read((topic, partition), offset)
             redelivered = retrying or delivery.attempt > 1 or below_horizon
-            ready.append(Polled(topic, partition, offset, msg.key(), msg.value(), delivery, redelivered))
+            ready.append(Polled(topic, partition, offset, msg.key(), msg.value(), delivery, redelivered, signature))
         for topic, count in received.items():
             metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
         self._report += BatchReport(received=sum(received.values()), held=held)
@@ -243,10 +251,16 @@ class DeletionWorker:
                 del self._held[source]
 
     def _check(self, polled: list[Polled]) -> Checked:
-        """Decode (undecodable records get their verdict here) and run the checks before any delete."""
+        """Verify and decode (unauthenticated and undecodable records get their verdict here), then run the
+        checks before any delete."""
         decoded: list[Decoded] = []
         undecodable: list[Undecodable] = []
         for record in polled:
+            refusal = self._refusal(record)
+            if refusal is not None:
+                verdict = Verdict(Outcome.UNAUTHENTICATED, str(refusal), "Unauthenticated")
+                undecodable.append(Undecodable(record, verdict))
+                continue
             try:
                 info = self._codec.decode(record.value or b"", record.topic, PendingDeleteLedgerInfo)
             except RecordDecodeError as exc:
@@ -258,6 +272,15 @@ class DeletionWorker:
             plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms, d.polled.redelivered)
                                            for d in decoded])
         return Checked(tuple(decoded), tuple(undecodable), plan)
+
+    def _refusal(self, record: Polled) -> Unauthenticated | None:
+        """Why ``record`` is not obeyed, before anything else is read of it: not signed by the controller's
+        key for the deletion topic (a retry tier's record was signed for the deletion topic too)."""
+        if self._verifier is None:
+            return None
+        signed = self._verifier.verify(record.topic, record.key, record.value, record.signature, self._signers,
+                                       signed_topic=self._config.topics.deletion)
+        return signed if isinstance(signed, Unauthenticated) else None
 
     def _complete_all(self) -> None:
         while len(self._pipeline):

@@ -22,13 +22,14 @@ class Rerouter:
         self._timeout_s = delivery_timeout_s
 
     def send(self, sends: Sequence[tuple[Polled, Verdict, Routing]]) -> set[int]:
-        """Send each record to its routing's topic, same key and value; the indexes not confirmed."""
+        """Send each record to its routing's topic, same key, value and signature; the indexes not confirmed."""
         if not sends:
             return set()
         tracker = DeliveryTracker()
         for index, (polled, verdict, routing) in enumerate(sends):
             _count(polled, verdict, routing)
-            self._producer.send(routing.topic, polled.value, key=polled.key, headers=routing.headers,
+            headers = [*(routing.headers or ()), *polled.signature]
+            self._producer.send(routing.topic, polled.value, key=polled.key, headers=headers,
                                 on_delivery=tracker.callback(index))
         return self._producer.wait(tracker, self._timeout_s)
 

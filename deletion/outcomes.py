@@ -20,6 +20,7 @@ class Outcome(enum.Enum):
     RETRYABLE = "retryable-error"
     FATAL = "fatal"
     UNDECODABLE = "undecodable"
+    UNAUTHENTICATED = "unauthenticated"
 
 
 class Route(enum.Enum):
@@ -42,6 +43,8 @@ ROUTES: dict[Outcome, Route] = {
     Outcome.RETRYABLE: Route.RETRY,
     Outcome.FATAL: Route.DLQ,
     Outcome.UNDECODABLE: Route.DLQ,
+    # Not signed by the controller's key: never obeyed, kept for the operator to see who sent it.
+    Outcome.UNAUTHENTICATED: Route.DLQ,
 }
 
 

@@ -16,6 +16,8 @@ from producers.pending_deletes import KafkaPendingDeletePublisher
 from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from schemas.codec import RecordCodec, build_codec
+from security.keyring import Keyring, load_keyring
+from security.signing import AuthMode, RecordSigner, RecordVerifier
 from storage.bindings import StorageBindings
 from storage.errors import MetadataError
 from storage.filesystem import FileSystemChunkStorage
@@ -75,11 +77,42 @@ def codec(settings: Settings) -> RecordCodec:
     return build_codec(settings.schema_registry_url)
 
 
+def keyring(settings: Settings) -> Keyring | None:
+    """The keyring of this process (``RECLAIM_KEYRING``), or None when it has none."""
+    return None if settings.keyring is None else load_keyring(settings.keyring)
+
+
+def record_verifier(settings: Settings) -> RecordVerifier | None:
+    """What checks the signatures of the records this process obeys; None when record authentication is
+    off (no keyring, or ``record_auth=off``), which is logged once as a warning."""
+    keys = keyring(settings) if settings.record_auth != "off" else None
+    if keys is None:
+        log.warning("record authentication is off (no keyring: set RECLAIM_KEYRING): records from anyone who can "
+                    "write reclaim's topics are obeyed")
+        return None
+    return RecordVerifier(keys, AuthMode(settings.record_auth or AuthMode.ENFORCE.value))
+
+
+def record_signer(settings: Settings, role: str, subject: str | None = None) -> RecordSigner | None:
+    """What signs the records this process writes as ``role``: None without a keyring; a keyring without
+    a key for the role is a :class:`~security.errors.SigningError` (one line), unless record_auth is
+    off or in rollout, where the records go unsigned."""
+    keys = keyring(settings)
+    if keys is None:
+        return None
+    if keys.signing_key(role, subject) is None and settings.record_auth in ("off", "rollout"):
+        log.warning("the keyring has no key for role %s: its records go unsigned", role)
+        return None
+    return RecordSigner(keys, role, subject)
+
+
 def deletion_service(settings: Settings, store: SQLMetadataStore,
                      producer: RecordProducer) -> LedgerDeletionService:
-    """Phase 1 wired to the deletion topic through ``producer`` (an idempotent one)."""
+    """Phase 1 wired to the deletion topic through ``producer`` (an idempotent one), signing its records
+    with the controller's key when there is a keyring."""
     topics = topic_names(settings)
-    publisher = KafkaPendingDeletePublisher(producer, codec(settings), topics.deletion)
+    publisher = KafkaPendingDeletePublisher(producer, codec(settings), topics.deletion,
+                                            signer=record_signer(settings, "controller"))
     return LedgerDeletionService(store, publisher, commit_within_s=settings.mark_timeout_s / 2)
 
 
@@ -94,4 +127,4 @@ def deletion_worker(settings: Settings, store: SQLMetadataStore, bindings: Stora
         consumer_overrides={"auto.commit.interval.ms": settings.commit_interval_ms},
     )
     executor = DeletionExecutor(store, bindings, mark_timeout_s=settings.mark_timeout_s)
-    return DeletionWorker(config, executor, codec(settings))
+    return DeletionWorker(config, executor, codec(settings), verifier=record_verifier(settings))

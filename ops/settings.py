@@ -17,6 +17,8 @@ MAX_BATCH_SIZE = 1_000_000
 MAX_COMMIT_INTERVAL_MS = 86_400_000
 """librdkafka's bound on ``auto.commit.interval.ms``."""
 
+RECORD_AUTH_MODES = ("enforce", "rollout", "off")
+
 METADATA_URL_HELP = ("a metadata store shared by hosts: postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
                      "(RECLAIM_METADATA_URL; wins over --metadata-path)")
 
@@ -72,6 +74,11 @@ class Settings:
     stream_binding: str = "fs-tier2"
     principal: str | None = None
     admin_principals: str = ""
+    # Authenticated records: the keyring file this process signs with and verifies by, and whether an
+    # unsigned record is refused (enforce, the default with a keyring), accepted while signing is rolled
+    # out (rollout), or nothing is verified (off, the default without a keyring).
+    keyring: Path | None = None
+    record_auth: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -148,6 +155,10 @@ class Settings:
         if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):
             raise ValueError("metadata_url must be a postgresql://user:password@host:port/database URL "
                              f"(or sqlite://PATH), got {self.metadata_url.split('://')[0]!r}...")
+        if self.record_auth is not None and self.record_auth not in RECORD_AUTH_MODES:
+            raise ValueError(f"record_auth must be one of {', '.join(RECORD_AUTH_MODES)}, got {self.record_auth!r}")
+        if self.record_auth in ("enforce", "rollout") and self.keyring is None:
+            raise ValueError(f"record_auth={self.record_auth} needs a keyring (RECLAIM_KEYRING, a keyring file)")
         if not math.isfinite(self.record_every_s) or self.record_every_s < 0:
             raise ValueError(f"record_every_s must be a number of seconds >= 0, got {self.record_every_s}")
 

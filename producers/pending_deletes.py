@@ -14,6 +14,7 @@ from producers.kafka_errors import ErrorKind, classify, describe
 from producers.producer import RecordProducer
 from schemas.codec import RecordCodec
 from schemas.ledger import PendingDeleteLedgerInfo
+from security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +51,12 @@ class _Deliveries:
 
 
 class KafkaPendingDeletePublisher:
-    """Sends pending deletes keyed by chunk name, so every record of one chunk lands on one partition."""
+    """Sends pending deletes keyed by chunk name, so every record of one chunk lands on one partition;
+    each one signed by ``signer`` (the controller's key) when there is one."""
 
-    def __init__(self, producer: RecordProducer, codec: RecordCodec, topic: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, producer: RecordProducer, codec: RecordCodec, topic: str, timeout_s: float = 30.0,
+                 signer: RecordSigner | None = None) -> None:
+        self._signer = signer
         self._producer = producer
         self._codec = codec
         self._topic = topic
@@ -81,14 +85,15 @@ class KafkaPendingDeletePublisher:
 
     def _send_all(self, records: Sequence[PendingDeleteLedgerInfo], values: list[bytes],
                   deliveries: _Deliveries) -> None:
-        client, topic, on_delivery = self._producer.producer, self._topic, deliveries.on_delivery
+        client, topic, on_delivery, signer = self._producer.producer, self._topic, deliveries.on_delivery, self._signer
         for index, (record, value) in enumerate(zip(records, values, strict=True)):
             key = record.chunk_name.encode()
+            headers = None if signer is None else signer.headers(topic, key, value)
             try:
-                client.produce(topic, value, key, on_delivery=on_delivery)
+                client.produce(topic, value, key, on_delivery=on_delivery, headers=headers)  # type: ignore[arg-type]
             except BufferError:
                 # The local queue is full: the producer's own send waits for room, within its bound.
-                self._producer.send(topic, value, key, on_delivery=on_delivery)
+                self._producer.send(topic, value, key, headers=headers, on_delivery=on_delivery)
             if index % _POLL_EVERY == 0:
                 client.poll(0)
 

@@ -1,0 +1,1 @@
+"""Authenticated records: keyrings, record signatures and who may sign which record."""

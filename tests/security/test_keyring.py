@@ -1,0 +1,76 @@
+"""Keyring files: what loads, and one clear line for each thing wrong with one."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from security.errors import KeyringError
+from security.keyring import Algorithm, Keyring, load_keyring, new_key
+
+_PUBLIC = new_key("p", "admin", Algorithm.ED25519).public
+assert _PUBLIC is not None
+PUB = base64.b64encode(_PUBLIC).decode()
+ADMIN = f'[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "ed25519"\npublic = "{PUB}"\n'
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "keyring.toml"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def test_a_keyring_round_trips_through_its_file(tmp_path: Path) -> None:
+    keys = Keyring([new_key("ctl-1", "controller", Algorithm.HMAC_SHA256),
+                    new_key("alice-1", "subscriber", Algorithm.ED25519, subject='al"ice')])
+    loaded = load_keyring(_write(tmp_path, keys.to_toml()))
+    assert [(k.id, k.role, k.subject, k.can_sign) for k in loaded] == \
+        [("ctl-1", "controller", None, True), ("alice-1", "subscriber", 'al"ice', True)]
+    public = load_keyring(_write(tmp_path, keys.to_toml(public_only=True)))
+    assert public.signing_key("subscriber", 'al"ice') is None
+    assert public.signing_key("controller") is not None  # an HMAC verifier holds the secret itself
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("nonsense = 1\n", "unknown table or setting 'nonsense'"),
+    (ADMIN.replace('"k"', '"a b"'), "key id 'a b'"),
+    (ADMIN.replace('"admin"', '"root"'), "unknown role 'root'"),
+    ('[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "rsa"\n', "'rsa' is not a valid Algorithm"),
+    ('[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "hmac-sha256"\nsecret = "c2hvcnQ="\n', "at least 32 bytes"),
+    ('[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "ed25519"\npublic = "%%%"\n', "public is not valid base64"),
+    (ADMIN.replace('"admin"', '"subscriber"'), "names its subscriber"),
+    (ADMIN + "colour = 1\n", "unknown field 'colour'"),
+    (ADMIN * 2, "listed twice"),
+    (ADMIN.replace(PUB, "A" * 44), "32-byte public half"),
+    ("[[key\n", "keyring"),
+])
+def test_a_bad_keyring_is_one_line_naming_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(KeyringError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
+        load_keyring(_write(tmp_path, text))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_keyring_says_so(tmp_path: Path) -> None:
+    with pytest.raises(KeyringError, match="does not exist"):
+        load_keyring(tmp_path / "absent.toml")
+
+
+def test_a_public_half_that_is_not_the_private_ones_is_refused(tmp_path: Path) -> None:
+    key = new_key("k", "admin", Algorithm.ED25519)
+    other = new_key("o", "admin", Algorithm.ED25519)
+    assert key.private is not None and other.public is not None
+    text = (f'[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "ed25519"\n'
+            f'private = "{base64.b64encode(key.private).decode()}"\npublic = "{base64.b64encode(other.public).decode()}"\n')
+    with pytest.raises(KeyringError, match="not the private half's"):
+        load_keyring(_write(tmp_path, text))
+
+
+def test_a_keyring_readable_by_others_is_loaded_with_a_warning(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    path = _write(tmp_path, Keyring([new_key("ctl-1", "controller", Algorithm.HMAC_SHA256)]).to_toml())
+    path.chmod(0o644)
+    assert len(load_keyring(path)) == 1
+    assert "chmod 600" in caplog.text
