@@ -62,8 +62,8 @@ def test_a_public_half_that_is_not_the_private_ones_is_refused(tmp_path: Path) -
     key = new_key("k", "admin", Algorithm.ED25519)
     other = new_key("o", "admin", Algorithm.ED25519)
     assert key.private is not None and other.public is not None
-    text = (f'[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "ed25519"\n'
-            f'private = "{base64.b64encode(key.private).decode()}"\npublic = "{base64.b64encode(other.public).decode()}"\n')
+    private, public = base64.b64encode(key.private).decode(), base64.b64encode(other.public).decode()
+    text = f'[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "ed25519"\nprivate = "{private}"\npublic = "{public}"\n'
     with pytest.raises(KeyringError, match="not the private half's"):
         load_keyring(_write(tmp_path, text))
 

@@ -10,9 +10,9 @@ from security.signing import (
     H_SIGNATURE,
     REJECTED,
     AuthMode,
-    Rejection,
     RecordSigner,
     RecordVerifier,
+    Rejection,
     Unauthenticated,
     signature_headers,
 )
