@@ -7,10 +7,13 @@ import logging
 import shutil
 import subprocess
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ops.kafka_security import BrokerSecurity, write_private
+from ops.kafka_security import server_properties as security_properties
 from ops.procs import StackError, free_port, port_open, spawn, wait_until
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,9 @@ def fetch_jars(cache_dir: Path) -> Path:
     return libs
 
 
-def _server_properties(data_dir: Path, ports: BrokerPorts) -> str:
+def _server_properties(data_dir: Path, ports: BrokerPorts, security: BrokerSecurity | None = None) -> str:
+    if security is not None:
+        return _secured_properties(data_dir, ports, security)
     host = ports.host
     listeners = [f"PLAINTEXT://{host}:{ports.client}", f"CONTROLLER://{host}:{ports.controller}"]
     advertised = [f"PLAINTEXT://{ports.advertised or ports.bootstrap}"]
@@ -96,6 +101,31 @@ def _server_properties(data_dir: Path, ports: BrokerPorts) -> str:
         # the broker talks to itself on a listener no proxy stands in front of
         f"inter.broker.listener.name={'DIRECT' if ports.direct is not None else 'PLAINTEXT'}",
         "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,DIRECT:PLAINTEXT",
+        *_storage_properties(data_dir),
+    ])
+
+
+def _secured_properties(data_dir: Path, ports: BrokerPorts, security: BrokerSecurity) -> str:
+    """SASL_SSL on the client listener, mutual TLS on the controller's, ACLs (see :mod:`ops.kafka_security`)."""
+    if ports.direct is not None or ports.advertised is not None:
+        raise ValueError("a secured broker has one client listener, advertised as itself")
+    host = ports.host
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@{host}:{ports.controller}",
+        f"listeners=SASL_SSL://{ports.bootstrap},CONTROLLER://{host}:{ports.controller}",
+        f"advertised.listeners=SASL_SSL://{ports.bootstrap}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=SASL_SSL",
+        "listener.security.protocol.map=CONTROLLER:SSL,SASL_SSL:SASL_SSL",
+        *security_properties(security, "SASL_SSL"),
+        *_storage_properties(data_dir),
+    ])
+
+
+def _storage_properties(data_dir: Path) -> list[str]:
+    return [
         f"log.dirs={data_dir / 'logs'}",
         "num.partitions=1",
         "offsets.topic.replication.factor=1",
@@ -108,7 +138,7 @@ def _server_properties(data_dir: Path, ports: BrokerPorts) -> str:
         "group.initial.rebalance.delay.ms=0",
         "auto.create.topics.enable=false",
         "",
-    ])
+    ]
 
 
 def _java(libs: Path, *args: str) -> list[str]:
@@ -116,14 +146,21 @@ def _java(libs: Path, *args: str) -> list[str]:
     return [java, HEAP, "-cp", f"{libs}/*", f"-Dlog4j2.configurationFile={_resource('log4j2.properties')}", *args]
 
 
-def _format_storage(libs: Path, data_dir: Path, config: Path) -> None:
+def _format_storage(libs: Path, data_dir: Path, config: Path, security: BrokerSecurity | None = None) -> None:
     if (data_dir / "logs" / "meta.properties").exists():
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    result = subprocess.run(
-        _java(libs, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={config}"),
-        capture_output=True, text=True, check=False,
-    )
+    tool = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={config}"]
+    argfile = data_dir / "format.args"
+    if security is not None:
+        # The admin's SCRAM credential is made with the storage: nobody could create it later, since only
+        # a super user may. Its password goes through a java @argfile (mode 0600), never a command line.
+        write_private(argfile, "\n".join([*tool, "--add-scram", security.scram_argument()]) + "\n")
+        tool = [f"@{argfile}"]
+    try:
+        result = subprocess.run(_java(libs, *tool), capture_output=True, text=True, check=False)
+    finally:
+        argfile.unlink(missing_ok=True)
     if result.returncode != 0:
         raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
 
@@ -135,22 +172,32 @@ def choose_ports(previous: BrokerPorts | None) -> BrokerPorts:
     return BrokerPorts(client=free_port(), controller=free_port())
 
 
-def start_broker(data_dir: Path, cache_dir: Path, ports: BrokerPorts,
-                 timeout: float = 90.0) -> subprocess.Popen[bytes]:
-    """Start the broker on ``ports`` with its data under ``data_dir`` and wait until it takes clients."""
+def start_broker(data_dir: Path, cache_dir: Path, ports: BrokerPorts, timeout: float = 90.0,
+                 security: BrokerSecurity | None = None) -> subprocess.Popen[bytes]:
+    """Start the broker on ``ports`` with its data under ``data_dir`` and wait until it takes clients.
+
+    With ``security``, the broker is secured (SASL_SSL, ACLs; see :mod:`ops.kafka_security`), its data
+    directory formatted with the admin's credential: a directory once formatted for one kind of broker
+    cannot serve the other.
+    """
     libs = fetch_jars(cache_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     config = data_dir / "server.properties"
-    config.write_text(_server_properties(data_dir, ports))
-    _format_storage(libs, data_dir, config)
+    if security is None:
+        config.write_text(_server_properties(data_dir, ports))
+    else:
+        write_private(config, _server_properties(data_dir, ports, security))  # it holds the admin's password
+    _format_storage(libs, data_dir, config, security)
     log_file = data_dir / "broker.log"
     proc = spawn(_java(libs, "kafka.Kafka", str(config)), log_file)
-    wait_until(lambda: broker_answers(ports.direct_bootstrap), timeout, "Kafka broker", proc, log_file)
+    properties = security.admin_properties() if security is not None else None
+    wait_until(lambda: broker_answers(ports.direct_bootstrap, properties=properties), timeout, "Kafka broker",
+               proc, log_file)
     return proc
 
 
-def broker_answers(bootstrap: str, timeout: float = 1.0) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request."""
+def broker_answers(bootstrap: str, timeout: float = 1.0, properties: Mapping[str, str] | None = None) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request (of a client with ``properties``)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -160,7 +207,7 @@ def broker_answers(bootstrap: str, timeout: float = 1.0) -> bool:
     if not port_open(host, int(port)):
         return False
     try:
-        metadata = AdminClient(kafka_config(bootstrap, "admin")).list_topics(timeout=timeout)
+        metadata = AdminClient(kafka_config(bootstrap, "admin", properties)).list_topics(timeout=timeout)
     except KafkaException:
         return False
     return bool(metadata.brokers)

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import pytest
 
+from ops.kafka_security import SecureBroker
 from ops.minio_server import start_minio
 from ops.procs import StackError, free_port, stop_pid
 from ops.s3_server import LOCAL_REGION, S3Endpoint, ensure_bucket, start_s3
@@ -212,6 +213,29 @@ def kafka_bootstrap(state_dir: Path) -> Iterator[str]:
         raise AssertionError("unreachable") from exc
     yield ports.bootstrap
     stop_pid(proc.pid)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(state_dir: Path) -> Iterator[SecureBroker]:
+    """A second, secured broker for the whole session: SASL_SSL with SCRAM-SHA-512 on its client listener,
+    TLS from a CA of its own, ACLs enforced (nothing allowed that no ACL grants). The value is an
+    :class:`ops.kafka_security.SecureBroker`: its ``bootstrap``, ``ca_path``, ``admin_properties()`` (a
+    super user) and ``create_user(name)``, which makes a SCRAM user and returns its librdkafka properties."""
+    from ops.kafka_broker import BrokerPorts, start_broker
+    from ops.kafka_security import prepare
+    from ops.settings import Settings
+
+    ports = BrokerPorts(client=free_port(), controller=free_port())
+    directory = state_dir / "kafka-secure"
+
+    def start() -> tuple[SecureBroker, int]:
+        security = prepare(directory, ports.bootstrap)
+        proc = start_broker(directory / "kafka", Settings.from_env().cache_dir, ports, security=security)
+        return SecureBroker(ports.bootstrap, security), proc.pid
+
+    broker, pid = started("secured Kafka broker", start)
+    yield broker
+    stop_pid(pid)
 
 
 @pytest.fixture(scope="session")
