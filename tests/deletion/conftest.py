@@ -19,6 +19,7 @@ from producers.pending_deletes import KafkaPendingDeletePublisher
 from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from schemas.codec import build_codec
+from security.signing import RecordVerifier
 from storage.base import BaseChunkStorage
 from storage.bindings import StorageBindings
 from storage.chunks import ChunkTags
@@ -75,13 +76,14 @@ class Pipeline:
     def _metadata_variable(self) -> str:
         return "RECLAIM_METADATA_URL" if is_postgres_url(self.store.location) else "RECLAIM_METADATA_PATH"
 
-    def worker(self, mark_timeout_s: float = 30.0, max_attempts: int = 10, **config: Any) -> DeletionWorker:
+    def worker(self, mark_timeout_s: float = 30.0, max_attempts: int = 10, verifier: RecordVerifier | None = None,
+               **config: Any) -> DeletionWorker:
         executor = DeletionExecutor(self.store, self.bindings, mark_timeout_s=mark_timeout_s,
                                     retry=RetryPolicy(attempts=2, initial_wait=0.01, max_wait=0.05))
         worker = DeletionWorker(
             WorkerConfig(bootstrap=self.bootstrap, topics=self.topics, group_id=self.group_id,
                          poll_timeout_s=0.5, max_attempts=max_attempts, **config),
-            executor, self.codec)
+            executor, self.codec, verifier=verifier)
         self.workers.append(worker)
         return worker
 
