@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Literal
 
+from producers import client_properties as properties
 from producers.kafka_errors import KafkaErrorLog, RdkafkaLogger
 
 Role = Literal["admin", "producer", "idempotent-producer", "consumer"]
@@ -23,17 +25,57 @@ _ROLE_DEFAULTS: dict[Role, dict[str, Any]] = {
                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"},
 }
 
+#: The operator's properties (security above all) for every client this process builds; see
+#: :func:`use_client_properties`.
+_installed: dict[str, str] = {}
+
+
+def use_client_properties(props: Mapping[str, str]) -> None:
+    """Give ``props`` (librdkafka properties, secret files already read) to every client built from now on.
+
+    The process's composition root (``reclaim``'s ``main``) installs them once, before any client is
+    built; a property reclaim controls is refused (:data:`producers.client_properties.REFUSED`).
+    """
+    properties.check(props)
+    unread = [name for name in props if name.endswith(properties.FILE_SUFFIX)]
+    if unread:
+        raise properties.ClientPropertyError(f"Kafka property {unread[0]}: read the file first "
+                                             "(producers.client_properties.read_secret_files)")
+    _installed.clear()
+    _installed.update(props)
+
+
+def client_properties() -> dict[str, str]:
+    """A copy of the properties :func:`use_client_properties` installed."""
+    return dict(_installed)
+
+
+@contextmanager
+def installed_client_properties(props: Mapping[str, str]) -> Iterator[None]:
+    """Install ``props`` for the block, then put back what was installed before (for tests and tools)."""
+    previous = client_properties()
+    use_client_properties(props)
+    try:
+        yield
+    finally:
+        use_client_properties(previous)
+
 
 def kafka_config(bootstrap: str, role: Role, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The config dict for a client of ``role``.
 
-    Merge order, later wins: common settings (bootstrap, logger) < the role's defaults < ``overrides``.
+    Merge order, later wins: common settings (bootstrap, logger) < the role's defaults < the installed
+    client properties (:func:`use_client_properties`: security and other operator settings) < ``overrides``.
+    A ``SCHEME://`` prefix on a bootstrap entry must match ``security.protocol`` and is dropped
+    (:func:`producers.client_properties.bootstrap_servers`).
     ``error_cb`` is always a fresh :class:`KafkaErrorLog` for this one client (see :func:`error_log`);
     an ``error_cb`` in ``overrides`` is called by it for every event. ``logger`` is wrapped in a
     :class:`RdkafkaLogger` that tells the same log about librdkafka's fatal errors.
     """
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOG}
+    config: dict[str, Any] = {"bootstrap.servers": properties.bootstrap_servers(bootstrap, _installed),
+                              "logger": RDKAFKA_LOG}
     config.update(_ROLE_DEFAULTS[role])
+    config.update(_installed)
     if overrides:
         config.update(overrides)
     errors = KafkaErrorLog(_client_name(role, config), forward=config.get("error_cb"))
