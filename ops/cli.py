@@ -250,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_retention_job(sub, _common)
 
+    from ops.acls_cli import register as register_acls
+
+    register_acls(sub, _common)
+
     config = sub.add_parser("config", help="show the settings in effect (flags, environment, config file, defaults)")
     config.add_argument("action", choices=["show"])
     config.add_argument("--json", action="store_true", help="print the settings as JSON")
