@@ -22,6 +22,8 @@ from producers.config import kafka_config
 from schemas.codec import RecordCodec
 from schemas.errors import ReclaimError, RecordDecodeError
 from schemas.streams import StreamCut, TruncationEvent
+from security.rules import authorize_truncation, signers_of
+from security.signing import RawHeaders, RecordVerifier, Signer, Unauthenticated
 from segments.stream_errors import StreamNotFoundError
 from segments.stream_model import StreamRecord
 
@@ -38,8 +40,9 @@ class Truncator(Protocol):
         """The stream's row; :class:`StreamNotFoundError` when there is none."""
         ...
 
-    def truncate(self, stream: str, cut: StreamCut) -> bool:
-        """Truncate ``stream`` at ``cut``; False when the stream's head is at or past it already."""
+    def truncate_journaled(self, stream: str, cut: StreamCut, *, source: str, reason: str, signer: str) -> bool:
+        """Truncate ``stream`` at ``cut`` and keep it in the journal; False when the stream's head is at or
+        past it already."""
         ...
 
 
@@ -50,6 +53,7 @@ class Applied(enum.Enum):
     NO_OP = "no-op"  # a duplicate, or a cut at or behind the stream's head
     UNKNOWN_STREAM = "unknown-stream"
     INVALID = "invalid"  # undecodable, or a cut that does not fit the stream: never applicable
+    UNAUTHENTICATED = "unauthenticated"  # not signed by a key that may truncate this stream for this reason
     RETRY = "retry"  # the controller was busy, or it or the schema registry unavailable: read again later
 
     @property
@@ -61,8 +65,22 @@ for _applied in Applied:
     APPLIED.labels(_applied.name.lower())  # every outcome's series from 0
 
 
-def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, topic: str, where: str) -> Applied:
-    """Decode one record and apply it; every outcome but RETRY is final for its offset."""
+def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, topic: str, where: str, *,
+                key: bytes | None = None, headers: RawHeaders = None,
+                verifier: RecordVerifier | None = None) -> Applied:
+    """Verify one record, decode it, check it against the stream's policy and apply it; every outcome but
+    RETRY is final for its offset.
+
+    With a ``verifier``, only an event signed by a key that may write truncation events is read at all;
+    then a MANUAL one needs an admin's key and any other the retention job's, with a reason the stream's
+    stored policy gives. Without one (record authentication off), the reason must still fit the policy.
+    """
+    signer = None
+    if verifier is not None:
+        verified = verifier.verify(topic, key, value, headers, signers_of(TruncationEvent))
+        if isinstance(verified, Unauthenticated):
+            return Applied.UNAUTHENTICATED
+        signer = verified
     try:
         event = codec.decode(value or b"", topic, TruncationEvent)
     except RecordDecodeError as exc:
@@ -72,11 +90,19 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
         log.error("truncation event undecodable at %s: %s", where, exc)
         return Applied.INVALID
     try:
-        if event.computed_at < truncator.get_stream(event.stream).created_at * 1000:
+        stream = truncator.get_stream(event.stream)
+        if event.computed_at < stream.created_at * 1000:
             # Decided for a deleted stream of the same name: its cut would cut the new stream's bytes.
             log.warning("truncation event for %s at %s predates the stream's creation: skipped", event.stream, where)
             return Applied.UNKNOWN_STREAM
-        done = truncator.truncate(event.stream, event.cut)
+        refusal = _refusal(event, signer, stream)
+        if refusal is not None:
+            if verifier is not None:
+                verifier.refused(topic, refusal)
+            log.error("truncation of %s at %s refused: %s", event.stream, where, refusal)
+            return Applied.UNAUTHENTICATED
+        done = truncator.truncate_journaled(event.stream, event.cut, source=where, reason=event.reason.name,
+                                            signer=_signed_by(signer))
     except StreamNotFoundError:
         log.warning("truncation event for unknown stream %s at %s: skipped", event.stream, where)
         return Applied.UNKNOWN_STREAM
@@ -87,9 +113,25 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
         log.error("truncation of %s at %s refused: %s", event.stream, where, exc)
         return Applied.INVALID
     outcome = Applied.TRUNCATED if done else Applied.NO_OP
-    log.info("truncation %s stream=%s reason=%s segments=%d at %s", outcome.value, event.stream,
-             event.reason.name, len(event.cut), where)
+    log.info("truncation %s stream=%s reason=%s signer=%s segments=%d at %s", outcome.value, event.stream,
+             event.reason.name, _signed_by(signer), len(event.cut), where)
     return outcome
+
+
+def _refusal(event: TruncationEvent, signer: Signer | None, stream: StreamRecord) -> Unauthenticated | None:
+    """Why the stream's policy, or the signer, does not allow ``event``: a signed event must be signed by its
+    reason's role; an unsigned one (authentication off, or rollout) is judged by the policy alone."""
+    if signer is not None and not signer.unsigned:
+        return authorize_truncation(event, signer, stream.policy)
+    for role in ("admin", "retention-job"):  # as if signed by the role its reason needs
+        refusal = authorize_truncation(event, Signer("-", role), stream.policy)
+        if refusal is None:
+            return None
+    return refusal
+
+
+def _signed_by(signer: Signer | None) -> str:
+    return "record authentication off" if signer is None else str(signer)
 
 
 @dataclass(frozen=True)
@@ -105,8 +147,9 @@ class TruncationApplier:
     """A consumer-group member that applies truncation events in partition order."""
 
     def __init__(self, config: ApplierConfig, truncator: Truncator, codec: RecordCodec,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, verifier: RecordVerifier | None = None) -> None:
         self.config = config
+        self.verifier = verifier
         self.truncator = truncator
         self.codec = codec
         self.sleep = sleep
@@ -124,7 +167,8 @@ class TruncationApplier:
             topic, partition, offset = _coordinates(message)
             if partition in blocked:
                 continue
-            outcome = apply_event(self.truncator, self.codec, message.value(), topic, f"{topic}[{partition}]@{offset}")
+            outcome = apply_event(self.truncator, self.codec, message.value(), topic, f"{topic}[{partition}]@{offset}",
+                                  key=message.key(), headers=message.headers(), verifier=self.verifier)
             APPLIED.labels(outcome.name.lower()).inc()
             outcomes.append(outcome)
             if outcome.final:

@@ -8,6 +8,7 @@ from producers.producer import DeliveryTracker, RecordProducer
 from schemas.base import AvroRecord
 from schemas.codec import RecordCodec
 from schemas.errors import ReclaimError
+from security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +28,26 @@ class PublishError(ReclaimError):
 
 
 class ConfirmedPublisher:
-    """Encodes records with reclaim's codec, sends each keyed, and waits for its delivery report."""
+    """Encodes records with reclaim's codec, sends each keyed (and signed by ``signer``, when there is one),
+    and waits for its delivery report."""
 
-    def __init__(self, producer: RecordProducer, codec: RecordCodec, timeout_s: float = 30.0) -> None:
+    def __init__(self, producer: RecordProducer, codec: RecordCodec, timeout_s: float = 30.0,
+                 signer: RecordSigner | None = None) -> None:
         self.producer = producer
         self.codec = codec
         self.timeout_s = timeout_s
+        self.signer = signer
+
+    def signed_by(self, signer: RecordSigner | None) -> ConfirmedPublisher:
+        """A publisher on the same producer that signs with ``signer`` (another role's key)."""
+        return ConfirmedPublisher(self.producer, self.codec, self.timeout_s, signer)
 
     def publish(self, topic: str, record: AvroRecord, key: str) -> None:
         """Send ``record`` to ``topic`` under ``key``; raise :class:`PublishError` unless confirmed."""
         tracker = DeliveryTracker()
-        self.producer.send(topic, self.codec.encode(record, topic), key=key.encode(), on_delivery=tracker.callback(0))
+        value, raw_key = self.codec.encode(record, topic), key.encode()
+        headers = None if self.signer is None else self.signer.headers(topic, raw_key, value)
+        self.producer.send(topic, value, key=raw_key, headers=headers, on_delivery=tracker.callback(0))
         if self.producer.wait(tracker, self.timeout_s):
             failure = tracker.failed.get(0)
             detail = str(failure) if failure is not None else f"no delivery report within {self.timeout_s}s"

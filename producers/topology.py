@@ -8,6 +8,7 @@ from producers.producer import RecordProducer
 from producers.publisher import ConfirmedPublisher, PublishError
 from schemas.codec import RecordCodec
 from schemas.topology import StreamTopology
+from security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,9 @@ class KafkaTopologyPublisher:
     duplicate would be harmless, only wasteful).
     """
 
-    def __init__(self, producer: RecordProducer, codec: RecordCodec, topic: str, timeout_s: float = 30.0) -> None:
-        self._publisher = ConfirmedPublisher(producer, codec, timeout_s)
+    def __init__(self, producer: RecordProducer, codec: RecordCodec, topic: str, timeout_s: float = 30.0,
+                 signer: RecordSigner | None = None) -> None:
+        self._publisher = ConfirmedPublisher(producer, codec, timeout_s, signer)
         self._topic = topic
 
     @property

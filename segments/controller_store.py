@@ -11,7 +11,15 @@ from typing import Any
 
 from schemas.streams import RetentionPolicy
 from segments.ids import SegmentId, TxnId
-from segments.stream_model import EpochRecord, StreamRecord, StreamState, TxnRecord, TxnState
+from segments.stream_model import (
+    EpochRecord,
+    JournalEntry,
+    JournalState,
+    StreamRecord,
+    StreamState,
+    TxnRecord,
+    TxnState,
+)
 from segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
 from storage.errors import MetadataConflictError
 from storage.sql_base import Database, Migration, Queries, StoreBase, Transaction
@@ -58,6 +66,18 @@ CREATE TABLE controller_sealed (
     stream TEXT COLLATE "C" NOT NULL, segment_id BIGINT NOT NULL, length BIGINT NOT NULL,
     PRIMARY KEY (stream, segment_id));
 CREATE TABLE controller_heads (stream TEXT COLLATE "C" PRIMARY KEY, cut TEXT NOT NULL)
+"""}),
+    # The truncation journal: every truncation applied, who signed it and the record it came from.
+    Migration(2, {
+        "sqlite": """
+CREATE TABLE IF NOT EXISTS controller_truncations (
+    stream TEXT NOT NULL, source TEXT NOT NULL, cut TEXT NOT NULL, reason TEXT NOT NULL, signer TEXT NOT NULL,
+    state TEXT NOT NULL, recorded_at REAL NOT NULL, PRIMARY KEY (stream, source))
+""",
+        "postgresql": """
+CREATE TABLE controller_truncations (
+    stream TEXT COLLATE "C" NOT NULL, source TEXT COLLATE "C" NOT NULL, cut TEXT NOT NULL, reason TEXT NOT NULL,
+    signer TEXT NOT NULL, state TEXT NOT NULL, recorded_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (stream, source))
 """}),
 )
 
@@ -127,6 +147,13 @@ class _Queries(Queries):
         """The final length of every segment of ``stream`` sealed so far, by segment id."""
         rows = self._conn.execute("SELECT segment_id, length FROM controller_sealed WHERE stream = ?", (stream,))
         return {int(segment): int(length) for segment, length in rows}
+
+    def get_journal(self, stream: str) -> list[JournalEntry]:
+        """The stream's truncation journal, oldest first."""
+        sql = ("SELECT stream, source, cut, reason, signer, state, recorded_at FROM controller_truncations "
+               "WHERE stream = ? ORDER BY recorded_at, source")
+        return [JournalEntry(row[0], row[1], tuple((int(k), int(v)) for k, v in json.loads(row[2])), row[3], row[4],
+                             JournalState(row[5]), float(row[6])) for row in self._conn.execute(sql, (stream,))]
 
     def get_operation(self, stream: str) -> Operation | None:
         sql = "SELECT op_id, plan, started_at, version FROM controller_operations WHERE stream = ?"
@@ -217,6 +244,20 @@ class StreamTransaction(_Queries, Transaction):
                            "ON CONFLICT (stream) DO UPDATE SET cut = excluded.cut",
                            (stream, json.dumps(sorted(cut.items()))))
 
+    def put_journal(self, entry: JournalEntry) -> JournalEntry | None:
+        """Record ``entry`` (replacing the one from the same source); returns the one it replaced."""
+        row = self._conn.execute("SELECT state FROM controller_truncations WHERE stream = ? AND source = ?",
+                                 (entry.stream, entry.source)).fetchone()
+        self._conn.execute(
+            "INSERT INTO controller_truncations VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, source) DO UPDATE "
+            "SET cut = excluded.cut, reason = excluded.reason, signer = excluded.signer, state = excluded.state",
+            (entry.stream, entry.source, json.dumps([list(p) for p in entry.cut]), entry.reason, entry.signer,
+             entry.state.value, entry.recorded_at))
+        return None if row is None else replace(entry, state=JournalState(row[0]))
+
+    def drop_journal(self, stream: str, source: str) -> None:
+        self._conn.execute("DELETE FROM controller_truncations WHERE stream = ? AND source = ?", (stream, source))
+
     def forget_history(self, stream: str) -> None:
         """Drop a deleted stream's epochs, sealed lengths and transactions (its segments are gone already)."""
         self._conn.execute("DELETE FROM controller_epochs WHERE stream = ?", (stream,))
@@ -260,6 +301,9 @@ class ControllerStore(StoreBase[_Queries, StreamTransaction]):
 
     def get_head(self, stream: str) -> dict[int, int] | None:
         return self._read(lambda q: q.get_head(stream))
+
+    def get_journal(self, stream: str) -> list[JournalEntry]:
+        return self._read(lambda q: q.get_journal(stream))
 
 
 class StreamMetadataStore(ControllerStore):

@@ -266,3 +266,24 @@ def scaled_epoch(history: StreamHistory, seal: Sequence[SegmentId],
         if created == wanted and gone == set(seal):
             return record
     return None
+
+
+class JournalState(enum.Enum):
+    """Where a journaled truncation stands: authorized and under way, or applied."""
+
+    APPLYING = "applying"
+    APPLIED = "applied"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One truncation of the journal: the stream, the record it came from (``topic[partition]@offset``, or
+    the command that applied it), the cut, the reason, who signed it, and when it was authorized."""
+
+    stream: str
+    source: str
+    cut: tuple[tuple[int, int], ...]
+    reason: str
+    signer: str
+    state: JournalState
+    recorded_at: float

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from retention.errors import CutProblem, InvalidCutError
+from schemas.errors import ReclaimError
 from schemas.streams import RetentionPolicy, RetentionType, StreamCut
 from schemas.topology import StreamTopology
 from segments.chunked import ChunkedSegmentStorage
@@ -25,6 +26,8 @@ from segments.stream_errors import (
 )
 from segments.stream_model import (
     EpochRecord,
+    JournalEntry,
+    JournalState,
     KeyRange,
     StreamHistory,
     StreamRecord,
@@ -245,6 +248,43 @@ class StreamController:
         if op is None:
             logger.info("stream truncation is a no-op stream=%s: the head is at or past the cut", stream)
         return op is not None
+
+    def truncate_journaled(self, stream: str, cut: StreamCut, *, source: str, reason: str, signer: str) -> bool:
+        """:meth:`truncate`, kept in the stream's truncation journal with where it came from (``source``,
+        one entry per source), its reason and its signer. Only a truncation that happened is kept.
+
+        The entry is written (applying) before the truncation and marked applied after it, so a crash
+        in between leaves it applying; the same source read again finds the head at its cut and marks
+        it applied. A source applied already changes nothing.
+        """
+        entry = JournalEntry(stream, source, tuple(sorted(cut.as_dict().items())), reason, signer,
+                             JournalState.APPLYING, time.time())
+        with self.store.transaction() as txn:
+            _existing(txn, stream)
+            earlier = next((e for e in txn.get_journal(stream) if e.source == source), None)
+            if earlier is None or earlier.state is JournalState.APPLYING:
+                txn.put_journal(entry if earlier is None else earlier)
+        if earlier is not None and earlier.state is JournalState.APPLIED:
+            return self.truncate(stream, cut)
+        try:
+            done = self.truncate(stream, cut)
+        except ReclaimError as exc:
+            if not exc.retryable:  # never applicable: nothing to keep (a retryable one comes again)
+                with self.store.transaction() as txn:
+                    txn.drop_journal(stream, source)
+            raise
+        applied = done or (earlier is not None and self.head(stream) == cut)
+        with self.store.transaction() as txn:
+            if applied:
+                txn.put_journal(replace(earlier or entry, state=JournalState.APPLIED))
+            else:
+                txn.drop_journal(stream, source)
+        return done
+
+    def journal(self, stream: str) -> list[JournalEntry]:
+        """The stream's truncation journal, oldest first (see :meth:`truncate_journaled`)."""
+        self.get_stream(stream)
+        return self.store.get_journal(stream)
 
     def head(self, stream: str) -> StreamCut:
         """The cut the stream was last truncated at; the empty cut (its very start) if never truncated."""

@@ -26,16 +26,20 @@ class RegistryDown:
         raise RecordDecodeError(DecodeReason.REGISTRY_UNAVAILABLE, "connection refused")
 
 
+CONSUMPTION = RetentionPolicy(RetentionType.CONSUMPTION)
+
+
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[StreamController]:
+    """The orders stream under a CONSUMPTION policy: the events below are consumption truncations."""
     with orders_stream(tmp_path) as controller:
+        controller.set_policy(STREAM, CONSUMPTION)
         yield controller
 
 
 def event(at: StreamCut, stream: str = STREAM, computed_at: int | None = None) -> bytes:
-    policy = RetentionPolicy(RetentionType.CONSUMPTION)
     decided = millis_now() if computed_at is None else computed_at
-    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, decided, policy), "t")
+    return build_codec().encode(TruncationEvent(stream, at, TruncationReason.CONSUMPTION, decided, CONSUMPTION), "t")
 
 
 def test_an_event_undecodable_only_while_the_registry_is_down_is_read_again(controller: StreamController) -> None:
@@ -90,6 +94,7 @@ def test_an_event_decided_before_the_stream_was_created_again_is_skipped(control
     controller.seal_stream(STREAM)
     controller.delete_stream(STREAM)
     controller.create_stream("scope", "orders", 2)
+    controller.set_policy(STREAM, CONSUMPTION)
     for segment in SEGMENTS:
         controller.append(segment, b"n" * 40)
     assert apply_event(controller, codec, stale, "t", "t[0]@0") is Applied.UNKNOWN_STREAM
