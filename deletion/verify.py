@@ -13,7 +13,7 @@ from deletion.outcomes import Outcome, Verdict, stack_summary
 from deletion.ownership import LEDGER_TYPES, component_of
 from schemas.ledger import PendingDeleteLedgerInfo
 from segments.backup import EXPORT_COMPONENT
-from storage.chunks import ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
+from storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
 from storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
 from storage.metadata import ChunkRecord, MarkRecord, MarkState
 
@@ -57,7 +57,7 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {place.tier.name} copy")
     row = facts.rows.get(info.chunk_name)
     if row is None:
-        return _by_object(pending, facts)
+        return _by_object(pending, facts, place)
     mismatch = row_mismatch(info, row)
     if mismatch:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch)
@@ -74,8 +74,14 @@ def _unplaceable(info: PendingDeleteLedgerInfo, why: StorageError | None) -> Ver
     return error_verdict(why)
 
 
-def _by_object(pending: Pending, facts: Facts) -> Decision:
-    """No chunk row: the object's own tags must name the record's owner (PIP-186's metadata check)."""
+def _by_object(pending: Pending, facts: Facts, place: ChunkLocation) -> Decision:
+    """No chunk row: the object's own tags must name the record's owner (PIP-186's metadata check), and
+    the object must have been written as this very chunk of this binding and bucket.
+
+    An object written before bindings stamped what they wrote (:class:`~storage.chunks.WrittenAs`) is
+    refused like an untagged one: its tags cannot tell it from another object reached under this name,
+    so it is left for the audit to report rather than risk a live chunk's bytes.
+    """
     seen = facts.objects.get(pending.copy)
     if isinstance(seen, ChunkNotFoundError):
         return Verdict(Outcome.ALREADY_GONE, "no chunk row and no object")
@@ -87,7 +93,7 @@ def _by_object(pending: Pending, facts: Facts) -> Decision:
         # A segment's layout export is no chunk and never garbage; its tags name a segment like a
         # chunk's do, and its component maps to SEGMENT like any unknown one.
         return Verdict(Outcome.OWNERSHIP_MISMATCH, "the object is a layout export, not a chunk")
-    mismatch = tags_mismatch(pending.info, seen.tags)
+    mismatch = tags_mismatch(pending.info, seen.tags) or written_as_mismatch(pending.info, seen, place)
     return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch) if mismatch else Proceed.DELETE
 
 
@@ -135,6 +141,14 @@ def tags_mismatch(info: PendingDeleteLedgerInfo, tags: ChunkTags | None, check_s
     if info.owner_epoch is not None and tags.writer_epoch != info.owner_epoch:
         return f"writer epoch tag {tags.writer_epoch} != {info.owner_epoch}"
     return ""
+
+
+def written_as_mismatch(info: PendingDeleteLedgerInfo, seen: ChunkInfo, place: ChunkLocation) -> str:
+    """Why the object found for ``info`` is not the chunk it names, or ``""`` when it is."""
+    if seen.written_as is None:
+        return ("the object's tags do not name it (written before chunk names were tagged); "
+                "left for the audit")
+    return seen.written_as.mismatch(place.binding, place.bucket, info.chunk_name)
 
 
 def conclude(result: DeleteResult, was_present: bool, cleanup_error: StorageError | None) -> Verdict:

@@ -32,7 +32,7 @@ from segments.backup import LAYOUT_PREFIX
 from segments.garbage import PreparedMark
 from storage.base import BaseChunkStorage, StoredObject
 from storage.bindings import StorageBindings
-from storage.chunks import APPLICATION, ChunkLocation, ChunkStorage, ChunkTags
+from storage.chunks import APPLICATION, ChunkLocation, ChunkStorage, ChunkTags, WrittenAs
 from storage.errors import ChunkNotFoundError, InvalidChunkNameError, MetadataError, StorageError
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, MarkRecord, MetadataStore
@@ -337,10 +337,14 @@ def _check_copies(store: MetadataStore, binding: BaseChunkStorage, rows: list[Ch
         result.count(gone_copy(row, marks.get(row.mark_id) if row.mark_id else None, now, grace_s), row.name)
 
 
-def orphan_chunk(location: ChunkLocation, size: int, tags: ChunkTags | None) -> ChunkRecord | None:
+def orphan_chunk(location: ChunkLocation, size: int, tags: ChunkTags | None,
+                 written_as: WrittenAs | None = None) -> ChunkRecord | None:
     """The chunk record phase 1 builds an orphan's pending delete from: owner, segment and epoch from the
-    object's own ownership tags, which phase 2 checks again (there is no row). None without reclaim tags."""
+    object's own ownership tags, which phase 2 checks again (there is no row). None without reclaim tags,
+    or when the object was not written as this chunk (or before bindings stamped it): phase 2 refuses those."""
     if tags is None or tags.application != APPLICATION:
+        return None
+    if written_as is None or written_as.mismatch(location.binding, location.bucket, location.key):
         return None
     return ChunkRecord(name=location.key, segment=tags.segment, start_offset=0, length=size, tags=tags,
                        locations=(location,))
@@ -349,7 +353,7 @@ def orphan_chunk(location: ChunkLocation, size: int, tags: ChunkTags | None) -> 
 @dataclass
 class RepairReport:
     """What ``--repair`` did with the orphans: sent through phase 1, left (no readable reclaim ownership
-    tags, or a name no binding addresses), or not confirmed by the broker."""
+    tags, tags that do not name the object, or a name no binding addresses), or not confirmed by the broker."""
 
     limit: int = 20
     sent: Sample = field(init=False)
@@ -378,7 +382,8 @@ class OrphanRepair:
         chunks: list[ChunkRecord] = []
         for obj in orphans:
             try:
-                chunk = orphan_chunk(binding.location(obj.name), obj.size, binding.get_info(obj.name).tags)
+                info = binding.get_info(obj.name)
+                chunk = orphan_chunk(binding.location(obj.name), obj.size, info.tags, info.written_as)
             except ChunkNotFoundError:
                 continue  # deleted since it was listed
             except InvalidChunkNameError:

@@ -21,6 +21,7 @@ from storage.chunks import (
     DeleteOutcome,
     DeleteResult,
     Tier,
+    WrittenAs,
     validate_chunk_name,
 )
 from storage.errors import (
@@ -98,6 +99,14 @@ class BaseChunkStorage(ABC):
     def location(self, chunk_name: str) -> ChunkLocation:
         """Where ``chunk_name`` lives in this binding, as a metadata chunk record stores it."""
         return ChunkLocation(self._name, self._tier, self.bucket, self._valid(chunk_name))
+
+    def written_as(self, chunk_name: str) -> WrittenAs:
+        """What this binding stamps on the object it creates for ``chunk_name``, beside its ownership tags.
+
+        Stamped by the binding, not passed by callers, so every path that creates a chunk's object
+        names it, and tags copied from another chunk are re-stamped with the new object's own name.
+        """
+        return WrittenAs.of(self._name, self.bucket, chunk_name)
 
     def _valid(self, chunk_name: str) -> str:
         """``chunk_name`` if it is a valid name this binding can address, else InvalidChunkNameError; no I/O."""

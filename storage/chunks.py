@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,57 @@ class ChunkTags:
             return None
 
 
+def name_digest(chunk_name: str) -> str:
+    """The SHA-256 (hex) of a chunk name's UTF-8 bytes: how an object's stored identity names its chunk."""
+    return hashlib.sha256(chunk_name.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class WrittenAs:
+    """What a binding wrote an object as, stored with its ownership tags: binding, bucket and chunk name.
+
+    Every binding stamps it at create, whatever tags the caller passed, so an object answers for its own
+    name: one reached under another name (a case-folding or trimming filesystem, a changed key prefix),
+    or carrying metadata copied from another object, does not match the name a record gives it. The
+    name is kept as its digest, a fixed 64 characters, so the tags of any chunk that fits the S3 user
+    metadata limit without it still fit with it.
+    """
+
+    binding: str
+    bucket: str | None
+    chunk_sha256: str
+
+    @classmethod
+    def of(cls, binding: str, bucket: str | None, chunk_name: str) -> WrittenAs:
+        return cls(binding, bucket, name_digest(chunk_name))
+
+    def to_dict(self) -> dict[str, str]:
+        """String pairs stored beside :meth:`ChunkTags.to_dict`'s (no key in common)."""
+        pairs = {"chunk-sha256": self.chunk_sha256, "binding": self.binding}
+        if self.bucket is not None:
+            pairs["bucket"] = self.bucket
+        return pairs
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, str]) -> WrittenAs | None:
+        """Parse what :meth:`to_dict` wrote; None when absent (an object written before it existed)."""
+        digest, binding = raw.get("chunk-sha256"), raw.get("binding")
+        if not isinstance(digest, str) or not isinstance(binding, str):
+            return None
+        bucket = raw.get("bucket")
+        return cls(binding, bucket if isinstance(bucket, str) else None, digest)
+
+    def mismatch(self, binding: str, bucket: str | None, chunk_name: str) -> str:
+        """Why this object is not chunk ``chunk_name`` of ``binding``/``bucket``, or ``""`` when it is."""
+        if self.chunk_sha256 != name_digest(chunk_name):
+            return "the object was written under another chunk name"
+        if self.binding != binding:
+            return f"the object was written by storage binding {self.binding!r}, not {binding!r}"
+        if self.bucket != bucket:
+            return f"the object was written to bucket {self.bucket!r}, not {bucket!r}"
+        return ""
+
+
 @dataclass(frozen=True)
 class ChunkLocation:
     """One copy of a chunk: the binding that holds it, its tier, bucket (None for a filesystem) and key.
@@ -79,12 +131,14 @@ class ChunkHandle:
 
 @dataclass(frozen=True)
 class ChunkInfo:
-    """What ``get_info`` reports: the physical length and the ownership tags (None if missing)."""
+    """What ``get_info`` reports: the physical length, the ownership tags (None if missing) and what the
+    binding wrote the object as (None when missing: untagged, or written before bindings stamped it)."""
 
     name: str
     length: int
     tags: ChunkTags | None
     read_only: bool = False
+    written_as: WrittenAs | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Filesystem chunk binding (the embedded default): one file per chunk under a root directory.
 
 Layout under ``root``: ``chunks/<name>`` holds a chunk's bytes exactly as written, ``tags/<name>.json``
-its ownership tags (a sidecar file rather than an xattr, because tmpfs, overlay and network
-filesystems do not all keep user xattrs), and ``tmp/`` staging files on the same filesystem.
+its ownership tags and what it was written as (:class:`~storage.chunks.WrittenAs`; a sidecar file rather
+than an xattr, because tmpfs, overlay and network filesystems do not all keep user xattrs), and ``tmp/``
+staging files on the same filesystem.
 A chunk is created by staging its bytes, fsyncing them and hard-linking the staged file into place;
 ``link`` fails when the name exists, so creation is atomic and exclusive. The sidecar is written right
 after the link and removed right after the data file on delete, so it lives and dies with its chunk;
@@ -33,6 +34,7 @@ from storage.chunks import (
     DeleteOutcome,
     DeleteResult,
     Tier,
+    WrittenAs,
 )
 from storage.errors import (
     ChunkNotFoundError,
@@ -136,7 +138,8 @@ class FileSystemChunkStorage(BaseChunkStorage):
         raise StorageUnavailableError("chunk directory kept disappearing during create", chunk=final.name)
 
     def _write_tags(self, name: str, tags: ChunkTags) -> None:
-        staged = self._stage(json.dumps(tags.to_dict(), sort_keys=True).encode())
+        pairs = tags.to_dict() | self.written_as(name).to_dict()
+        staged = self._stage(json.dumps(pairs, sort_keys=True).encode())
         final = self.tags_path(name)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staged, final)
@@ -229,19 +232,20 @@ class FileSystemChunkStorage(BaseChunkStorage):
         """None: ``unlink`` already tells a missing chunk (ALREADY_GONE) from a deleted one."""
         return None
 
-    def _read_tags(self, name: str) -> ChunkTags | None:
+    def _read_tags(self, name: str) -> tuple[ChunkTags | None, WrittenAs | None]:
         try:
             raw = json.loads(self.tags_path(name).read_bytes())
         except (OSError, ValueError):
-            return None
-        return ChunkTags.from_dict(raw) if isinstance(raw, dict) else None
+            return None, None
+        return (ChunkTags.from_dict(raw), WrittenAs.from_dict(raw)) if isinstance(raw, dict) else (None, None)
 
     def _do_get_info(self, name: str) -> ChunkInfo:
         with self._os_errors(name):
             st = os.stat(self.data_path(name))
         if not stat.S_ISREG(st.st_mode):
             raise ChunkNotFoundError("not a chunk file", chunk=name)
-        return ChunkInfo(name, st.st_size, self._read_tags(name), read_only=not writable(st.st_mode))
+        tags, written_as = self._read_tags(name)
+        return ChunkInfo(name, st.st_size, tags, read_only=not writable(st.st_mode), written_as=written_as)
 
     def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
         with self._os_errors(name), open(self.data_path(name), "rb") as handle:

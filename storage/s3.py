@@ -30,6 +30,7 @@ from storage.chunks import (
     DeleteOutcome,
     DeleteResult,
     Tier,
+    WrittenAs,
     validate_chunk_name,
 )
 from storage.errors import (
@@ -181,12 +182,13 @@ class S3ChunkStorage(BaseChunkStorage):
         except BotoCoreError as exc:
             raise map_s3_error(exc, name) from exc
 
-    @staticmethod
-    def _metadata(tags: ChunkTags | None, name: str) -> dict[str, str]:
-        """The tags as user metadata; refused before any request when over S3's 2 KB limit."""
+    def _metadata(self, tags: ChunkTags | None, name: str) -> dict[str, str]:
+        """The tags and what the object is written as, as user metadata; refused before any request when
+        over S3's 2 KB limit."""
         if tags is None:
             return {}
-        metadata = {_META_PREFIX + key: quote(value, safe="") for key, value in tags.to_dict().items()}
+        pairs = tags.to_dict() | self.written_as(name).to_dict()
+        metadata = {_META_PREFIX + key: quote(value, safe="") for key, value in pairs.items()}
         # Counted as full ASCII header names plus values: the strictest reading of AWS's 2 KB rule.
         size = sum(len(_HEADER_PREFIX) + len(key) + len(value) for key, value in metadata.items())
         if size > MAX_METADATA_BYTES:
@@ -195,10 +197,10 @@ class S3ChunkStorage(BaseChunkStorage):
         return metadata
 
     @staticmethod
-    def _tags(metadata: dict[str, str]) -> ChunkTags | None:
+    def _tags(metadata: dict[str, str]) -> tuple[ChunkTags | None, WrittenAs | None]:
         raw = {key[len(_META_PREFIX):]: unquote(value) for key, value in metadata.items()
                if key.startswith(_META_PREFIX)}
-        return ChunkTags.from_dict(raw) if raw else None
+        return (ChunkTags.from_dict(raw), WrittenAs.from_dict(raw)) if raw else (None, None)
 
     def _missing_bucket(self) -> StorageMisconfiguredError:
         return StorageMisconfiguredError(
@@ -376,7 +378,8 @@ class S3ChunkStorage(BaseChunkStorage):
 
     def _do_get_info(self, name: str) -> ChunkInfo:
         head = self._head(name)
-        return ChunkInfo(name, int(head.get("ContentLength", 0)), self._tags(head.get("Metadata", {})))
+        tags, written_as = self._tags(head.get("Metadata", {}))
+        return ChunkInfo(name, int(head.get("ContentLength", 0)), tags, written_as=written_as)
 
     def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
         if length == 0:

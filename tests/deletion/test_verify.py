@@ -13,7 +13,7 @@ from deletion.verify import conclude, judge
 from schemas.ledger import ChunkLocation as RecordLocation
 from schemas.ledger import PendingDeleteLedgerInfo
 from segments.backup import EXPORT_COMPONENT
-from storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult, Tier
+from storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult, Tier, WrittenAs
 from storage.errors import (
     AccessDeniedError,
     ChunkNotFoundError,
@@ -30,6 +30,7 @@ SEGMENT = "scope/stream/0.#epoch.0"
 TAGS = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=1)
 NAME = f"{SEGMENT}.E-1-O-0.abc"
 PLACE = ChunkLocation("fs-tier2", Tier.TIER2, None, NAME)
+WRITTEN_AS = WrittenAs.of("fs-tier2", None, NAME)
 ROW = ChunkRecord(name=NAME, segment=SEGMENT, start_offset=0, length=16, tags=TAGS, locations=(PLACE,),
                   active=False, mark_id="m1", version=2)
 
@@ -81,13 +82,29 @@ def test_a_missing_bucket_is_fatal_never_already_gone() -> None:
 
 
 def test_no_row_judges_by_the_objects_own_tags() -> None:
-    mine = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, TAGS)})
+    mine = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, TAGS, written_as=WRITTEN_AS)})
     assert outcome(record(), mine) is Proceed.DELETE
     other = replace(TAGS, stream="scope/other")
-    theirs = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, other)})
+    theirs = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, other, written_as=WRITTEN_AS)})
     assert outcome(record(), theirs) is Outcome.OWNERSHIP_MISMATCH
     untagged = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, None)})
     assert outcome(record(), untagged) is Outcome.OWNERSHIP_MISMATCH
+
+
+@pytest.mark.parametrize(("written_as", "says"), [
+    # Tags copied from another object, or the same bytes reached under an aliasing name.
+    (WrittenAs.of("fs-tier2", None, NAME.upper()), "another chunk name"),
+    (WrittenAs.of("fs-tier2", None, "scope/stream/0.#epoch.0.E-1-O-0.abd"), "another chunk name"),
+    (WrittenAs.of("fs-other", None, NAME), "storage binding 'fs-other'"),
+    (WrittenAs.of("fs-tier2", "bucket", NAME), "bucket 'bucket'"),
+    # Written before bindings stamped their objects: refused, left for the audit.
+    (None, "written before chunk names were tagged"),
+])
+def test_no_row_needs_the_object_written_as_the_very_chunk_named(written_as: WrittenAs | None, says: str) -> None:
+    seen = facts(rows={}, objects={("fs-tier2", NAME): ChunkInfo(NAME, 16, TAGS, written_as=written_as)})
+    verdict = judge(Pending(record()), seen, POLICY)
+    assert isinstance(verdict, Verdict)
+    assert verdict.outcome is Outcome.OWNERSHIP_MISMATCH and says in verdict.reason
 
 
 def test_a_forged_record_never_deletes_a_layout_export() -> None:

@@ -29,12 +29,13 @@ from ops.exits import Unavailable
 from schemas.ledger import LedgerType
 from segments.garbage import PreparedMark
 from storage.base import StoredObject
-from storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier
+from storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier, WrittenAs
 from storage.filesystem import FileSystemChunkStorage
 from storage.metadata import ChunkRecord, MarkRecord, MarkState
 
 TAGS = ChunkTags(component="segment", stream="s/a", segment="s/a/0.#epoch.0", writer_epoch=3)
 FS = ChunkLocation("fs-tier2", Tier.TIER2, None, "s/a/0.#epoch.0.E-3-O-0.c")
+FS_WRITTEN_AS = WrittenAs.of("fs-tier2", None, FS.key)
 S3 = ChunkLocation("s3-tier2", Tier.TIER2, "bucket", "s/a/0.#epoch.0.E-3-O-0.c")
 NOW = 1_000_000.0
 
@@ -82,7 +83,7 @@ def test_a_location_is_unreachable_when_no_configured_binding_holds_it(tmp_path:
 
 
 def test_an_orphans_record_carries_its_tags_so_phase_2_accepts_it() -> None:
-    chunk = orphan_chunk(FS, 7, TAGS)
+    chunk = orphan_chunk(FS, 7, TAGS, FS_WRITTEN_AS)
     assert chunk is not None
     (record,) = pending_deletes(chunk, "mark", 1_000)
     assert (record.chunk_name, record.segment_name, record.topic_name, record.owner_epoch) == \
@@ -94,7 +95,16 @@ def test_an_orphans_record_carries_its_tags_so_phase_2_accepts_it() -> None:
 def test_an_object_without_reclaim_tags_gets_no_record() -> None:
     assert orphan_chunk(FS, 7, None) is None
     foreign = ChunkTags(component="segment", stream="s/a", segment="s/a/0", writer_epoch=1, application="other")
-    assert orphan_chunk(FS, 7, foreign) is None
+    assert orphan_chunk(FS, 7, foreign, FS_WRITTEN_AS) is None
+
+
+def test_an_object_whose_tags_do_not_name_it_gets_no_record() -> None:
+    # Phase 2 would refuse these records: an object from before bindings stamped their objects, one
+    # written under another name (copied tags, an aliasing name), by another binding or to another bucket.
+    assert orphan_chunk(FS, 7, TAGS) is None
+    assert orphan_chunk(FS, 7, TAGS, WrittenAs.of("fs-tier2", None, FS.key + "x")) is None
+    assert orphan_chunk(FS, 7, TAGS, WrittenAs.of("fs-other", None, FS.key)) is None
+    assert orphan_chunk(FS, 7, TAGS, WrittenAs.of("fs-tier2", "bucket", FS.key)) is None
 
 
 def test_samples_count_everything_and_keep_the_first_names() -> None:

@@ -91,21 +91,29 @@ def _tags(stream: str) -> ChunkTags:
 EMPTY_STREAM_METADATA = 154
 
 
+def _written_as_metadata(s3: S3ChunkStorage) -> int:
+    """What the binding adds: the chunk name's digest (31 + 64), its name (26 + n) and bucket (25 + n)."""
+    return 31 + 64 + 26 + len(s3.name) + 25 + len(s3.bucket or "")
+
+
 @pytest.mark.integration
 def test_s3_refuses_oversized_tags_and_keys_before_the_put(s3_endpoint: S3Endpoint, s3_bucket: str) -> None:
     s3 = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket, key_prefix=LONG_PREFIX))
     with pytest.raises(InvalidChunkNameError):
         s3.create_with_content(LONG_NAME, b"x", _tags("s"))
     # 800 'ë' are 1600 UTF-8 bytes, 4800 once percent-encoded: 4.8 KB of tags.
-    with pytest.raises(ChunkTagsTooLargeError, match="4954 bytes of S3 user metadata, over 2048") as info:
+    big = 4954 + _written_as_metadata(s3)
+    with pytest.raises(ChunkTagsTooLargeError, match=f"{big} bytes of S3 user metadata, over 2048") as info:
         s3.create_with_content("seg/big-tags", b"x", _tags("ë" * 800))
     assert not info.value.retryable
+    room = 2048 - EMPTY_STREAM_METADATA - _written_as_metadata(s3)
     with pytest.raises(ChunkTagsTooLargeError):
-        s3.create("seg/limit-plus-one", _tags("s" * (2048 - EMPTY_STREAM_METADATA + 1)))
-    s3.create_with_content("seg/at-limit", b"x", _tags("s" * (2048 - EMPTY_STREAM_METADATA)))
+        s3.create("seg/limit-plus-one", _tags("s" * (room + 1)))
+    s3.create_with_content("seg/at-limit", b"x", _tags("s" * room))
     listed = s3_client(s3_endpoint).list_objects_v2(Bucket=s3_bucket).get("Contents", [])
     assert [item["Key"] for item in listed] == [LONG_PREFIX + "seg/at-limit"], "nothing refused reached S3"
-    assert s3.get_info("seg/at-limit").tags == _tags("s" * (2048 - EMPTY_STREAM_METADATA))
+    assert s3.get_info("seg/at-limit").tags == _tags("s" * room)
+    assert s3.get_info("seg/at-limit").written_as == s3.written_as("seg/at-limit")
 
 
 @pytest.mark.integration
