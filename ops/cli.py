@@ -78,8 +78,14 @@ def _print_json(value: object) -> None:
 
 def cmd_local(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "up":
-        state = stack.up(settings)
-        print(f"kafka  bootstrap={state.bootstrap} pid={state.kafka_pid}")
+        state = stack.up(settings, secure=args.secure)
+        print(f"kafka  bootstrap={state.bootstrap} pid={state.kafka_pid}"
+              + (" SASL_SSL (SCRAM-SHA-512), ACLs enforced" if state.kafka_secure else
+                 " PLAINTEXT: no authentication, no ACLs (`reclaim local up --secure` for SASL_SSL)"))
+        if state.kafka_secure:
+            ca, admin = stack.secure_files(settings.state_dir)
+            print(f"       CA certificate: {ca}")
+            print(f"       admin (super user) client properties, password included: {admin} (mode 0600)")
         print(f"s3     endpoint={state.s3_url} bucket={state.s3_bucket} pid={state.s3_pid}")
     elif args.action == "down":
         stack.down(settings)
@@ -185,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     local = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 endpoint")
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("--json", action="store_true", help="status: print the report as JSON")
+    local.add_argument("--secure", action="store_true",
+                       help="up: run the broker with SASL_SSL (SCRAM-SHA-512), a CA of its own and ACLs enforced; "
+                            "the default stack is PLAINTEXT")
     _common(local)
     local.set_defaults(run=cmd_local)
 

@@ -51,7 +51,8 @@ def run_demo(settings: Settings, keep_stack: bool = False) -> int:
     say("== reclaim demo ==")
     state = stack.up(settings)
     try:
-        say(f"stack up: kafka {state.bootstrap}, s3 {state.s3_url} (bucket {state.s3_bucket})")
+        say(f"stack up: kafka {state.bootstrap} (PLAINTEXT: no authentication, no ACLs), s3 {state.s3_url} "
+            f"(bucket {state.s3_bucket})")
         bootstrap = stack.require_bootstrap(settings)
         for topic, outcome in create_topics(admin_client(bootstrap), topic_specs(settings)).items():
             say(f"  topic {topic}: {outcome}")

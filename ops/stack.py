@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
+from ops.kafka_security import ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
 from ops.procs import StackError, pid_runs, stop_pid
 from ops.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
 from ops.settings import Settings
@@ -16,6 +17,8 @@ from storage.filesystem import FileSystemChunkStorage
 
 log = logging.getLogger(__name__)
 STATE_FILE = "stack.json"
+#: Under the state directory: the secured broker's data, its CA and the admin's properties (``local up --secure``).
+SECURE_DIR = "kafka-secure"
 
 
 @dataclass
@@ -28,6 +31,8 @@ class StackState:
     s3_pid: int | None = None
     s3_url: str | None = None
     s3_bucket: str | None = None
+    kafka_secure: bool = False
+    """The broker ``up`` started is the secured one (SASL_SSL, ACLs): see :func:`secure_files`."""
 
     @property
     def bootstrap(self) -> str | None:
@@ -49,7 +54,7 @@ class StackState:
             raise _unreadable(path, "not a JSON object")
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         for key, value in fields.items():
-            wanted = str if key in ("s3_url", "s3_bucket") else int
+            wanted = str if key in ("s3_url", "s3_bucket") else bool if key == "kafka_secure" else int
             if value is not None and (type(value) is not wanted):
                 raise _unreadable(path, f"{key} is {value!r}")
         return cls(**fields)
@@ -69,7 +74,7 @@ def _kafka_ours(state: StackState, state_dir: Path) -> bool:
     stale state file may belong to another process by now, which reclaim must never signal)."""
     if not state.kafka_pid:
         return False
-    config = state_dir / "kafka" / "server.properties"
+    config = _kafka_dir(state_dir, state.kafka_secure) / "server.properties"
     return any(pid_runs(state.kafka_pid, "kafka.Kafka", path) for path in {str(config), str(config.resolve())})
 
 
@@ -80,8 +85,28 @@ def _s3_ours(state: StackState) -> bool:
     return pid_runs(state.s3_pid, "moto.server", state.s3_url.rpartition(":")[2])
 
 
+def _kafka_dir(state_dir: Path, secure: bool) -> Path:
+    return state_dir / SECURE_DIR / "kafka" if secure else state_dir / "kafka"
+
+
+def secure_files(state_dir: Path) -> tuple[Path, Path]:
+    """The secured local broker's CA certificate and the admin's librdkafka properties file (mode 0600)."""
+    return state_dir / SECURE_DIR / "tls" / "ca.crt", state_dir / SECURE_DIR / ADMIN_PROPERTIES
+
+
+def _admin_properties(state: StackState, state_dir: Path) -> dict[str, str] | None:
+    """How ``up``'s broker is asked whether it answers: as the admin when it is the secured one."""
+    if not state.kafka_secure:
+        return None
+    _, properties = secure_files(state_dir)
+    found = read_properties(properties) if properties.exists() else {}
+    found.pop("bootstrap.servers", None)
+    return found
+
+
 def _kafka_running(state: StackState, state_dir: Path) -> bool:
-    return bool(_kafka_ours(state, state_dir) and state.bootstrap and broker_answers(state.bootstrap))
+    return bool(_kafka_ours(state, state_dir) and state.bootstrap
+                and broker_answers(state.bootstrap, properties=_admin_properties(state, state_dir)))
 
 
 def _s3_running(state: StackState) -> bool:
@@ -89,9 +114,17 @@ def _s3_running(state: StackState) -> bool:
     return bool(_s3_ours(state) and state.s3_url and answers(state.s3_url))
 
 
-def up(settings: Settings) -> StackState:
-    """Start whatever of the stack is not running; idempotent."""
+def up(settings: Settings, secure: bool = False) -> StackState:
+    """Start whatever of the stack is not running; idempotent.
+
+    With ``secure``, the broker is the secured one (SASL_SSL with SCRAM-SHA-512, the StandardAuthorizer,
+    nothing allowed that no ACL grants), its data, CA and admin credentials under ``<state-dir>/kafka-secure``.
+    """
     state = StackState.load(settings.state_dir)
+    if _kafka_running(state, settings.state_dir) and state.kafka_secure != secure:
+        running, asked = ("secured", "PLAINTEXT") if state.kafka_secure else ("PLAINTEXT", "secured")
+        raise StackError(f"the local Kafka broker runs {running}, not {asked}: run `reclaim local down`, then "
+                         f"`reclaim local up{' --secure' if secure else ''}`")
     # A server of ours that runs but does not answer is not replaced: a second one would be left untracked
     # (or, for the broker, fail on the same data directory), and the first would hang whoever uses it.
     stuck = []
@@ -107,8 +140,10 @@ def up(settings: Settings) -> StackState:
         if state.kafka_client_port and state.kafka_controller_port:
             previous = BrokerPorts(state.kafka_client_port, state.kafka_controller_port)
         ports = choose_ports(previous)
-        proc = start_broker(settings.state_dir / "kafka", settings.cache_dir, ports)
+        security: BrokerSecurity | None = prepare(settings.state_dir / SECURE_DIR, ports.bootstrap) if secure else None
+        proc = start_broker(_kafka_dir(settings.state_dir, secure), settings.cache_dir, ports, security=security)
         state.kafka_pid, state.kafka_client_port, state.kafka_controller_port = proc.pid, ports.client, ports.controller
+        state.kafka_secure = secure
         state.save(settings.state_dir)
         log.info("kafka broker started: pid=%s bootstrap=%s", proc.pid, ports.bootstrap)
     if not _s3_running(state):
@@ -144,9 +179,13 @@ def down(settings: Settings) -> StackState:
 def status(settings: Settings) -> dict[str, dict[str, Any]]:
     """Bootstrap address, pid and health of each local server."""
     state = StackState.load(settings.state_dir)
+    kafka: dict[str, Any] = {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
+                             "healthy": _kafka_running(state, settings.state_dir)}
+    if state.kafka_secure:
+        ca, admin = secure_files(settings.state_dir)
+        kafka.update({"security": "SASL_SSL", "ca": str(ca), "admin_properties": str(admin)})
     return {
-        "kafka": {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
-                  "healthy": _kafka_running(state, settings.state_dir)},
+        "kafka": kafka,
         "s3": {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
                "healthy": _s3_running(state)},
     }

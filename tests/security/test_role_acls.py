@@ -1,0 +1,268 @@
+"""Each role's principal, granted with ``acls apply`` on the secured broker, does what its processes do and
+is refused by the broker outside its ACLs.
+
+What a role must be able to do is written out here from the code that runs as it (not taken from the
+plan), so a grant missing from the plan fails a test as surely as one too many.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from ops.acls import RETENTION_ENDS_GROUP, ROLES, Names, apply, plan
+from ops.dlq import READER_GROUP
+from ops.kafka_security import SecureBroker
+from ops.settings import Settings
+from ops.topics import create_topics, describe_topics, dlq_replayed_topic, topic_specs
+from producers.config import quiet_logger
+from producers.topics import TopicNames
+
+pytestmark = pytest.mark.integration
+
+DENIED = {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+          KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+_QUIET = quiet_logger("tests.security")
+
+
+@dataclass(frozen=True)
+class Granted:
+    """Reclaim's topics under a fresh prefix, seeded with one record each, and a principal per role."""
+
+    names: Names
+    principals: dict[str, dict[str, str]]
+    admin: AdminClient
+
+    @property
+    def topics(self) -> TopicNames:
+        return self.names.topics
+
+
+def _wait_for_acls(admin: AdminClient, principal: str, count: int, timeout_s: float = 15.0) -> None:
+    """Until the broker's authorizer holds ``count`` ACLs of ``principal`` (ACLs are metadata: a moment late)."""
+    wanted = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal,  # type: ignore[arg-type]
+                              None, AclOperation.ANY, AclPermissionType.ANY)  # type: ignore[arg-type]
+    deadline = time.monotonic() + timeout_s
+    while len(admin.describe_acls(wanted).result(timeout=10)) < count:
+        assert time.monotonic() < deadline, f"{principal}'s ACLs did not arrive"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def granted(secure_kafka: SecureBroker) -> Granted:
+    tag = uuid.uuid4().hex[:8]
+    settings = Settings(topic_prefix=f"acl-{tag}.", retry_delays=(1, 2), partitions=1, group_id=f"workers-{tag}",
+                        truncation_group_id=f"appliers-{tag}")
+    admin = AdminClient({**secure_kafka.admin_properties(), "logger": _QUIET})
+    create_topics(admin, topic_specs(settings))
+    seed = Producer({**secure_kafka.admin_properties(), "logger": _QUIET})
+    for spec in topic_specs(settings):
+        seed.produce(spec.name, key=b"seed", value=b"seed")
+    assert seed.flush(15) == 0
+    names = Names.from_settings(settings)
+    principals: dict[str, dict[str, str]] = {}
+    for role in ROLES:
+        principal = f"User:{role}-{tag}"
+        principals[role] = secure_kafka.create_user(f"{role}-{tag}")
+        grants = plan(role, names)
+        assert set(apply(admin, principal, grants).values()) == {"created"}
+        _wait_for_acls(admin, principal, len(grants))
+        assert set(apply(admin, principal, grants).values()) == {"exists"}  # idempotent
+    return Granted(names, principals, admin)
+
+
+def produce(props: dict[str, str], topic: str) -> KafkaError | None:
+    """The delivery error of one record an idempotent producer sends to ``topic`` (None: delivered)."""
+    producer = Producer({**props, "enable.idempotence": True, "acks": "all", "logger": _QUIET,
+                         "message.timeout.ms": 10000})
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, key=b"k", value=b"v", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(15)
+    assert outcome, f"no delivery report for {topic}"
+    return outcome[0]
+
+
+def consume(props: dict[str, str], topics: list[str], group: str, timeout_s: float = 20.0) -> set[str] | KafkaError:
+    """Join ``group`` on ``topics`` and read a record of each, committing; the topics read, or the first error."""
+    consumer = Consumer({**props, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "logger": _QUIET})
+    consumer.subscribe(topics)
+    read: set[str] = set()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while read != set(topics) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                return msg.error()
+            read.add(msg.topic())
+            consumer.commit(msg, asynchronous=False)
+        return read
+    finally:
+        consumer.close()
+
+
+def assign_read(props: dict[str, str], topic: str, group: str) -> tuple[int, list[KafkaError]]:
+    """Read ``topic``'s partition 0 by assignment with ``group`` as its id (no join, no commit), as reclaim's DLQ
+    reader and the retention job's end-offset probe do: the records read and the errors met."""
+    consumer = Consumer({**props, "group.id": group, "enable.auto.commit": False, "logger": _QUIET})
+    errors: list[KafkaError] = []
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        started, read = time.monotonic(), 0
+        # at least a second (a group error comes from the coordinator lookup, after the fetch may have begun)
+        while time.monotonic() - started < 5 and (read < high - low or time.monotonic() - started < 1):
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                errors.append(msg.error())
+            else:
+                read += 1
+        return read, errors
+    finally:
+        consumer.close()
+
+
+def refused(outcome: object) -> bool:
+    return isinstance(outcome, KafkaError) and outcome.code() in DENIED
+
+
+def _future_error(run: Callable[[], Any]) -> KafkaError | None:
+    try:
+        run()
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        return error
+    return None
+
+
+def test_controller(granted: Granted) -> None:
+    props, t = granted.principals["controller"], granted.topics
+    for topic in (t.deletion, t.stream_topology, t.stream_cuts, t.stream_config):
+        assert produce(props, topic) is None, topic
+    for topic in (t.truncation, t.subscriber_cuts, t.dlq, t.retry_topics[0]):
+        assert refused(produce(props, topic)), topic
+    assert refused(consume(props, [t.deletion], granted.names.group_id))
+
+
+def test_worker(granted: Granted) -> None:
+    props, t, group = granted.principals["worker"], granted.topics, granted.names.group_id
+    assert consume(props, list(t.deletion_inputs), group) == set(t.deletion_inputs)
+    for topic in (*t.retry_topics, t.dlq):
+        assert produce(props, topic) is None, topic
+    configs = [ConfigResource(ResourceType.TOPIC, topic) for topic in (*t.deletion_inputs, t.dlq)]
+    admin = granted_admin(props)  # held while its futures run
+    for future in admin.describe_configs(configs).values():
+        assert "cleanup.policy" in future.result(timeout=10)
+    # A worker cannot make pending deletes, truncations or cuts, read another group's topics or join it.
+    for topic in (t.deletion, t.truncation, t.subscriber_cuts):
+        assert refused(produce(props, topic)), topic
+    assert refused(consume(props, [t.truncation], group))
+    assert refused(consume(props, [t.deletion], granted.names.truncation_group_id))
+
+
+def test_truncation_applier(granted: Granted) -> None:
+    props, t = granted.principals["truncation-applier"], granted.topics
+    assert consume(props, [t.truncation], granted.names.truncation_group_id) == {t.truncation}
+    for topic in (t.deletion, t.stream_topology, t.stream_cuts):
+        assert produce(props, topic) is None, topic
+    for topic in (t.truncation, t.stream_config, t.subscriber_cuts, t.dlq):
+        assert refused(produce(props, topic)), topic
+    assert refused(consume(props, [t.truncation], granted.names.group_id))
+
+
+def test_retention_job(granted: Granted) -> None:
+    props, t = granted.principals["retention-job"], granted.topics
+    inputs = [t.stream_topology, t.stream_config, t.subscribers, t.subscriber_cuts, t.stream_cuts]
+    spark_group = f"spark-kafka-source-{uuid.uuid4()}-driver-0"
+    assert consume(props, inputs, spark_group) == set(inputs)
+    for topic in (t.truncation, t.retention_rejects):
+        assert produce(props, topic) is None, topic
+    read, errors = assign_read(props, t.stream_cuts, RETENTION_ENDS_GROUP)
+    assert read >= 1 and not errors
+    for topic in (t.deletion, t.stream_config, t.subscriber_cuts, t.stream_cuts):
+        assert refused(produce(props, topic)), topic
+    assert refused(consume(props, [t.truncation], spark_group))
+    assert refused(consume(props, inputs, granted.names.group_id))
+
+
+def test_subscriber(granted: Granted) -> None:
+    props, t = granted.principals["subscriber"], granted.topics
+    for topic in (t.subscribers, t.subscriber_cuts):
+        assert produce(props, topic) is None, topic
+    for topic in (t.stream_config, t.stream_cuts, t.truncation, t.deletion, t.stream_topology):
+        assert refused(produce(props, topic)), topic
+    assert refused(consume(props, [t.subscriber_cuts], f"subscriber-{uuid.uuid4().hex[:6]}"))
+
+
+def test_operator(granted: Granted) -> None:
+    props, t = granted.principals["operator"], granted.topics
+    replayed = dlq_replayed_topic(t)
+    for topic in (t.dlq, replayed):
+        read, errors = assign_read(props, topic, READER_GROUP)
+        assert read >= 1 and not errors, (topic, errors)
+    for topic in (t.deletion, replayed):
+        assert produce(props, topic) is None, topic
+    admin = granted_admin(props)
+    purge = admin.delete_records([TopicPartition(t.dlq, 0, 1)])
+    assert next(iter(purge.values())).result(timeout=10).low_watermark == 1
+    committed = Consumer({**props, "group.id": granted.names.group_id, "logger": _QUIET})
+    try:  # deletions inflight: the workers' committed offsets, read without joining
+        assert committed.committed([TopicPartition(t.deletion, 0)], timeout=10)
+    finally:
+        committed.close()
+    # Dead letters cannot be forged, nor the deletion topic purged, nor a truncation sent.
+    for topic in (t.dlq, t.truncation, t.retry_topics[0]):
+        assert refused(produce(props, topic)), topic
+    refusal = _future_error(lambda: next(iter(admin.delete_records([TopicPartition(t.deletion, 0, 1)]).values()))
+                            .result(timeout=10))
+    assert refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert refused(consume(props, [t.dlq], READER_GROUP))  # DESCRIBE on its group is no right to join it
+
+
+def test_admin_role_creates_and_configures_its_prefix_only(granted: Granted) -> None:
+    props = granted.principals["admin"]
+    admin = granted_admin(props)
+    prefix = granted.names.prefix
+    # its prefix's topics exist already (made by the super user): creating again is "exists", describing works
+    specs = topic_specs(Settings(topic_prefix=prefix, retry_delays=(1, 2), partitions=1))
+    assert set(create_topics(admin, specs).values()) == {"exists"}
+    assert all(row["exists"] for row in describe_topics(admin, specs))
+    extra = topic_specs(Settings(topic_prefix=prefix, retry_delays=(1, 2, 3), partitions=1))
+    assert create_topics(admin, extra)[f"{prefix}ledger-deletion.retry-3s"] == "created"  # a new retry tier
+    alter = ConfigResource(ResourceType.TOPIC, granted.topics.truncation, incremental_configs=[
+        ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([alter]).values():
+        future.result(timeout=10)
+    assert produce(props, granted.topics.truncation) is None
+    # Outside its prefix, and on the cluster, it is refused.
+    with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED|authoriz"):
+        create_topics(admin, topic_specs(Settings(topic_prefix=f"other-{uuid.uuid4().hex[:6]}.", partitions=1)))
+    grants = plan("worker", granted.names)
+    with pytest.raises(KafkaException) as caught:
+        apply(admin, "User:someone", grants)
+    assert caught.value.args[0].code() in DENIED
+
+
+def granted_admin(props: dict[str, str]) -> AdminClient:
+    return AdminClient({**props, "logger": _QUIET})
