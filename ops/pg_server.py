@@ -9,7 +9,9 @@ Debian's package is used rather than a wheel that ships a server: it is the buil
 kept patched by Debian, and the machines reclaim is tested on reach Debian's packages. PostgreSQL
 refuses to run as root, so as root the server runs as the package's ``postgres`` user. Given a ``host``,
 :func:`start` listens on that address instead of loopback and takes password logins from every subnet
-the host is on (a host of :mod:`ops.netns`, with reclaim processes on other hosts).
+the host is on (a host of :mod:`ops.netns`, with reclaim processes on other hosts). With ``tls`` (``start
+--tls``) it serves TLS (``ssl=on``) with a certificate of a throwaway CA (:mod:`ops.certs`) made in its
+directory, and its URLs verify it: ``sslmode=verify-full&sslrootcert=<its CA>``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import ipaddress
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from ops.procs import StackError, free_port, pid_alive, spawn, stop_on_signals, stop_pid, wait_until
 
@@ -67,18 +71,26 @@ def install() -> Path:
 
 @dataclass(frozen=True)
 class PostgresServer:
-    """A running server: its process, data directory and the URL of its ``reclaim`` database."""
+    """A running server: its process, data directory and the URL of its ``reclaim`` database.
+
+    ``ca_path`` is the certificate of the CA that signed the server's own when it serves TLS, else None.
+    """
 
     pid: int
     data_dir: Path
     port: int
     password: str
     host: str = "127.0.0.1"
+    ca_path: Path | None = None
 
     def url(self, database: str = DATABASE, *, schema: str | None = None) -> str:
-        """A ``postgresql://`` URL of ``database``; with ``schema``, one whose tables live in that schema."""
-        options = f"?options=-csearch_path%3D{schema}" if schema else ""
-        return f"postgresql://{USER}:{self.password}@{self.host}:{self.port}/{database}{options}"
+        """A ``postgresql://`` URL of ``database``; with ``schema``, one whose tables live in that schema.
+        A server that serves TLS gets URLs that require it and verify its certificate and host name."""
+        query = [f"options=-csearch_path%3D{schema}"] if schema else []
+        if self.ca_path is not None:
+            query += ["sslmode=verify-full", f"sslrootcert={quote(str(self.ca_path), safe='/')}"]
+        tail = f"?{'&'.join(query)}" if query else ""
+        return f"postgresql://{USER}:{self.password}@{self.host}:{self.port}/{database}{tail}"
 
     def stop(self, *, remove: bool = False) -> None:
         """Stop the server (a fast shutdown: clients are disconnected, not waited for); with ``remove``,
@@ -106,7 +118,7 @@ def _owned(path: Path) -> None:
 
 
 def start(work: Path | None = None, *, port: int | None = None, timeout: float = 60.0,
-          host: str = "127.0.0.1") -> PostgresServer:
+          host: str = "127.0.0.1", tls: bool = False) -> PostgresServer:
     """Make a cluster in a fresh directory (under ``work``, else the system's temporary one), start it
     on ``host``:``port`` (a free port when None; loopback only unless ``host`` says otherwise), and make
     the ``reclaim`` database.
@@ -114,7 +126,8 @@ def start(work: Path | None = None, *, port: int | None = None, timeout: float =
     The cluster is the tests' own: password authentication for ``reclaim`` over TCP (from loopback, and
     from the subnets of ``host`` when that is not loopback), no Unix socket, and ``fsync`` off (a killed
     server's writes are in the page cache all the same; only a machine that loses power would lose them,
-    which no test does).
+    which no test does). With ``tls`` it serves TLS too (clients choose: its URLs require it), with a
+    certificate for ``host`` issued by a CA made in the cluster's directory (see :func:`_enable_tls`).
     """
     programs = install()
     base = Path(tempfile.mkdtemp(prefix="reclaim-pg-", dir=work))
@@ -130,9 +143,10 @@ def start(work: Path | None = None, *, port: int | None = None, timeout: float =
     if not ipaddress.ip_address(host).is_loopback:
         with open(data_dir / "pg_hba.conf", "a") as hba:
             hba.write("host all all samenet scram-sha-256\n")
+    ca_path = _enable_tls(base, data_dir, host) if tls else None
     (base / "postgres.log").touch()
     _owned(base / "postgres.log")
-    server = _launch(programs, data_dir, port or free_port(host), password, timeout, host)
+    server = _launch(programs, data_dir, port or free_port(host), password, timeout, host, ca_path)
     try:
         _create_database(server)
     except BaseException:
@@ -143,16 +157,41 @@ def start(work: Path | None = None, *, port: int | None = None, timeout: float =
 
 def restart(server: PostgresServer, *, timeout: float = 60.0) -> PostgresServer:
     """Start ``server``'s cluster again (after a stop or a kill) on the same port; the new process."""
-    return _launch(install(), server.data_dir, server.port, server.password, timeout, server.host)
+    return _launch(install(), server.data_dir, server.port, server.password, timeout, server.host,
+                   server.ca_path)
+
+
+def _enable_tls(base: Path, data_dir: Path, host: str) -> Path:
+    """Make a CA in ``base/tls``, issue the server a certificate for ``host`` (and loopback's names), and
+    turn ``ssl`` on in the cluster's ``postgresql.conf`` (so a restart keeps it); the CA's certificate.
+
+    PostgreSQL refuses a private key that others may read or that it does not own (root's may be 0640):
+    the key is the server account's, mode 0600.
+    """
+    from ops.certs import make_ca
+
+    ca = make_ca(base / "tls", name="reclaim test PostgreSQL CA")
+    issued = ca.issue("postgres", hosts=tuple(dict.fromkeys((host, "127.0.0.1", "localhost"))), client=False)
+    for path in (issued.cert_path, issued.key_path):
+        _owned(path)
+    settings = {"ssl": "on", "ssl_cert_file": str(issued.cert_path), "ssl_key_file": str(issued.key_path)}
+    with open(data_dir / "postgresql.conf", "a") as conf:
+        conf.writelines(f"{name} = {_quoted(value)}\n" for name, value in settings.items())
+    return ca.cert_path
+
+
+def _quoted(value: str) -> str:
+    """A ``postgresql.conf`` string value."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _launch(programs: Path, data_dir: Path, port: int, password: str, timeout: float,
-            host: str = "127.0.0.1") -> PostgresServer:
+            host: str = "127.0.0.1", ca_path: Path | None = None) -> PostgresServer:
     log = data_dir.parent / "postgres.log"
     proc = spawn([str(programs / "postgres"), "-D", str(data_dir), "-p", str(port), "-h", host, "-k", "",
                   "-c", "fsync=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB"],
                  log, user=_runs_as())
-    server = PostgresServer(proc.pid, data_dir, port, password, host)
+    server = PostgresServer(proc.pid, data_dir, port, password, host, ca_path)
     try:
         wait_until(lambda: _accepts(server), timeout, "PostgreSQL", proc, log)
     except StackError:
@@ -191,12 +230,14 @@ def create_schema(url: str, schema: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("command", choices=["install", "start"])
+    parser.add_argument("--tls", action="store_true",
+                        help="serve TLS with a certificate of a CA made for it (the printed URL verifies it)")
     args = parser.parse_args()
     if args.command == "install":
         print(install())
         return
-    server = start()
-    print(f"export RECLAIM_METADATA_URL={server.url()}", flush=True)
+    server = start(tls=args.tls)
+    print(f"export RECLAIM_METADATA_URL={shlex.quote(server.url())}", flush=True)
     stop = stop_on_signals("stopping PostgreSQL")
     try:
         while pid_alive(server.pid) and not stop.wait(1.0):

@@ -217,13 +217,33 @@ def _socket_options(url: str) -> dict[str, int]:
 
 
 def _probe(url: str, where: str, timeout: float) -> None:
-    """One connection first, so that a refused connection or a wrong password fails at once, saying so
-    (a pool would retry it until its timeout and then say only that it timed out)."""
+    """One connection first, so that a refused connection, a wrong password or a server certificate that
+    does not verify fails at once, saying so (a pool would retry it until its timeout and then say only
+    that it timed out)."""
     try:
         options = {**_socket_options(url), "connect_timeout": max(1, round(timeout))}
         psycopg.connect(make_conninfo(url, **options)).close()
     except psycopg.Error as exc:
-        raise MetadataUnavailableError(f"cannot reach PostgreSQL at {where}: {_first_line(exc)}") from exc
+        raise MetadataUnavailableError(f"cannot reach PostgreSQL at {where}{_tls_said(url, exc)}: "
+                                       f"{_first_line(exc)}") from exc
+
+
+#: What libpq says when TLS, not the server or the password, stopped the connection.
+_TLS_FAILURES = ("SSL error", "certificate", "SSL was required", "does not support SSL", "sslmode", "sslrootcert")
+
+
+def _tls_said(url: str, exc: BaseException) -> str:
+    """For a connection TLS refused, the URL's TLS settings (``sslmode``, ``sslrootcert``) to name in its
+    error, so that a wrong CA reads as one; else ``""``. The settings hold no secret."""
+    text = str(exc)
+    if not any(marker in text for marker in _TLS_FAILURES):
+        return ""
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return ""
+    said = ", ".join(f"{name}={given[name]}" for name in ("sslmode", "sslrootcert") if given.get(name))
+    return f" over TLS ({said or 'sslmode=prefer, the default'})"
 
 
 def _first_line(exc: BaseException) -> str:
