@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from confluent_kafka import KafkaException
 
-from ops import config_file, preflight, stack
+from ops import client_security, config_file, preflight, stack
 from ops.exits import EXIT_CODES_HELP, CommandError, ExitCode, UsageError
 from ops.logs import configure_logging
 from ops.procs import StackError
@@ -29,6 +29,11 @@ RECLAIM_TOPIC_PREFIX, RECLAIM_S3_ENDPOINT, RECLAIM_S3_BUCKET) and a key <name> i
 (--config, RECLAIM_CONFIG; e.g. bootstrap = "host:9092", retry_delays = [10, 60, 600]).
 Precedence: flag, then environment, then config file, then default. The global options (-v, -q,
 --log-format, --config) go before or after the command.
+Kafka client properties (librdkafka's, for every client): the file's [kafka] table or RECLAIM_KAFKA_<PROP>,
+upper case with _ for . and __ for _ (RECLAIM_KAFKA_SECURITY_PROTOCOL=SASL_SSL); a secret from a file
+with <name>.file (RECLAIM_KAFKA_SASL_PASSWORD_FILE). S3 without RECLAIM_S3_ACCESS_KEY uses boto3's
+credential chain (AWS_PROFILE, AWS_ACCESS_KEY_ID, web identity, instance role); RECLAIM_S3_ENDPOINT=aws
+is AWS S3 itself. `reclaim config show` masks every secret.
 
 {EXIT_CODES_HELP}
 """
@@ -161,15 +166,21 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     values = {name: (str(value) if isinstance(value, Path) else value) for name, value in asdict(settings).items()}
-    values["s3_secret_key"] = "********"
-    if settings.metadata_url:
-        values["metadata_url"] = redact_password(settings.metadata_url)
+    for secret in ("s3_secret_key", "s3_session_token", "schema_registry_basic_auth"):
+        if values[secret]:
+            values[secret] = "********"
+    for url in ("metadata_url", "schema_registry_url"):
+        if values[url]:
+            values[url] = redact_password(values[url])
+    kafka = client_security.shown_kafka_properties()
     if args.json:
-        _print_json(values)
+        _print_json({**values, "kafka": kafka})
     else:
         for name, value in values.items():
             shown = ",".join(map(str, value)) if isinstance(value, tuple | list) else value
             print(f"{name} = {shown}")
+        for name, value in kafka.items():
+            print(f"kafka.{name} = {value}")
     return 0
 
 
@@ -309,6 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"RECLAIM_LOG_FORMAT must be text or json, got {log_format!r}")
         configure_logging(verbose=args.verbose, quiet=args.quiet, json_lines=log_format == "json")
         settings = settings_from(args)
+        client_security.install_kafka_properties(settings)  # before any Kafka client is built
+        client_security.registry_connection(settings)  # its secret file read, or one line now
         run: Command = args.run
         return run(args, settings)
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from ops import preflight, runtime
+from ops import client_security, preflight, runtime
 from ops.exits import Unavailable, UsageError
 from ops.procs import stop_on_signals
 from ops.settings import Settings
@@ -118,11 +118,14 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
     from retention.spark_io import RetentionTopics
     from retention.spark_job import RetentionJobConfig
 
+    registry_url, registry_config = client_security.registry_connection(settings)
     return RetentionJobConfig(
-        bootstrap=preflight.bootstrap(settings), topics=RetentionTopics.from_names(runtime.topic_names(settings)),
+        bootstrap=client_security.spark_bootstrap(preflight.bootstrap(settings)),
+        topics=RetentionTopics.from_names(runtime.topic_names(settings)),
         checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
-        reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=settings.schema_registry_url,
-        state_buckets=settings.state_buckets)
+        reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=registry_url,
+        registry_config=tuple(sorted(registry_config.items())), state_buckets=settings.state_buckets,
+        kafka_options=client_security.spark_kafka_options())
 
 
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:

@@ -9,9 +9,9 @@ from pathlib import Path
 from consumers.deletion_worker import DeletionWorker, WorkerConfig
 from deletion.executor import DeletionExecutor
 from deletion.mark import LedgerDeletionService
-from ops import stack
+from ops import client_security, stack
 from ops.exits import Unavailable
-from ops.settings import Settings
+from ops.settings import AWS_S3, Settings
 from producers.pending_deletes import KafkaPendingDeletePublisher
 from producers.producer import RecordProducer
 from producers.topics import TopicNames
@@ -21,7 +21,7 @@ from security.signing import AuthMode, RecordSigner, RecordVerifier
 from storage.bindings import StorageBindings
 from storage.errors import MetadataError
 from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
+from storage.s3 import S3ChunkStorage, S3Settings
 from storage.sql_store import SQLMetadataStore, is_postgres_url, open_metadata_store
 
 log = logging.getLogger(__name__)
@@ -45,14 +45,30 @@ def metadata_store(settings: Settings, *, create: bool = True) -> SQLMetadataSto
                           "RECLAIM_METADATA_PATH (or --state-dir); only writers create the store") from exc
 
 
+def s3_settings(settings: Settings) -> S3Settings | None:
+    """The S3 tier-2 binding's settings when one is configured, else None.
+
+    ``RECLAIM_S3_ENDPOINT`` (a URL, or ``aws`` for AWS S3 in ``s3_region``) with the configured
+    credentials, or boto3's credential chain when no access key is set; else the endpoint the local
+    stack's state names (whether or not it answers right now), with the local stack's own keys.
+    """
+    if settings.s3_endpoint:
+        binding = S3Settings(
+            bucket=settings.s3_bucket, endpoint_url=None if settings.s3_endpoint == AWS_S3 else settings.s3_endpoint,
+            access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
+            session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style)
+    else:
+        endpoint = stack.configured_s3(settings)
+        if endpoint is None:
+            return None
+        binding = endpoint.binding_settings(settings.s3_bucket)
+    return replace(binding, count_missing=settings.s3_count_missing)
+
+
 def s3_binding(settings: Settings) -> S3ChunkStorage | None:
-    """The S3 tier-2 binding when one is configured: ``RECLAIM_S3_ENDPOINT``, else the endpoint the local
-    stack's state names (whether or not it answers right now), else None."""
-    endpoint = stack.configured_s3(settings)
-    if endpoint is None:
-        return None
-    binding_settings = replace(endpoint.binding_settings(settings.s3_bucket), count_missing=settings.s3_count_missing)
-    return S3ChunkStorage(binding_settings, name="s3-tier2")
+    """The S3 tier-2 binding when one is configured (see :func:`s3_settings`), else None."""
+    binding = s3_settings(settings)
+    return None if binding is None else S3ChunkStorage(binding, name="s3-tier2")
 
 
 def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBindings:
@@ -74,7 +90,10 @@ def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBind
 
 
 def codec(settings: Settings) -> RecordCodec:
-    return build_codec(settings.schema_registry_url)
+    """Single-object encoding, or the Confluent wire format through the configured registry (its
+    credentials and CA from the settings, never in the URL the client keeps)."""
+    url, registry_config = client_security.registry_connection(settings)
+    return build_codec(url, registry_config=registry_config)
 
 
 def keyring(settings: Settings) -> Keyring | None:

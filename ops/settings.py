@@ -19,6 +19,9 @@ MAX_COMMIT_INTERVAL_MS = 86_400_000
 
 RECORD_AUTH_MODES = ("enforce", "rollout", "off")
 
+AWS_S3 = "aws"
+"""The ``s3_endpoint`` that means AWS S3 itself: no endpoint URL, the region's endpoint chosen by boto3."""
+
 METADATA_URL_HELP = ("a metadata store shared by hosts: postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
                      "(RECLAIM_METADATA_URL; wins over --metadata-path)")
 
@@ -45,11 +48,18 @@ class Settings:
     retry_delays: tuple[int, ...] = DEFAULT_RETRY_DELAYS
     s3_endpoint: str | None = None
     s3_bucket: str = "reclaim-tier2"
-    s3_access_key: str = "reclaim"
-    s3_secret_key: str = "reclaim-secret"
+    # No access key: boto3's credential chain (profile, environment, web identity, instance role).
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    s3_session_token: str | None = None
     s3_region: str = "us-east-1"
+    # None: path-style for an endpoint URL, virtual-hosted on AWS S3.
+    s3_path_style: bool | None = None
     s3_count_missing: bool = True
     schema_registry_url: str | None = None
+    schema_registry_basic_auth: str | None = None
+    schema_registry_basic_auth_file: Path | None = None
+    schema_registry_ca_location: Path | None = None
     # The metadata store: a SQLite file (``metadata_path``, default ``<state_dir>/metadata.db``) or, for
     # processes on several hosts, a PostgreSQL database (``metadata_url``, which wins when set).
     metadata_path: Path | None = None
@@ -144,9 +154,18 @@ class Settings:
             if not getattr(self, name).strip():  # librdkafka aborts the process on an empty group.id
                 raise ValueError(f"{name} must not be empty")
         endpoint = urlsplit(self.s3_endpoint or "")
-        if self.s3_endpoint and (endpoint.scheme not in ("http", "https") or not endpoint.hostname):
+        if self.s3_endpoint and self.s3_endpoint != AWS_S3 and (endpoint.scheme not in ("http", "https")
+                                                                or not endpoint.hostname):
             # botocore's own refusal came only at the first request, after a logged traceback.
-            raise ValueError(f"s3_endpoint must be an http:// or https:// URL with a host, got {self.s3_endpoint!r}")
+            raise ValueError(f"s3_endpoint must be an http:// or https:// URL with a host, or {AWS_S3!r} for AWS S3, "
+                             f"got {self.s3_endpoint!r}")
+        if bool(self.s3_access_key) != bool(self.s3_secret_key):
+            raise ValueError("s3_access_key and s3_secret_key go together (leave both out for boto3's credential "
+                             "chain: AWS_PROFILE, AWS_ACCESS_KEY_ID, web identity, instance role)")
+        if self.s3_session_token and not self.s3_access_key:
+            raise ValueError("s3_session_token needs s3_access_key and s3_secret_key")
+        if self.schema_registry_basic_auth and self.schema_registry_basic_auth_file:
+            raise ValueError("schema_registry_basic_auth and schema_registry_basic_auth_file are both set: keep one")
         if self.principal is not None and not self.principal.strip():
             # An empty --principal would stand for the OS user, who may be an admin the caller is not.
             raise ValueError("principal must not be empty (leave it out for the OS user)")
@@ -169,8 +188,10 @@ class Settings:
 
 
 def redact_password(url: str) -> str:
-    """``url`` with the password of its user part masked (``postgresql://u:********@host/db``)."""
-    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)[^@]*@", r"\1********@", url)
+    """``url`` with the password of its user part masked (``postgresql://u:********@host/db``); each URL
+    of a comma-separated list (a Schema Registry's) too."""
+    return ",".join(re.sub(r"^(\s*[a-z][a-z0-9+.-]*://[^:/@]*:)[^@]*@", r"\1********@", part)
+                    for part in url.split(","))
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}

@@ -12,7 +12,7 @@ from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_br
 from ops.kafka_security import ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
 from ops.procs import StackError, pid_runs, stop_pid
 from ops.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
-from ops.settings import Settings
+from ops.settings import AWS_S3, Settings
 from storage.filesystem import FileSystemChunkStorage
 
 log = logging.getLogger(__name__)
@@ -212,10 +212,14 @@ def configured_s3(settings: Settings) -> S3Endpoint | None:
 
 
 def require_s3(settings: Settings) -> S3Endpoint:
-    """The S3 endpoint to use: the configured one, else the local stack's running endpoint."""
+    """The S3 endpoint to use: the configured one with the configured credentials (none: boto3's chain),
+    else the local stack's running endpoint with the local stack's keys."""
+    if settings.s3_endpoint == AWS_S3:
+        raise StackError(f"s3_endpoint {AWS_S3!r} is AWS S3 itself: this needs an endpoint URL")
     if settings.s3_endpoint:
         return S3Endpoint(url=settings.s3_endpoint, access_key=settings.s3_access_key,
-                          secret_key=settings.s3_secret_key, region=settings.s3_region)
+                          secret_key=settings.s3_secret_key, session_token=settings.s3_session_token,
+                          region=settings.s3_region)
     state = StackState.load(settings.state_dir)
     if not _s3_running(state) or state.s3_url is None:
         raise StackError("no S3 endpoint: set RECLAIM_S3_ENDPOINT, or run `reclaim local up`")

@@ -79,9 +79,9 @@ class RetentionTopics:
 
 
 @functools.lru_cache(maxsize=4)
-def cached_codec(registry_url: str | None) -> RecordCodec:
+def cached_codec(registry_url: str | None, registry_config: tuple[tuple[str, str], ...] = ()) -> RecordCodec:
     """One codec per executor process and registry: building one parses every schema."""
-    return build_codec(registry_url)
+    return build_codec(registry_url, registry_config=dict(registry_config) if registry_url else None)
 
 
 def input_columns(topics: RetentionTopics, buckets: int) -> list[str]:

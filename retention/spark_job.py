@@ -62,9 +62,12 @@ class RetentionJobConfig:
     reevaluate_ms: int = 30_000
     once: bool = False
     registry_url: str | None = None
+    registry_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """The registry client's settings (basic auth, CA), as pairs: executors key their codec cache on them."""
     state_buckets: int = DEFAULT_BUCKETS
     query_name: str = QUERY_NAME
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
+    kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The Java client's settings (security), each given as ``kafka.<name>``; may hold secrets."""
 
     def __post_init__(self) -> None:
         if self.trigger_interval_s <= 0 or self.reevaluate_ms <= 0 or self.state_buckets <= 0:
@@ -96,7 +99,7 @@ def retention_outputs(inputs: DataFrame, config: RetentionJobConfig) -> DataFram
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    step = stream_retention_step(config.topics, config.registry_url, config.reevaluate_ms)
+    step = stream_retention_step(config.topics, config.registry_url, config.reevaluate_ms, config.registry_config)
     return (
         inputs.groupBy("bucket")
         .applyInPandasWithState(step, OUTPUT_ROWS, STATE_ROWS, "update", GroupStateTimeout.ProcessingTimeTimeout)

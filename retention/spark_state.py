@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 StatefulFunction = Callable[[tuple[Any, ...], Iterable[pd.DataFrame], "GroupState"], Iterator[pd.DataFrame]]
 
 
-def stream_retention_step(topics: RetentionTopics, registry_url: str | None, reevaluate_ms: int) -> StatefulFunction:
+def stream_retention_step(topics: RetentionTopics, registry_url: str | None, reevaluate_ms: int,
+                          registry_config: tuple[tuple[str, str], ...] = ()) -> StatefulFunction:
     """The function ``applyInPandasWithState`` calls per state bucket (the key) with its streams' rows.
 
     Rows without a key arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept
@@ -55,7 +56,7 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
 
     def step(key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: GroupState,
              _fix: StateOffsetsFix = fix) -> Iterator[pd.DataFrame]:
-        codec = cached_codec(registry_url)
+        codec = cached_codec(registry_url, registry_config)
         now_ms = int(state.getCurrentProcessingTimeMs())
         if key[0] is None or key[0] == UNDECODABLE_BUCKET:
             rows = [reject_row(codec, topics, undecodable(row, _no_key(codec, topics, row), now_ms))

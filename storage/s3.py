@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -63,15 +63,22 @@ _INVALID_KEY = {"KeyTooLongError", "XMinioInvalidObjectName", "XMinioInvalidReso
 
 @dataclass(frozen=True)
 class S3Settings:
-    """Plain settings of an S3 binding: where it answers, the credentials and the bucket."""
+    """Plain settings of an S3 binding: where it answers, the credentials and the bucket.
+
+    No ``endpoint_url`` is AWS S3 in ``region``. No ``access_key`` is boto3's credential chain
+    (``AWS_PROFILE`` and the shared files, ``AWS_ACCESS_KEY_ID`` with ``AWS_SESSION_TOKEN``, web
+    identity, container and instance roles), resolved when the client is built.
+    """
 
     bucket: str
     endpoint_url: str | None = None
     access_key: str | None = None
-    secret_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
     region: str = "us-east-1"
     key_prefix: str = ""
-    path_style: bool = True
+    path_style: bool | None = None
+    """None: path-style addressing for an ``endpoint_url`` (local and S3-compatible servers), virtual-hosted on AWS."""
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     max_attempts: int = 3
@@ -138,11 +145,17 @@ class S3ChunkStorage(BaseChunkStorage):
 
     def _build_client(self) -> Any:
         s = self._settings
-        return boto3.client(
-            "s3", endpoint_url=s.endpoint_url, aws_access_key_id=s.access_key,
-            aws_secret_access_key=s.secret_key, region_name=s.region,
+        path_style = s.endpoint_url is not None if s.path_style is None else s.path_style
+        keys = {} if s.access_key is None else {
+            "aws_access_key_id": s.access_key, "aws_secret_access_key": s.secret_key,
+            "aws_session_token": s.session_token}
+        # boto3's default session resolves the credential chain once per process: a session of its
+        # own reads the environment (AWS_PROFILE, a refreshed token file) as it is now.
+        client = boto3.client if keys else boto3.Session().client
+        return client(
+            "s3", endpoint_url=s.endpoint_url, region_name=s.region, **keys,
             config=Config(
-                s3={"addressing_style": "path" if s.path_style else "auto"},
+                s3={"addressing_style": "path" if path_style else "virtual"},
                 connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
                 retries={"mode": "standard", "max_attempts": s.max_attempts},
                 # Every key and tag is checked against S3's limits before a request; botocore's own
