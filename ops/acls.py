@@ -214,5 +214,10 @@ def apply(admin: Any, principal: str, grants: list[Grant], timeout_s: float = 30
         if isinstance(error, KafkaError) and error.code() == KafkaError.SECURITY_DISABLED:
             raise Unavailable("the broker has no authorizer (authorizer.class.name): it has no ACLs to apply") \
                 from exc
+        if isinstance(error, KafkaError) and error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            # The broker's own message is a dump of the Java request; the error's name says it all.
+            raise Unavailable("the broker refused to describe or create ACLs (CLUSTER_AUTHORIZATION_FAILED): "
+                              "acls apply must connect as a principal allowed DESCRIBE and ALTER on the cluster, "
+                              "e.g. a super user") from exc
         raise
     return outcome
