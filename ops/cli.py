@@ -274,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_acls(sub, _common)
 
+    from ops.keys_cli import register as register_keys
+
+    register_keys(sub, _common)
+
     config = sub.add_parser("config", help="show the settings in effect (flags, environment, config file, defaults)")
     config.add_argument("action", choices=["show"])
     config.add_argument("--json", action="store_true", help="print the settings as JSON")
@@ -292,7 +296,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "consumers", "batch_size", "poll_timeout_s", "delete_parallelism",
              "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "metadata_url", "fs_root",
-             "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "principal")
+             "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "keyring")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = _retry_delays(args.retry_delays)

@@ -16,7 +16,7 @@ from producers.pending_deletes import KafkaPendingDeletePublisher
 from producers.producer import RecordProducer
 from producers.topics import TopicNames
 from schemas.codec import RecordCodec, build_codec
-from security.keyring import Keyring, load_keyring
+from security.keyring import Algorithm, Keyring, load_keyring
 from security.signing import AuthMode, RecordSigner, RecordVerifier
 from storage.bindings import StorageBindings
 from storage.errors import MetadataError
@@ -112,7 +112,8 @@ def record_verifier(settings: Settings) -> RecordVerifier | None:
     return RecordVerifier(keys, AuthMode(settings.record_auth or AuthMode.ENFORCE.value))
 
 
-def record_signer(settings: Settings, role: str, subject: str | None = None) -> RecordSigner | None:
+def record_signer(settings: Settings, role: str, subject: str | None = None,
+                  prefer: Algorithm | None = None) -> RecordSigner | None:
     """What signs the records this process writes as ``role``: None without a keyring; a keyring without
     a key for the role is a :class:`~security.errors.SigningError` (one line), unless record_auth is
     off or in rollout, where the records go unsigned."""
@@ -122,7 +123,7 @@ def record_signer(settings: Settings, role: str, subject: str | None = None) -> 
     if keys.signing_key(role, subject) is None and settings.record_auth in ("off", "rollout"):
         log.warning("the keyring has no key for role %s: its records go unsigned", role)
         return None
-    return RecordSigner(keys, role, subject)
+    return RecordSigner(keys, role, subject, prefer)
 
 
 def deletion_service(settings: Settings, store: SQLMetadataStore,
@@ -131,7 +132,7 @@ def deletion_service(settings: Settings, store: SQLMetadataStore,
     with the controller's key when there is a keyring."""
     topics = topic_names(settings)
     publisher = KafkaPendingDeletePublisher(producer, codec(settings), topics.deletion,
-                                            signer=record_signer(settings, "controller"))
+                                            signer=record_signer(settings, "controller", prefer=Algorithm.HMAC_SHA256))
     return LedgerDeletionService(store, publisher, commit_within_s=settings.mark_timeout_s / 2)
 
 

@@ -82,8 +82,6 @@ class Settings:
     truncation_group_id: str = "reclaim-truncation"
     record_every_s: float = 60.0
     stream_binding: str = "fs-tier2"
-    principal: str | None = None
-    admin_principals: str = ""
     # Authenticated records: the keyring file this process signs with and verifies by, and whether an
     # unsigned record is refused (enforce, the default with a keyring), accepted while signing is rolled
     # out (rollout), or nothing is verified (off, the default without a keyring).
@@ -166,9 +164,6 @@ class Settings:
             raise ValueError("s3_session_token needs s3_access_key and s3_secret_key")
         if self.schema_registry_basic_auth and self.schema_registry_basic_auth_file:
             raise ValueError("schema_registry_basic_auth and schema_registry_basic_auth_file are both set: keep one")
-        if self.principal is not None and not self.principal.strip():
-            # An empty --principal would stand for the OS user, who may be an admin the caller is not.
-            raise ValueError("principal must not be empty (leave it out for the OS user)")
         if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):
             raise ValueError(f"retry_delays must be whole seconds >= 1, e.g. 10,60,600; got {self.retry_delays}")
         if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):
@@ -180,11 +175,6 @@ class Settings:
             raise ValueError(f"record_auth={self.record_auth} needs a keyring (RECLAIM_KEYRING, a keyring file)")
         if not math.isfinite(self.record_every_s) or self.record_every_s < 0:
             raise ValueError(f"record_every_s must be a number of seconds >= 0, got {self.record_every_s}")
-
-    @property
-    def admins(self) -> frozenset[str]:
-        """The principals allowed to truncate streams by hand (``RECLAIM_ADMIN_PRINCIPALS``, comma-separated)."""
-        return frozenset(part.strip() for part in self.admin_principals.split(",") if part.strip())
 
 
 def redact_password(url: str) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from consumers.truncation_applier import ApplierConfig, TruncationApplier
 from ops import preflight, runtime
@@ -17,16 +17,13 @@ from ops.retention_recorder import RetentionRecorder
 from ops.settings import METADATA_URL_HELP, Settings
 from producers.subscribers import SubscriberClient
 from retention.policy import check_policy
-from schemas.base import LONG_MAX
-from schemas.errors import ReclaimError
-from schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut
+from schemas.base import LONG_MAX, millis_now
+from schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
+from security.signing import RecordSigner
 from segments.ids import split_stream
+from segments.streams import StreamController
 
 log = logging.getLogger(__name__)
-
-
-class NotAdminError(ReclaimError):
-    """A principal that is not an admin asked to truncate a stream by hand (PDP-47: admins only)."""
 
 
 def parse_cut(text: str | None) -> StreamCut:
@@ -64,12 +61,19 @@ def policy_from(args: argparse.Namespace) -> RetentionPolicy:
     return policy
 
 
-def require_admin(settings: Settings) -> str:
-    principal = settings.principal or getpass.getuser()
-    if principal not in settings.admins:
-        raise NotAdminError(f"principal {principal!r} may not truncate streams by hand; admins are named in "
-                            "RECLAIM_ADMIN_PRINCIPALS")
-    return principal
+def admin_signer(settings: Settings) -> RecordSigner | None:
+    """The admin's key, the credential behind a manual truncation or a policy: a keyring without one is a
+    refusal (one line). None when record authentication is off, where the metadata store's own
+    credentials are all that stands behind the command."""
+    signer = runtime.record_signer(settings, "admin")
+    if signer is None:
+        log.warning("record authentication is off (no keyring): nothing but access to the metadata store "
+                    "authorizes this")
+    return signer
+
+
+def signed_by(signer: RecordSigner | None) -> str:
+    return "record authentication off" if signer is None else f"admin/{signer.key.id}"
 
 
 def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
@@ -82,11 +86,13 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
         split_stream(args.stream)  # a bad name is refused before the broker or the store is touched
     if args.action == "create" and args.segments < 1:
         raise UsageError(f"--segments must be at least 1, got {args.segments}")
+    # Before anything is opened: a refusal changes nothing.
     if args.action == "set-policy":
-        policy = policy_from(args)  # before anything is opened: a refusal changes nothing
+        policy = policy_from(args)
     if args.action == "truncate":
-        principal = require_admin(settings)  # before anything is opened: a refusal changes nothing
         cut = parse_cut(args.cut)
+    if args.action in ("set-policy", "truncate"):
+        admin = admin_signer(settings)
     with stream_controller(settings) as (controller, publisher):
         if args.action == "create":
             scope, _, name = args.stream.partition("/")
@@ -94,7 +100,7 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
             print(f"stream {args.stream} created with {args.segments} segment(s)")
         elif args.action == "set-policy":
             controller.set_policy(args.stream, policy)
-            SubscriberClient(publisher, runtime.topic_names(settings)).set_policy(args.stream, policy)
+            SubscriberClient(publisher.signed_by(admin), runtime.topic_names(settings)).set_policy(args.stream, policy)
             print(f"stream {args.stream}: policy {policy.to_avro()}")
         elif args.action == "cut":
             tail, size = controller.tail_cut(args.stream)
@@ -110,11 +116,39 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
                 raise Unavailable(f"{len(recorder.skipped)} stream(s) not recorded, e.g. {first}: {why}")
             if not recorded:
                 print("no stream with a retention policy: nothing recorded")
+        elif args.action == "history":
+            print_history(controller, args.stream, as_json=args.json)
+        elif args.publish:
+            topic = runtime.topic_names(settings).truncation
+            event = TruncationEvent(args.stream, cut, TruncationReason.MANUAL, millis_now(),
+                                    controller.get_stream(args.stream).policy)
+            publisher.signed_by(admin).publish(topic, event, args.stream)
+            print(f"stream {args.stream}: truncation published on {topic} signed by {signed_by(admin)}; the "
+                  "truncation applier applies it")
         else:
-            done = controller.truncate(args.stream, cut)
-            log.info("manual truncation by %s stream=%s applied=%s", principal, args.stream, done)
+            source = f"reclaim streams truncate at {datetime.now(UTC).isoformat(timespec='milliseconds')}"
+            done = controller.truncate_journaled(args.stream, cut, source=source, reason="MANUAL",
+                                                 signer=signed_by(admin))
+            log.info("manual truncation signed by %s stream=%s applied=%s", signed_by(admin), args.stream, done)
             print(f"stream {args.stream}: {'truncated' if done else 'already at or past that cut: nothing to do'}")
     return 0
+
+
+def print_history(controller: StreamController, stream: str, *, as_json: bool) -> None:
+    """The stream's truncation journal: when, why, signed by whom, at which cut, from which record."""
+    entries = controller.journal(stream)
+    rows = [{"recorded_at": datetime.fromtimestamp(e.recorded_at, UTC).isoformat(timespec="seconds"),
+             "reason": e.reason, "signer": e.signer, "cut": {str(s): o for s, o in e.cut}, "source": e.source,
+             "state": e.state.value} for e in entries]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        print(f"stream {stream}: no truncation applied")
+    for row in rows:
+        applying = "" if row["state"] == "applied" else " (applying: interrupted, applied when read again)"
+        print(f"{row['recorded_at']}  {row['reason']:11}  signer={row['signer']}  cut={json.dumps(row['cut'])}  "
+              f"from {row['source']}{applying}")
 
 
 def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
@@ -128,7 +162,8 @@ def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
     with stream_controller(settings) as (controller, publisher):
         config = ApplierConfig(address, topics.truncation, settings.truncation_group_id,
                                poll_timeout_s=settings.poll_timeout_s)
-        applier = TruncationApplier(config, controller, runtime.codec(settings))
+        applier = TruncationApplier(config, controller, runtime.codec(settings),
+                                    verifier=runtime.record_verifier(settings))
         tick: Callable[[], object] | None = None
         if settings.record_every_s > 0:
             period_ms = int(settings.record_every_s * 1000)
@@ -146,9 +181,12 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
         description="create: a stream over N segments. set-policy: store and publish a retention policy "
                     "(--type none|time|size|consumption; --min/--max in ms for time limits, bytes for size limits). "
                     "cut: the stream's tail cut, size and head as JSON. record: record every stream's cut now "
-                    "(the retention recorder's work, once). truncate: truncate at --cut, idempotent, only for a "
-                    "principal named in RECLAIM_ADMIN_PRINCIPALS (--principal, default the OS user).")
-    streams.add_argument("action", choices=["create", "set-policy", "cut", "record", "truncate"])
+                    "(the retention recorder's work, once). truncate: truncate at --cut, idempotent, signed with "
+                    "the admin key of the keyring (RECLAIM_KEYRING) and kept in the stream's journal; with "
+                    "--publish, sent as a signed event for the truncation applier instead. history: the "
+                    "stream's truncation journal (every truncation applied, its reason and signer). set-policy "
+                    "also needs the admin key.")
+    streams.add_argument("action", choices=["create", "set-policy", "cut", "record", "truncate", "history"])
     streams.add_argument("stream", nargs="?", default="", help="the stream, 'scope/name'")
     streams.add_argument("--segments", type=int, default=1, help="create: initial segments (default 1)")
     streams.add_argument("--type", default="none", choices=["none", "time", "size", "consumption"],
@@ -157,7 +195,9 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     streams.add_argument("--min", type=int, help="set-policy: keep at least this much (ms or bytes)")
     streams.add_argument("--max", type=int, help="set-policy: keep at most this much (ms or bytes)")
     streams.add_argument("--cut", help="truncate: JSON object of segment id to offset, as 'cut' prints it")
-    streams.add_argument("--principal", help="who asks (RECLAIM_PRINCIPAL; default the OS user)")
+    streams.add_argument("--publish", action="store_true",
+                         help="truncate: publish the signed event on the truncation topic instead of applying it")
+    streams.add_argument("--json", action="store_true", help="history: as JSON")
     streams.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
     streams.add_argument("--metadata-url", help=METADATA_URL_HELP)
     streams.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")

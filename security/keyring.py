@@ -17,7 +17,10 @@ A keyring file lists keys as ``[[key]]`` tables::
     public = "base64..."           # 32 bytes; a signer's file has ``private`` (the 32-byte seed) instead
 
 A key with a secret or private half can sign; every key can verify. Several keys of one role may be
-active at once (rotation): a signer signs with the last active one listed that it can sign with.
+active at once (rotation): a signer signs with the last active one listed that it can sign with. The
+controller signs pending deletes with an hmac-sha256 key when it has one (the worker verifies every
+record, so the cheaper check; see the README's Security section) and everything else with an ed25519
+key, so that the retention job, which verifies topologies and recorded cuts, holds no secret of it.
 """
 
 from __future__ import annotations
@@ -165,13 +168,16 @@ class Keyring:
     def get(self, key_id: str) -> Key | None:
         return self._keys.get(key_id)
 
-    def signing_key(self, role: str, subject: str | None = None) -> Key | None:
-        """The key ``role`` (for ``subject``) signs with now, or None when this keyring has none."""
-        found = None
+    def signing_key(self, role: str, subject: str | None = None, prefer: Algorithm | None = None) -> Key | None:
+        """The key ``role`` (for ``subject``) signs with now: the last active one listed, of the ``prefer``
+        algorithm when it has one; None when this keyring has none."""
+        found: dict[Algorithm, Key] = {}
         for key in self._keys.values():
             if key.role == role and key.can_sign and (subject is None or key.subject == subject):
-                found = key
-        return found
+                found[key.algorithm] = key
+        if prefer is not None and prefer in found:
+            return found[prefer]
+        return found.get(Algorithm.ED25519) or found.get(Algorithm.HMAC_SHA256)
 
     def ed25519_signer(self, key_id: str) -> Ed25519PrivateKey:
         return self._signers[key_id]

@@ -157,8 +157,9 @@ def _signature(headers: RawHeaders) -> tuple[str, bytes] | Rejection | None:
 class RecordSigner:
     """Signs the records one role (or one subscriber) writes, with its keyring's current key for it."""
 
-    def __init__(self, keyring: Keyring, role: str, subject: str | None = None) -> None:
-        key = keyring.signing_key(role, subject)
+    def __init__(self, keyring: Keyring, role: str, subject: str | None = None,
+                 prefer: Algorithm | None = None) -> None:
+        key = keyring.signing_key(role, subject, prefer)
         if key is None:
             who = f"subscriber {subject!r}" if subject else f"role {role!r}"
             raise SigningError(f"the keyring has no active key to sign with for {who}")

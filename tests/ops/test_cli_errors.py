@@ -3,7 +3,6 @@ failure, global options anywhere, the config file's precedence, and nothing crea
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import socket
@@ -87,9 +86,13 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
     (["config", "show"], {"RECLAIM_LOG_FORMAT": "xml"}, "RECLAIM_LOG_FORMAT must be text or json, got 'xml'"),
     (["config", "show"], {"RECLAIM_S3_ENDPOINT": "notaurl"}, "s3_endpoint must be an http:// or https:// URL"),
     (["config", "show"], {"RECLAIM_S3_ENDPOINT": "http://"}, "s3_endpoint must be an http:// or https:// URL"),
-    # An empty --principal stood for the OS user, who may be an admin.
-    (["streams", "truncate", "scope/s", "--cut", '{"0": 1}', "--principal", ""],
-     {"RECLAIM_ADMIN_PRINCIPALS": getpass.getuser()}, "principal must not be empty"),
+    (["config", "show"], {"RECLAIM_RECORD_AUTH": "strict"}, "record_auth must be one of enforce, rollout, off"),
+    (["config", "show"], {"RECLAIM_RECORD_AUTH": "enforce"}, "record_auth=enforce needs a keyring"),
+    (["keys", "new", "--role", "root", "--id", "k", "--keyring", "k.toml"], {}, "--role must be one of"),
+    (["keys", "new", "--role", "admin", "--keyring", "k.toml"], {}, "keys new needs --id"),
+    (["keys", "new", "--role", "subscriber", "--id", "k", "--keyring", "k.toml"], {}, "--subject names the subscriber"),
+    (["keys", "new", "--role", "admin", "--id", "a b", "--keyring", "k.toml"], {}, "key id 'a b' must be"),
+    (["keys", "list"], {}, "keys needs a keyring file"),
 ])
 def test_a_bad_setting_value_is_one_line_and_exit_64(tmp_path: Path, args: list[str], env: dict[str, str],
                                                     message: str) -> None:

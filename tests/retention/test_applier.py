@@ -35,6 +35,7 @@ def cut(a: int, b: int) -> StreamCut:
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[StreamController]:
     with orders_stream(tmp_path) as controller:
+        controller.set_policy(STREAM, POLICY)  # the events below are consumption truncations
         yield controller
 
 
@@ -75,9 +76,17 @@ def cli_env(bootstrap: str, tmp_path: Path, prefix: str, **extra: str) -> dict[s
     return env
 
 
-def test_manual_truncation_is_for_admins_only_and_idempotent(kafka_bootstrap: str, tmp_path: Path,
-                                                             unique_name: Callable[[str], str]) -> None:
-    env = cli_env(kafka_bootstrap, tmp_path, unique_name("t") + ".", RECLAIM_ADMIN_PRINCIPALS="alice")
+def test_manual_truncation_needs_the_admin_key_is_idempotent_and_journaled(
+        kafka_bootstrap: str, tmp_path: Path, unique_name: Callable[[str], str]) -> None:
+    admin_keys, other_keys = tmp_path / "admin.toml", tmp_path / "operator.toml"
+    env = cli_env(kafka_bootstrap, tmp_path, unique_name("t") + ".", RECLAIM_KEYRING=str(admin_keys))
+    for keyring, roles in ((admin_keys, ("controller", "admin")), (other_keys, ("controller", "operator"))):
+        for role in roles:
+            run_reclaim("keys", "new", "--role", role, "--id", f"{role}-1", "--keyring", str(keyring), env=env,
+                        check=True)
+    # Claims grant nothing: neither these variables nor the OS user.
+    claims = dict(env, RECLAIM_KEYRING=str(other_keys), RECLAIM_PRINCIPAL="alice", RECLAIM_ADMIN_PRINCIPALS="alice",
+                  LOGNAME="alice")
     run_reclaim("topics", "create", env=env, check=True)
     run_reclaim("streams", "create", STREAM, "--segments", "2", env=env, check=True)
     policy = run_reclaim("streams", "set-policy", STREAM, "--type", "size", env=env)
@@ -92,18 +101,21 @@ def test_manual_truncation_is_for_admins_only_and_idempotent(kafka_bootstrap: st
     shown = json.loads(run_reclaim("streams", "cut", STREAM, env=env, check=True).stdout)
     assert shown["cut"] == {"0": 30, str(1): 30} and shown["size"] == 60 and shown["head"] == {}
     wanted = json.dumps({"0": 12, "1": 7})
-    refused = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, "--principal", "bob", env=env)
+    refused = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, env=claims)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
-        "reclaim: error: principal 'bob' may not truncate streams by hand; admins are named in "
-        "RECLAIM_ADMIN_PRINCIPALS"]
+        "reclaim: error: the keyring has no active key to sign with for role 'admin'"]
     assert writer.head(STREAM) == StreamCut()
-    done = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, "--principal", "alice", env=env, check=True)
+    done = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, env=env, check=True)
     assert "truncated" in done.stdout
-    again = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, "--principal", "alice", env=env, check=True)
+    again = run_reclaim("streams", "truncate", STREAM, "--cut", wanted, env=env, check=True)
     assert "nothing to do" in again.stdout
     assert writer.head(STREAM) == cut(12, 7)
     assert writer.read_all(f"{STREAM}/0.#epoch.0") == b"y" * 18
-    bad = run_reclaim("streams", "truncate", STREAM, "--cut", "[1, 2]", "--principal", "alice", env=env)
+    [entry] = json.loads(run_reclaim("streams", "history", STREAM, "--json", env=env, check=True).stdout)
+    assert (entry["reason"], entry["signer"], entry["cut"], entry["state"]) == \
+        ("MANUAL", "admin/admin-1", {"0": 12, "1": 7}, "applied")
+    assert entry["source"].startswith("reclaim streams truncate at ")
+    bad = run_reclaim("streams", "truncate", STREAM, "--cut", "[1, 2]", env=env)
     assert bad.returncode == 64 and "--cut must be a JSON object" in bad.stderr
     writer.close()
     store.close()
