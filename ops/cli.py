@@ -65,7 +65,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path, help="downloaded Kafka jars (default ~/.cache/reclaim)")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
     parser.add_argument("--topic-prefix", help="prefix of every topic name (default 'reclaim.')")
-    parser.add_argument("--s3-endpoint", help="S3 endpoint URL (default: the local stack's endpoint)")
+    parser.add_argument("--s3-endpoint", help="S3 endpoint URL, or 'aws' for AWS S3 itself (default: the local "
+                        "stack's endpoint)")
     parser.add_argument("--s3-bucket", help="tier-2 bucket (default reclaim-tier2)")
     _globals(parser, top=False)
 
