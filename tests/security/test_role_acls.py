@@ -8,10 +8,13 @@ plan), so a grant missing from the plan fails a test as surely as one too many.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,8 +37,10 @@ from ops.exits import Unavailable
 from ops.kafka_security import SecureBroker
 from ops.settings import Settings
 from ops.topics import create_topics, describe_topics, dlq_replayed_topic, topic_specs
+from producers.client_properties import variable_name
 from producers.config import quiet_logger
 from producers.topics import TopicNames
+from tests.cli import run_reclaim
 
 pytestmark = pytest.mark.integration
 
@@ -289,3 +294,31 @@ def test_cli_apply_creates_then_finds_and_a_refusal_is_one_line_exit_2(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("reclaim: error: ") and "CLUSTER_AUTHORIZATION_FAILED" in err
+
+
+def _reclaim_as(props: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``reclaim <args>`` as a user runs it against the secured broker: the principal's client properties as
+    ``RECLAIM_KAFKA_*`` variables, its password from a file (mode 0600), no broker of the local stack."""
+    password = tmp_path / f"{props['sasl.username']}.password"
+    password.write_text(props["sasl.password"] + "\n")
+    password.chmod(0o600)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_")}
+    env.update({variable_name(name): value for name, value in props.items()
+                if name not in ("bootstrap.servers", "sasl.password")})
+    env.update({variable_name("sasl.password.file"): str(password), "RECLAIM_BOOTSTRAP": props["bootstrap.servers"],
+                "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_RETRY_DELAYS": "1,2,5"})
+    return run_reclaim(*args, env=env, timeout=120)
+
+
+def test_reclaim_topics_create_over_sasl_ssl_as_the_admin_role_and_refused_as_another(
+        granted: Granted, tmp_path: Path) -> None:
+    prefix = ["--topic-prefix", granted.names.prefix, "--partitions", "1"]
+    created = _reclaim_as(granted.principals["admin"], tmp_path, "topics", "create", *prefix)
+    assert created.returncode == 0, created.stderr
+    assert f"created  {granted.names.prefix}ledger-deletion.retry-5s" in created.stdout
+    assert f"exists   {granted.topics.truncation}" in created.stdout
+    assert granted.principals["admin"]["sasl.password"] not in created.stdout + created.stderr
+
+    refused_run = _reclaim_as(granted.principals["subscriber"], tmp_path, "topics", "create", *prefix)
+    assert refused_run.returncode == 2
+    assert refused_run.stderr.count("\n") == 1 and "authoriz" in refused_run.stderr.lower(), refused_run.stderr
