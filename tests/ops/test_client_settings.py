@@ -20,7 +20,7 @@ from ops.certs import make_ca
 from ops.exits import ExitCode, UsageError
 from ops.retention_job import RetentionJobSettings, job_config
 from ops.settings import Settings
-from producers.config import client_properties, installed_client_properties, use_client_properties
+from producers.config import client_properties, installed_client_properties
 from tests.cli import run_reclaim
 
 SECRETS = ("hunter2", "kafka-pw", "key-pw", "sr-pw", "s3-secret", "s3-token", "file-pw")
@@ -28,9 +28,8 @@ SECRETS = ("hunter2", "kafka-pw", "key-pw", "sr-pw", "s3-secret", "s3-token", "f
 
 @pytest.fixture(autouse=True)
 def nothing_installed() -> Iterator[None]:
-    use_client_properties({})
-    yield
-    use_client_properties({})
+    with installed_client_properties({}):
+        yield
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -30,10 +30,9 @@ SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 @pytest.fixture(autouse=True)
 def nothing_installed() -> Iterator[None]:
-    """Every test starts and ends with no installed properties (a leak would reach other tests' clients)."""
-    use_client_properties({})
-    yield
-    use_client_properties({})
+    """Every test starts with no installed properties, and what was installed before is put back after it."""
+    with installed_client_properties({}):
+        yield
 
 
 @pytest.mark.parametrize(("variable", "prop"), [
