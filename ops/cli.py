@@ -89,9 +89,10 @@ def cmd_local(args: argparse.Namespace, settings: Settings) -> int:
               + (" SASL_SSL (SCRAM-SHA-512), ACLs enforced" if state.kafka_secure else
                  " PLAINTEXT: no authentication, no ACLs (`reclaim local up --secure` for SASL_SSL)"))
         if state.kafka_secure:
-            ca, admin = stack.secure_files(settings.state_dir)
+            ca, admin, config = stack.secure_files(settings.state_dir)
             print(f"       CA certificate: {ca}")
-            print(f"       admin (super user) client properties, password included: {admin} (mode 0600)")
+            print(f"       the admin (a super user), password included, mode 0600: librdkafka properties {admin}, "
+                  f"reclaim config file {config} (reclaim --config {config} ...)")
         print(f"s3     endpoint={state.s3_url} bucket={state.s3_bucket} pid={state.s3_pid}")
     elif args.action == "down":
         stack.down(settings)

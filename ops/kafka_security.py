@@ -8,6 +8,7 @@ KRaft controller listener, on loopback, takes mutual TLS only, with the broker's
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -25,6 +26,8 @@ BROKER_CN = "reclaim-broker"
 BROKER_PRINCIPAL = f"User:CN={BROKER_CN}"
 #: The admin's librdkafka properties, beside the broker's data (mode 0600).
 ADMIN_PROPERTIES = "admin.properties"
+#: The same as a reclaim config file (``reclaim --config``): the bootstrap and a ``[kafka]`` table (mode 0600).
+ADMIN_CONFIG = "admin.toml"
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,15 @@ def prepare(directory: Path, bootstrap: str) -> BrokerSecurity:
     security = BrokerSecurity(ca.cert_path, keystore, password or secrets.token_urlsafe(24))
     write_private(properties, "".join(f"{key}={value}\n" for key, value in
                                       {"bootstrap.servers": bootstrap, **security.admin_properties()}.items()))
+    write_private(directory / ADMIN_CONFIG, reclaim_config(bootstrap, security.admin_properties()))
     return security
+
+
+def reclaim_config(bootstrap: str, properties: dict[str, str]) -> str:
+    """A reclaim config file (TOML) naming ``bootstrap`` with ``properties`` as its ``[kafka]`` table."""
+    lines = [f"bootstrap = {json.dumps(bootstrap)}", "", "[kafka]"]
+    lines += [f"{json.dumps(key)} = {json.dumps(value)}" for key, value in properties.items()]
+    return "\n".join(lines) + "\n"
 
 
 def _keystore_text(issued: IssuedCert) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
-from ops.kafka_security import ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
+from ops.kafka_security import ADMIN_CONFIG, ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
 from ops.procs import StackError, pid_runs, stop_pid
 from ops.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
 from ops.settings import AWS_S3, Settings
@@ -89,16 +89,18 @@ def _kafka_dir(state_dir: Path, secure: bool) -> Path:
     return state_dir / SECURE_DIR / "kafka" if secure else state_dir / "kafka"
 
 
-def secure_files(state_dir: Path) -> tuple[Path, Path]:
-    """The secured local broker's CA certificate and the admin's librdkafka properties file (mode 0600)."""
-    return state_dir / SECURE_DIR / "tls" / "ca.crt", state_dir / SECURE_DIR / ADMIN_PROPERTIES
+def secure_files(state_dir: Path) -> tuple[Path, Path, Path]:
+    """The secured local broker's CA certificate, the admin's librdkafka properties file and the same as a
+    reclaim config file (``reclaim --config``; both mode 0600, the password in them)."""
+    secure = state_dir / SECURE_DIR
+    return secure / "tls" / "ca.crt", secure / ADMIN_PROPERTIES, secure / ADMIN_CONFIG
 
 
 def _admin_properties(state: StackState, state_dir: Path) -> dict[str, str] | None:
     """How ``up``'s broker is asked whether it answers: as the admin when it is the secured one."""
     if not state.kafka_secure:
         return None
-    _, properties = secure_files(state_dir)
+    _, properties, _ = secure_files(state_dir)
     found = read_properties(properties) if properties.exists() else {}
     found.pop("bootstrap.servers", None)
     return found
@@ -182,8 +184,9 @@ def status(settings: Settings) -> dict[str, dict[str, Any]]:
     kafka: dict[str, Any] = {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
                              "healthy": _kafka_running(state, settings.state_dir)}
     if state.kafka_secure:
-        ca, admin = secure_files(settings.state_dir)
-        kafka.update({"security": "SASL_SSL", "ca": str(ca), "admin_properties": str(admin)})
+        ca, admin, config = secure_files(settings.state_dir)
+        kafka.update({"security": "SASL_SSL", "ca": str(ca), "admin_properties": str(admin),
+                      "admin_config": str(config)})
     return {
         "kafka": kafka,
         "s3": {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,

@@ -43,3 +43,13 @@ def test_the_secured_broker_has_no_plaintext_listener_and_enforces_acls(tmp_path
     assert "PLAINTEXT" not in text
     with pytest.raises(ValueError, match="one client listener"):
         _server_properties(tmp_path, BrokerPorts(client=1, controller=2, direct=3), security)
+
+
+def test_the_admin_config_file_is_a_reclaim_config_with_a_kafka_table(tmp_path: Path) -> None:
+    import tomllib
+
+    security = prepare(tmp_path, "127.0.0.1:9093")
+    config = tmp_path / "admin.toml"
+    assert _mode(config) == 0o600
+    data = tomllib.loads(config.read_text())
+    assert data == {"bootstrap": "127.0.0.1:9093", "kafka": security.admin_properties()}

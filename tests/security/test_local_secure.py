@@ -47,6 +47,17 @@ def test_local_up_secure_prints_where_the_credentials_are_never_the_password(tmp
         assert AdminClient(config).list_topics(timeout=10).brokers
         assert reclaim("local", "up", "--secure", state_dir=state).returncode == 0  # idempotent
 
+        # the config file is all reclaim needs: topics and ACLs as the admin, over SASL_SSL
+        admin_config = state / "kafka-secure" / "admin.toml"
+        assert str(admin_config) in up.stdout and stat.S_IMODE(admin_config.stat().st_mode) == 0o600
+        topics = reclaim("--config", str(admin_config), "topics", "create", "--partitions", "1", state_dir=state)
+        assert topics.returncode == 0 and "created  reclaim.truncation" in topics.stdout, topics.stderr
+        granted = reclaim("--config", str(admin_config), "acls", "apply", "--role", "worker", "--principal",
+                          "User:worker", state_dir=state)
+        assert granted.returncode == 0 and "created" in granted.stdout, granted.stderr
+        shown = reclaim("--config", str(admin_config), "config", "show", state_dir=state)
+        assert "kafka.sasl.username = admin" in shown.stdout and password not in shown.stdout
+
         plain = reclaim("local", "up", state_dir=state)
         assert plain.returncode == 2 and "runs secured, not PLAINTEXT" in plain.stderr
         assert plain.stderr.count("\n") == 1
