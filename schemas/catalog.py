@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from collections.abc import Iterable, Mapping
@@ -11,7 +12,7 @@ from fastavro import schemaless_reader
 from fastavro.read import SchemaResolutionError
 from fastavro.validation import ValidationError, validate
 
-from schemas.avro_schema import RecordSchema
+from schemas.avro_schema import AVRO_DIR, RecordSchema
 from schemas.base import AvroRecord
 from schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
 from schemas.ledger import ChunkLocation, OffloadContext, PendingDeleteLedgerInfo
@@ -47,6 +48,18 @@ RECORD_TYPES: tuple[type[AvroRecord], ...] = (
 )
 """Every record type of reclaim, top-level and nested; each can be encoded on its own."""
 
+PREVIOUS_DIR = AVRO_DIR / "previous"
+"""Earlier versions of the packaged schemas, ``<full name>.<version>.avsc``, each self-contained."""
+
+
+@functools.cache
+def previous_schemas() -> tuple[RecordSchema, ...]:
+    """The earlier versions of reclaim's schemas: records written with them before an upgrade (kept on
+    their topics) still decode. A reader of an earlier version cannot decode a newer record (its
+    fingerprint is unknown to it): upgrade readers before writers, or use a Schema Registry."""
+    return tuple(RecordSchema.from_json(path.read_text()) for path in sorted(PREVIOUS_DIR.glob("*.avsc")))
+
+
 # What fastavro's readers raise on bytes that are not a valid body for the writer schema.
 _BODY_ERRORS = (EOFError, ValueError, TypeError, KeyError, IndexError, OverflowError, struct.error)
 
@@ -63,7 +76,8 @@ class SchemaCatalog:
         A schema to use instead of a class's ``SCHEMA`` (same full name), e.g. an older version
         while a rollout is in progress; also how tests write with an evolved schema.
     writer_schemas : Iterable[RecordSchema]
-        Other versions that writers may have used (older or newer), so their records decode.
+        Other versions that writers may have used (older or newer), so their records decode; the
+        packaged earlier versions of the catalog's types (``previous_schemas``) always do.
 
     Raises
     ------
@@ -84,7 +98,8 @@ class SchemaCatalog:
                 raise SchemaError(f"override schema {schema.name} does not belong to {record_type.__name__}")
             self._schemas[record_type] = schema
         self._writers: dict[bytes, RecordSchema] = {}
-        for schema in [*self._schemas.values(), *writer_schemas]:
+        earlier = [schema for schema in previous_schemas() if schema.name in self._types]
+        for schema in [*earlier, *self._schemas.values(), *writer_schemas]:
             self.register(schema)
 
     def register(self, schema: RecordSchema) -> None:

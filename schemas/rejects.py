@@ -23,6 +23,8 @@ class RejectKind(enum.Enum):
     STALE_GENERATION = "STALE_GENERATION"
     UNKNOWN_SUBSCRIBER = "UNKNOWN_SUBSCRIBER"
     INVALID_POLICY = "INVALID_POLICY"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """Not signed by a key allowed to write it (the reason names how: unsigned, bad-signature, ...)."""
 
 
 @dataclass(frozen=True)

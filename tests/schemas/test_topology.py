@@ -23,6 +23,8 @@ from schemas import (
     TopologyState,
     build_codec,
 )
+from schemas.catalog import SchemaCatalog, previous_schemas
+from schemas.codec import SingleObjectCodec
 from schemas.samples import NOW, TOPOLOGY, sample_records
 
 HALVES = (TopologySegment(0, 0.0, 0.5), TopologySegment(1, 0.5, 1.0))
@@ -177,3 +179,17 @@ def test_a_topology_that_skips_validation_still_cannot_be_encoded_with_a_bad_typ
 def test_docstring_examples_hold() -> None:
     failures, _ = doctest.testmod(schemas.topology)
     assert failures == 0
+
+
+def test_rejects_written_before_the_unauthenticated_kind_still_decode_and_the_new_kind_is_last() -> None:
+    [earlier] = [s for s in previous_schemas() if s.name == RetentionReject.SCHEMA.name]
+    earlier_kinds = earlier.to_dict()["fields"][2]["type"]["symbols"]
+    kinds = RetentionReject.SCHEMA.to_dict()["fields"][2]["type"]["symbols"]
+    assert kinds == [*earlier_kinds, "UNAUTHENTICATED"] == list(RejectKind.__members__)
+    reject = RetentionReject("s/t", "g", RejectKind.CUT_BEHIND, "r", "topic", 0, 7, NOW)
+    old_writer = SingleObjectCodec(SchemaCatalog(overrides={RetentionReject: earlier}))
+    data = old_writer.encode(reject, "t")
+    assert data[2:10] == earlier.fingerprint != RetentionReject.SCHEMA.fingerprint
+    assert build_codec().decode(data, "t", RetentionReject) == reject
+    unauthenticated = dataclasses.replace(reject, kind=RejectKind.UNAUTHENTICATED, reason="unsigned: no signature")
+    assert build_codec().decode(build_codec().encode(unauthenticated, "t"), "t") == unauthenticated
