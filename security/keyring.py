@@ -199,20 +199,34 @@ def load_keyring(path: Path) -> Keyring:
         raise KeyringError(f"keyring {path} does not exist") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise KeyringError(f"keyring {path}: {exc}") from exc
-    unknown = set(data) - {"key"}
-    if unknown:
-        raise KeyringError(f"keyring {path}: unknown table or setting {sorted(unknown)[0]!r} (keys are [[key]])")
-    entries = data.get("key", [])
-    if not isinstance(entries, list) or not all(isinstance(entry, Mapping) for entry in entries):
-        raise KeyringError(f"keyring {path}: keys are [[key]] tables")
-    try:
-        keyring = Keyring(_key(entry) for entry in entries)
-    except KeyringError as exc:
-        raise KeyringError(f"keyring {path}: {exc}") from exc
+    keyring = _keyring(data, f"keyring {path}")
     if mode & (stat.S_IRWXG | stat.S_IRWXO) and any(k.secret or k.private for k in keyring):
         log.warning("keyring %s holds secret key material and is readable by others than its owner "
                     "(chmod 600 it)", path)
     return keyring
+
+
+def parse_keyring(text: str, source: str = "keyring text") -> Keyring:
+    """The keyring in ``text``, a keyring file's TOML (such as :meth:`Keyring.to_toml` writes); one
+    :class:`KeyringError` line naming ``source`` for anything wrong with it."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise KeyringError(f"{source}: {exc}") from exc
+    return _keyring(data, source)
+
+
+def _keyring(data: Mapping[str, Any], source: str) -> Keyring:
+    unknown = set(data) - {"key"}
+    if unknown:
+        raise KeyringError(f"{source}: unknown table or setting {sorted(unknown)[0]!r} (keys are [[key]])")
+    entries = data.get("key", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, Mapping) for entry in entries):
+        raise KeyringError(f"{source}: keys are [[key]] tables")
+    try:
+        return Keyring(_key(entry) for entry in entries)
+    except KeyringError as exc:
+        raise KeyringError(f"{source}: {exc}") from exc
 
 
 def _key(entry: Mapping[str, Any]) -> Key:

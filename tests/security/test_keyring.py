@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from security.errors import KeyringError
-from security.keyring import Algorithm, Keyring, load_keyring, new_key
+from security.keyring import Algorithm, Keyring, load_keyring, new_key, parse_keyring
 
 _PUBLIC = new_key("p", "admin", Algorithm.ED25519).public
 assert _PUBLIC is not None
@@ -51,6 +51,14 @@ def test_a_bad_keyring_is_one_line_naming_the_problem(tmp_path: Path, text: str,
     with pytest.raises(KeyringError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
         load_keyring(_write(tmp_path, text))
     assert "\n" not in str(caught.value)
+
+
+def test_a_keyring_parses_from_its_text_as_from_its_file() -> None:
+    keys = Keyring([new_key("alice-1", "subscriber", Algorithm.ED25519, subject="alice")])
+    parsed = parse_keyring(keys.to_toml(public_only=True))
+    assert [(k.id, k.public, k.private) for k in parsed] == [("alice-1", next(iter(keys)).public, None)]
+    with pytest.raises(KeyringError, match="^the job's keys: key k: unknown field 'colour'$"):
+        parse_keyring(ADMIN + "colour = 1\n", "the job's keys")
 
 
 def test_a_missing_keyring_says_so(tmp_path: Path) -> None:
