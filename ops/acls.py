@@ -28,8 +28,8 @@ RETENTION_ENDS_GROUP = "reclaim-retention-ends"
 SPARK_GROUP_PREFIX = "spark-kafka-source-"
 
 ROLES: dict[str, str] = {
-    "controller": "stream controller: phase 1 (pending deletes), topology, recorded cuts, policies "
-                  "(streams create/set-policy/record/truncate)",
+    "controller": "the stream controller: phase 1 (pending deletes), topology, recorded cuts (streams create, "
+                  "streams record); set-policy and truncate are the admin's, signed with its key",
     "worker": "phase 2: the deletion topic and its retry tiers as one group, retries and dead letters",
     "truncation-applier": "applies truncation events; through its controller also phase 1, topology and recorded cuts",
     "retention-job": "the Spark retention job: reads the five retention inputs, writes truncations and rejects",
@@ -136,12 +136,12 @@ def _operator(n: Names) -> list[Grant]:
 def _admin(n: Names) -> list[Grant]:
     return [Grant("TOPIC", "PREFIXED", n.prefix, "ALL",
                   "topics create/describe (CREATE, DESCRIBE_CONFIGS, ALTER_CONFIGS) of every topic the prefix and "
-                  "retry delays make, and manual truncations: everything on the prefix")]
+                  "retry delays make; streams set-policy (stream-config) and truncate (the truncation topic, or "
+                  "phase 1 and topology through its controller): everything on the prefix")]
 
 
 _PLANS = {
-    "controller": lambda n: [*_controller_writes(n.topics),
-                             *_topics("WRITE", [n.topics.stream_config], "streams set-policy publishes the policy")],
+    "controller": lambda n: _controller_writes(n.topics),
     "worker": _worker,
     "truncation-applier": _truncation_applier,
     "retention-job": _retention_job,

@@ -36,6 +36,8 @@ def test_the_roles_that_write_a_deletion_or_a_truncation() -> None:
     assert {role for role, topics in writers.items() if "p.ledger-deletion" in topics} == {
         "controller", "truncation-applier", "operator"}
     assert {role for role, topics in writers.items() if "p.truncation" in topics} == {"retention-job"}
+    assert not any("p.stream-config" in topics for topics in writers.values())  # the admin's (its prefix) only
+    assert writers["controller"] == {"p.ledger-deletion", "p.stream-topology", "p.stream-cuts"}
     assert writers["subscriber"] == {"p.subscribers", "p.subscriber-cuts"}
     assert writers["worker"] == {"p.ledger-deletion.retry-1s", "p.ledger-deletion.retry-2s", "p.ledger-deletion.dlq"}
     assert _ops("admin") == {("TOPIC", "PREFIXED", "p.", "ALL")}

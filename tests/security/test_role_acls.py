@@ -165,9 +165,10 @@ def _future_error(run: Callable[[], Any]) -> KafkaError | None:
 
 def test_controller(granted: Granted) -> None:
     props, t = granted.principals["controller"], granted.topics
-    for topic in (t.deletion, t.stream_topology, t.stream_cuts, t.stream_config):
+    for topic in (t.deletion, t.stream_topology, t.stream_cuts):
         assert produce(props, topic) is None, topic
-    for topic in (t.truncation, t.subscriber_cuts, t.dlq, t.retry_topics[0]):
+    # policies and truncations are the admin's; cuts the subscribers'; retries and dead letters the workers'
+    for topic in (t.stream_config, t.truncation, t.subscriber_cuts, t.dlq, t.retry_topics[0]):
         assert refused(produce(props, topic)), topic
     assert refused(consume(props, [t.deletion], granted.names.group_id))
 
