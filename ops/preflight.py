@@ -91,10 +91,34 @@ def serve_metrics(port: int, addr: str = "127.0.0.1") -> None:
     log.info("metrics on http://%s:%s/metrics", addr, port)
 
 
+def _denied(address: str, topics: list[str], timeout_s: float) -> list[str]:
+    """Which of ``topics``, absent from the metadata, the broker refuses to describe to this principal."""
+    if not topics:
+        return []
+    config = kafka_config(address, "admin")
+    config.update({"logger": _QUIET})
+    admin = AdminClient(config)
+    denied = []
+    for topic in topics:
+        try:
+            error = admin.list_topics(topic=topic, timeout=timeout_s).topics[topic].error
+        except (KafkaException, KeyError):
+            continue
+        if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            denied.append(topic)
+    return denied
+
+
 def require_topics(address: str, topics: Iterable[str], timeout_s: float = BROKER_TIMEOUT_S) -> None:
     """Every topic in ``topics`` exists on the broker at ``address``; else one line naming the missing."""
     existing = cluster_metadata(address, timeout_s).topics
     missing = [topic for topic in topics if topic not in existing]
+    denied = _denied(address, missing, timeout_s)
+    if denied:
+        # A topic the principal may not describe is left out of the metadata as if it did not exist.
+        raise Unavailable(f"not authorized for topic{'s' if len(denied) > 1 else ''} {', '.join(denied)} on "
+                          f"{address} (TOPIC_AUTHORIZATION_FAILED): this principal lacks the ACLs of the role "
+                          "(see `reclaim acls plan`)")
     if missing:
         raise Unavailable(f"missing topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} on {address}: "
                           "run `reclaim topics create` (with the same --topic-prefix and retry delays)")

@@ -15,6 +15,8 @@ from ops.exits import Unavailable, UsageError
 from ops.procs import stop_on_signals
 from ops.retention_recorder import RetentionRecorder
 from ops.settings import METADATA_URL_HELP, Settings
+from producers.producer import RecordProducer
+from producers.publisher import ConfirmedPublisher
 from producers.subscribers import SubscriberClient
 from retention.policy import check_policy
 from schemas.base import LONG_MAX, millis_now
@@ -93,6 +95,8 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
         cut = parse_cut(args.cut)
     if args.action in ("set-policy", "truncate"):
         admin = admin_signer(settings)
+    if args.action == "truncate" and args.publish:
+        return publish_truncation(settings, args.stream, cut, admin)
     with stream_controller(settings) as (controller, publisher):
         if args.action == "create":
             scope, _, name = args.stream.partition("/")
@@ -118,19 +122,29 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
                 print("no stream with a retention policy: nothing recorded")
         elif args.action == "history":
             print_history(controller, args.stream, as_json=args.json)
-        elif args.publish:
-            topic = runtime.topic_names(settings).truncation
-            event = TruncationEvent(args.stream, cut, TruncationReason.MANUAL, millis_now(),
-                                    controller.get_stream(args.stream).policy)
-            publisher.signed_by(admin).publish(topic, event, args.stream)
-            print(f"stream {args.stream}: truncation published on {topic} signed by {signed_by(admin)}; the "
-                  "truncation applier applies it")
         else:
             source = f"reclaim streams truncate at {datetime.now(UTC).isoformat(timespec='milliseconds')}"
             done = controller.truncate_journaled(args.stream, cut, source=source, reason="MANUAL",
                                                  signer=signed_by(admin))
             log.info("manual truncation signed by %s stream=%s applied=%s", signed_by(admin), args.stream, done)
             print(f"stream {args.stream}: {'truncated' if done else 'already at or past that cut: nothing to do'}")
+    return 0
+
+
+def publish_truncation(settings: Settings, stream: str, cut: StreamCut, admin: RecordSigner | None) -> int:
+    """``streams truncate --publish``: a MANUAL truncation event signed with the admin's key, for the truncation
+    applier to apply; the admin needs the broker and the key, not the controller's store or its key."""
+    topic, address = runtime.topic_names(settings).truncation, preflight.broker(settings)
+    preflight.require_topics(address, [topic])
+    event = TruncationEvent(stream, cut, TruncationReason.MANUAL, millis_now(), RetentionPolicy(RetentionType.NONE))
+    publisher = ConfirmedPublisher(RecordProducer(address, "idempotent-producer"), runtime.codec(settings),
+                                   signer=admin)
+    try:
+        publisher.publish(topic, event, stream)
+    finally:
+        publisher.close()
+    print(f"stream {stream}: truncation published on {topic} signed by {signed_by(admin)}; the truncation applier "
+          "applies it (see `reclaim streams history`)")
     return 0
 
 
