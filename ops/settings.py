@@ -178,10 +178,15 @@ class Settings:
 
 
 def redact_password(url: str) -> str:
-    """``url`` with the password of its user part masked (``postgresql://u:********@host/db``); each URL
-    of a comma-separated list (a Schema Registry's) too."""
-    return ",".join(re.sub(r"^(\s*[a-z][a-z0-9+.-]*://[^:/@]*:)[^@]*@", r"\1********@", part)
+    """``url`` with the password of its user part masked (``postgresql://u:********@host/db``), and any
+    ``password=`` / ``sslpassword=`` query parameter (libpq takes both); each URL of a comma-separated
+    list (a Schema Registry's) too."""
+    return ",".join(_QUERY_PASSWORD.sub(r"\1********", re.sub(r"^(\s*[a-z][a-z0-9+.-]*://[^:/@]*:)[^@]*@",
+                                                              r"\1********@", part))
                     for part in url.split(","))
+
+
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.settings import Settings
+from ops.settings import Settings, redact_password
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("1", True), ("ON", True), ("false", False),
@@ -35,3 +35,13 @@ def test_the_metadata_location_is_a_url_or_the_sqlite_file() -> None:
         Settings.from_env({"RECLAIM_METADATA_URL": "mysql://db/reclaim"})
     with pytest.raises(ValueError, match="metadata_pool_size must be at least 1"):
         Settings.from_env({"RECLAIM_METADATA_POOL_SIZE": "0"})
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://u:pw@h:5432/db", "postgresql://u:********@h:5432/db"),
+    ("postgresql://u@h/db?sslmode=verify-full&password=pw&sslpassword=kp",
+     "postgresql://u@h/db?sslmode=verify-full&password=********&sslpassword=********"),
+    ("http://a:b@r1:8081,http://c:d@r2:8081", "http://a:********@r1:8081,http://c:********@r2:8081"),
+])
+def test_redact_password_masks_user_part_and_query_passwords(url: str, shown: str) -> None:
+    assert redact_password(url) == shown
