@@ -3,7 +3,9 @@
 A replayed record keeps its key and value and carries none of the retry headers, so phase 2 takes it
 as a new record on its first attempt. It names where it came from instead: ``reclaim.replayed-from``
 (``<dlq-topic>/<partition>/<offset>``) and ``reclaim.replayed-origin`` (the original deletion record's
-``<topic>/<partition>/<offset>``, when known).
+``<topic>/<partition>/<offset>``, when known). It keeps the original's signature headers (key id and
+signature, see ``security/signing.py``): a signature covers the deletion topic, key and value, which a
+replay does not change, so a genuine record still verifies and a forged one is still refused.
 
 Each record sent is remembered in the compacted topic ``<prefix>ledger-deletion.dlq-replayed``, keyed
 by its DLQ coordinates, so every operator's replay, from any machine, skips it: a record is skipped
@@ -30,6 +32,7 @@ from ops.dlq_records import DeadLetter
 from ops.exits import Unavailable
 from producers.config import quiet_logger
 from producers.producer import DeliveryTracker, RecordProducer
+from security.signing import signature_headers
 
 H_REPLAYED_FROM = "reclaim.replayed-from"
 H_REPLAYED_ORIGIN = "reclaim.replayed-origin"
@@ -54,11 +57,12 @@ def _origin(letter: DeadLetter) -> str | None:
 
 
 def replay_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
-    """The headers a replayed record is sent with: where it came from, and no retry history."""
+    """The headers a replayed record is sent with: where it came from, its signature, and no retry history."""
     headers = [(H_REPLAYED_FROM, dlq_coordinates(letter).encode())]
     origin = _origin(letter)
     if origin is not None:
         headers.append((H_REPLAYED_ORIGIN, origin.encode()))
+    headers.extend(signature_headers(letter.headers))
     return headers
 
 

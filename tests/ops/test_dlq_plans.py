@@ -17,6 +17,10 @@ from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, 
 from ops.dlq_select import Filters, dedupe
 from ops.dlq_write import confirmed
 from schemas.codec import build_codec
+from schemas.ledger import PendingDeleteLedgerInfo
+from security.keyring import Algorithm, Keyring, new_key
+from security.rules import signers_of
+from security.signing import RecordSigner, RecordVerifier, Rejection, Signer, Unauthenticated
 
 from .test_dlq_units import NOW, letter
 
@@ -87,6 +91,29 @@ def test_a_replayed_record_names_its_dlq_coordinates_and_carries_no_retry_histor
     assert headers == {H_REPLAYED_FROM: b"t.ledger-deletion.dlq/0/4", H_REPLAYED_ORIGIN: b"t.ledger-deletion/0/9"}
     fresh = Delivery.of("t.ledger-deletion", 1, 50, replay_headers(dead), 123)
     assert (fresh.attempt, fresh.offset, fresh.first_failure_ms, fresh.timestamp_ms) == (1, 50, None, 123)
+
+
+def test_a_replayed_record_keeps_its_signature_so_only_a_genuine_one_verifies() -> None:
+    keyring = Keyring([new_key("controller-1", "controller", Algorithm.HMAC_SHA256)])
+    signer, verifier = RecordSigner(keyring, "controller"), RecordVerifier(keyring)
+    roles = signers_of(PendingDeleteLedgerInfo)
+
+    def signed(plain: DeadLetter, signature: list[tuple[str, bytes]]) -> DeadLetter:
+        return dead_letter(plain.topic, 0, plain.offset, NOW, plain.key, plain.value, [*plain.headers, *signature],
+                           build_codec())
+
+    genuine = letter(4, origin_offset=9)
+    signature = signer.headers("t.ledger-deletion", genuine.key, genuine.value or b"")
+    replayed = replay_headers(signed(genuine, signature))
+    assert replayed[:2] == replay_headers(genuine) and replayed[2:] == signature  # and still no retry history
+    assert isinstance(verifier.verify("t.ledger-deletion", genuine.key, genuine.value, replayed, roles), Signer)
+
+    other = letter(5, origin_offset=10)  # another record carrying the genuine one's signature
+    refused = verifier.verify("t.ledger-deletion", other.key, other.value, replay_headers(signed(other, signature)),
+                              roles)
+    assert isinstance(refused, Unauthenticated) and refused.reason is Rejection.BAD_SIGNATURE
+    unsigned = verifier.verify("t.ledger-deletion", other.key, other.value, replay_headers(other), roles)
+    assert isinstance(unsigned, Unauthenticated) and unsigned.reason is Rejection.UNSIGNED
 
 
 def test_replay_memos_remember_by_coordinates_and_by_origin() -> None:

@@ -1,19 +1,29 @@
 """``reclaim dlq replay`` and ``purge`` against a real broker: a replay sends each record once, ever; a
-purge drops exactly what its plan said; a record replayed once its cause is fixed ends deleted."""
+purge drops exactly what its plan said; a record replayed once its cause is fixed ends deleted; a replayed
+record keeps its signature, so a verifying worker obeys a genuine one and refuses a forged one."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Message
 
+from consumers import retry
+from consumers.retry import Delivery, RetryTiers
+from consumers.routing import route
+from deletion.mark import LedgerDeletionService
 from ops.dlq import Reader, read_all, watermarks
 from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
 from ops.exits import ExitCode
 from ops.s3_server import S3Endpoint
+from producers.pending_deletes import KafkaPendingDeletePublisher
+from security.keyring import Algorithm, Keyring, new_key
+from security.signing import AuthMode, RecordSigner, RecordVerifier, signature_headers
+from storage.filesystem import FileSystemChunkStorage
 from storage.s3 import S3ChunkStorage
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline, outcomes
@@ -134,3 +144,56 @@ def test_a_record_replayed_once_its_cause_is_fixed_ends_deleted_and_the_audit_is
     audit = run_reclaim("audit", "--json", env=audit_env, timeout=120)
     assert audit.returncode == ExitCode.OK, (audit.stdout, audit.stderr)
     assert json.loads(audit.stdout)["clean"] is True
+
+
+def test_a_replayed_record_keeps_its_signature_a_genuine_one_is_deleted_a_forged_one_refused(
+        pipe: Pipeline, tmp_path: Path) -> None:
+    keyring = Keyring([new_key("controller-1", "controller", Algorithm.HMAC_SHA256)])
+    signing = LedgerDeletionService(pipe.store, KafkaPendingDeletePublisher(
+        pipe.producer, pipe.codec, pipe.topics.deletion, signer=RecordSigner(keyring, "controller")))
+    other = FileSystemChunkStorage(tmp_path / "other", name="fs-other")  # not the worker's yet: fatal
+    [genuine] = pipe.write_chunks(other, "scope/stream/0.#epoch.0", 1)
+    [unsigned] = pipe.write_chunks(other, "scope/stream/1.#epoch.0", 1)
+    assert signing.mark([genuine]).failed == () and pipe.service.mark([unsigned]).failed == ()  # unsigned
+    # Both dead-lettered while record authentication was rolling out (unsigned records obeyed).
+    first = pipe.worker(verifier=RecordVerifier(keyring, AuthMode.ROLLOUT))
+    reports = pipe.drain(first, lambda rs: sum(r.dead_lettered for r in rs) >= 2)
+    assert outcomes(reports) == {"fatal": 2}
+    pipe.workers.remove(first)
+    first.close()
+    letters = {m.key(): m for m in read_all(pipe.bootstrap, pipe.topics.dlq)[0]}
+    signature = signature_headers(letters[genuine.name.encode()].headers())
+    assert [name for name, _ in signature] == ["reclaim.key-id", "reclaim.signature"]
+    # A forgery: the unsigned record's key and value with the genuine one's signature, dead-lettered as
+    # another record (its own origin), so the replay does not take it for a copy of either.
+    now = int(time.time() * 1000)
+    forged = route(FATAL, Delivery(1, now, None, pipe.topics.deletion, 0, 99, now),
+                   RetryTiers(pipe.topics.retries, max_attempts=3), pipe.topics.dlq, now, "group-x")
+    victim = letters[unsigned.name.encode()]
+    pipe.producer.send(pipe.topics.dlq, victim.value() or b"", key=victim.key(),
+                       headers=[*(forged.headers or ()), *signature])
+    flush(pipe)
+
+    pipe.bindings.register(other)
+    assert dlq(pipe, tmp_path, "replay")["sent"] == 3
+    sent = {m.offset(): m for m in deletion_records(pipe) if m.offset() >= 2}  # 0 and 1: phase 1's
+    kept = [signature_headers(m.headers()) for m in sent.values() if m.key() == genuine.name.encode()]
+    assert kept == [signature]
+    second = pipe.worker(verifier=RecordVerifier(keyring))  # enforce
+    reports = pipe.drain(second, lambda rs: sum(outcomes(rs).values()) >= 3)
+    assert outcomes(reports) == {"deleted": 1, "unauthenticated": 2}
+    second.commit()
+    assert not other.exists(genuine.name) and other.exists(unsigned.name)
+
+    refused = dlq(pipe, tmp_path, "list", "--outcome", "unauthenticated")["records"]
+    assert sorted(r["error"].split(":")[0] for r in refused) == ["unauthenticated (bad-signature)",
+                                                                 "unauthenticated (unsigned)"]
+    assert {(r["chunk"], r["error_class"]) for r in refused} == {(unsigned.name, "Unauthenticated")}
+    counted = dlq(pipe, tmp_path, "stats")
+    assert counted["by_outcome"] == {"fatal": 3, "unauthenticated": 2}
+    table = run_reclaim("dlq", "list", "--outcome", "unauthenticated", env=env_of(pipe, tmp_path), timeout=120,
+                        check=True).stdout
+    assert table.count("unauthenticated") >= 2 and unsigned.name in table
+    where = f"{refused[0]['partition']}:{refused[0]['offset']}"
+    shown = run_reclaim("dlq", "show", where, env=env_of(pipe, tmp_path), timeout=120, check=True).stdout
+    assert f"header {retry.H_OUTCOME}" in shown and "Unauthenticated" in shown
