@@ -11,19 +11,25 @@ import numpy as np
 import pandas as pd
 
 from producers.topics import TopicNames
+from retention.spark_auth import signature_columns, signed
 from schemas.base import AvroRecord
 from schemas.codec import RecordCodec, build_codec
 from schemas.rejects import RejectKind, RetentionReject
 from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
 from schemas.subscribers import SubscriberChange, SubscriberCut
 from schemas.topology import StreamTopology
+from security.signing import RecordSigner
 
-INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "value")
-"""One Kafka message as the stateful step gets it: its state bucket and stream (from its key), topic rank, origin."""
+INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "key", "value", "key_id",
+                 "signature")
+"""One Kafka message as the stateful step gets it: its state bucket and stream (from its key), topic rank, origin,
+key and value, and its signature headers (``retention.spark_auth.signature_columns``)."""
 
-OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind")
-OUTPUT_ROWS = "topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING"
-"""What the stateful step emits: a record for a topic, or a ``decided`` marker that is only counted."""
+OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind", "key_id", "signature")
+OUTPUT_ROWS = ("topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING, key_id BINARY, "
+               "signature BINARY")
+"""What the stateful step emits: a record for a topic (a truncation event with the job's signature when it
+signs), or a ``decided`` marker that is only counted."""
 
 STATE_ROWS = "state BINARY"
 """The state kept per bucket: its streams' ``StreamRetentionState.to_bytes()`` (see ``retention.buckets``)."""
@@ -90,13 +96,14 @@ def input_columns(topics: RetentionTopics, buckets: int) -> list[str]:
     A record's stream is its key up to the first ``#`` (subscriber records are keyed
     ``stream#subscriber``, the others by stream); its bucket is :func:`retention.buckets.bucket_of` of
     that stream (Spark's ``crc32`` is zlib's). A record without a key goes to ``UNDECODABLE_BUCKET``.
-    The stateful step decodes each value and refuses one that is no record or names another stream.
+    The stateful step verifies each record's signature, then decodes its value and refuses one that is no
+    record or names another stream.
     """
     ranks = " ".join(f"WHEN '{topic}' THEN {rank}" for rank, topic in enumerate(topics.inputs))
     stream = "substring_index(CAST(key AS STRING), '#', 1)"
     return [f"CAST(coalesce(pmod(crc32(CAST({stream} AS BINARY)), {buckets}), {UNDECODABLE_BUCKET}) AS INT) AS bucket",
             f"{stream} AS stream", f"CAST(CASE topic {ranks} END AS INT) AS rank", "unix_millis(timestamp) AS kafka_ts",
-            "topic", "partition", "offset", "value"]
+            "topic", "partition", "offset", "key", "value", *signature_columns()]
 
 
 def decode_input(codec: RecordCodec, expected: type[AvroRecord], topic: str, value: bytes) -> StreamRecord:
@@ -109,18 +116,23 @@ def decode_input(codec: RecordCodec, expected: type[AvroRecord], topic: str, val
 def reject_row(codec: RecordCodec, topics: RetentionTopics, reject: RetentionReject) -> dict[str, Any]:
     """An output row carrying ``reject`` to the rejects topic, keyed by its stream (no key when unknown)."""
     return {"topic": topics.rejects, "key": reject.stream.encode() or None,
-            "value": codec.encode(reject, topics.rejects), "outcome": REJECT, "reject_kind": reject.kind.name}
+            "value": codec.encode(reject, topics.rejects), "outcome": REJECT, "reject_kind": reject.kind.name,
+            "key_id": None, "signature": None}
 
 
-def truncation_row(codec: RecordCodec, topics: RetentionTopics, event: TruncationEvent) -> dict[str, Any]:
-    """An output row carrying ``event`` to the truncation topic, keyed by its stream."""
-    return {"topic": topics.truncation, "key": event.stream.encode(),
-            "value": codec.encode(event, topics.truncation), "outcome": TRUNCATION, "reject_kind": None}
+def truncation_row(codec: RecordCodec, topics: RetentionTopics, event: TruncationEvent,
+                   signer: RecordSigner | None = None) -> dict[str, Any]:
+    """An output row carrying ``event`` to the truncation topic, keyed by its stream, signed by ``signer``."""
+    key, value = event.stream.encode(), codec.encode(event, topics.truncation)
+    key_id, signature = signed(signer, topics.truncation, key, value)
+    return {"topic": topics.truncation, "key": key, "value": value, "outcome": TRUNCATION, "reject_kind": None,
+            "key_id": key_id, "signature": signature}
 
 
 def decided_row() -> dict[str, Any]:
     """The marker row of one stream decided in this batch; counted, never written."""
-    return {"topic": None, "key": None, "value": None, "outcome": DECIDED, "reject_kind": None}
+    return {"topic": None, "key": None, "value": None, "outcome": DECIDED, "reject_kind": None, "key_id": None,
+            "signature": None}
 
 
 def output_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:

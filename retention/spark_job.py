@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from retention.spark_auth import OUTPUT_HEADERS, JobKeys
 from retention.spark_io import (
     DECIDED,
     DEFAULT_BUCKETS,
@@ -68,6 +69,9 @@ class RetentionJobConfig:
     query_name: str = QUERY_NAME
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The Java client's settings (security), each given as ``kafka.<name>``; may hold secrets."""
+    keys: JobKeys | None = field(default=None, repr=False)
+    """What the executors verify inputs by and sign truncation events with (``retention.spark_auth``): keys
+    travel inside the job, never as a file on the executors; None: nothing is verified or signed."""
 
     def __post_init__(self) -> None:
         if self.trigger_interval_s <= 0 or self.reevaluate_ms <= 0 or self.state_buckets <= 0:
@@ -82,6 +86,7 @@ def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFra
         .option("subscribe", ",".join(config.topics.inputs))
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "false")
+        .option("includeHeaders", "true")  # the signature headers, verified in the stateful step
     )
     for name, value in config.kafka_options.items():
         reader = reader.option(f"kafka.{name}", value)
@@ -95,17 +100,19 @@ def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFra
 
 
 def retention_outputs(inputs: DataFrame, config: RetentionJobConfig) -> DataFrame:
-    """The records to write (``topic``, ``key``, ``value``), with the batch's counts observed on the way."""
+    """The records to write (``topic``, ``key``, ``value``, ``headers``: the job's signature on a truncation
+    event), with the batch's counts observed on the way."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    step = stream_retention_step(config.topics, config.registry_url, config.reevaluate_ms, config.registry_config)
+    step = stream_retention_step(config.topics, config.registry_url, config.reevaluate_ms, config.registry_config,
+                                 config.keys)
     return (
         inputs.groupBy("bucket")
         .applyInPandasWithState(step, OUTPUT_ROWS, STATE_ROWS, "update", GroupStateTimeout.ProcessingTimeTimeout)
         .observe(OBSERVATION, *observed_columns())
         .where(F.col("outcome") != DECIDED)
-        .select("topic", "key", "value")
+        .selectExpr("topic", "key", "value", OUTPUT_HEADERS)
     )
 
 

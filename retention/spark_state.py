@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pandas as pd
 
 from retention.buckets import BucketEntry, decode_bucket, encode_bucket
+from retention.spark_auth import JobKeys, check_subject, job_auth, unauthenticated, verify_input
 from retention.spark_compat import StateOffsetsFix
 from retention.spark_io import (
     UNDECODABLE_BUCKET,
@@ -25,6 +26,7 @@ from retention.stream_state import Rejection, StreamRetentionState
 from schemas.codec import RecordCodec
 from schemas.errors import RecordDecodeError
 from schemas.rejects import RetentionReject
+from security.signing import RecordSigner, RecordVerifier, Signer, Unauthenticated
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.state import GroupState
@@ -36,9 +38,14 @@ StatefulFunction = Callable[[tuple[Any, ...], Iterable[pd.DataFrame], "GroupStat
 
 
 def stream_retention_step(topics: RetentionTopics, registry_url: str | None, reevaluate_ms: int,
-                          registry_config: tuple[tuple[str, str], ...] = ()) -> StatefulFunction:
+                          registry_config: tuple[tuple[str, str], ...] = (),
+                          keys: JobKeys | None = None) -> StatefulFunction:
     """The function ``applyInPandasWithState`` calls per state bucket (the key) with its streams' rows.
 
+    With ``keys`` whose mode is set, every row's signature is verified first (``retention.spark_auth``):
+    a record not signed by a role allowed to write it, or a subscriber's record signed by another
+    subscriber's key, is rejected as UNAUTHENTICATED and changes nothing. With ``keys`` that sign, every
+    truncation event carries the job's signature.
     Rows without a key arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept
     for them. A value that is no record, or a record of another stream than its key names, is
     rejected as UNDECODABLE within its bucket.
@@ -57,10 +64,16 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
     def step(key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: GroupState,
              _fix: StateOffsetsFix = fix) -> Iterator[pd.DataFrame]:
         codec = cached_codec(registry_url, registry_config)
+        auth = None if keys is None else job_auth(keys)
+        verifier, signer = (None, None) if auth is None else (auth.verifier, auth.signer)
         now_ms = int(state.getCurrentProcessingTimeMs())
         if key[0] is None or key[0] == UNDECODABLE_BUCKET:
-            rows = [reject_row(codec, topics, undecodable(row, _no_key(codec, topics, row), now_ms))
-                    for row in _rows(frames)]
+            rows = []
+            for row in _rows(frames):
+                verified = _verify(verifier, topics, row)
+                reject = unauthenticated(verified, row, now_ms, "") if isinstance(verified, Unauthenticated) \
+                    else undecodable(row, _no_key(codec, topics, row), now_ms)
+                rows.append(reject_row(codec, topics, reject))
             yield output_frame(rows)
             return
         entries = decode_bucket(state.get[0]) if state.exists else {}
@@ -73,8 +86,8 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
         for stream in sorted(by_stream.keys() | due):
             entry = entries.get(stream)
             retention = StreamRetentionState(stream) if entry is None else StreamRetentionState.from_bytes(entry.state)
-            out += _apply_all(codec, topics, retention, by_stream.get(stream, []), now_ms)
-            out += _decide(codec, topics, retention, now_ms)
+            out += _apply_all(codec, topics, retention, by_stream.get(stream, []), now_ms, verifier)
+            out += _decide(codec, topics, retention, now_ms, signer)
             entries[stream] = BucketEntry(retention.next_change_ms(now_ms), retention.to_bytes())
         state.update((encode_bucket(entries),))
         changes = [e.next_change_ms for e in entries.values() if e.next_change_ms is not None]
@@ -85,14 +98,15 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
     return step
 
 
-def _decide(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, now_ms: int
-            ) -> list[dict[str, Any]]:
-    """The stream's decision now: its truncation row if the cut advanced, and the marker that it was decided."""
+def _decide(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, now_ms: int,
+            signer: RecordSigner | None = None) -> list[dict[str, Any]]:
+    """The stream's decision now: its truncation row (signed by ``signer``) if the cut advanced, and the
+    marker that it was decided."""
     event = retention.decide(now_ms)
     if event is None:
         return [decided_row()]
     log.info("stream %s: truncate at %s (%s)", event.stream, event.cut.as_dict(), event.reason.name)
-    return [truncation_row(codec, topics, event), decided_row()]
+    return [truncation_row(codec, topics, event, signer), decided_row()]
 
 
 class _Row(NamedTuple):
@@ -102,7 +116,10 @@ class _Row(NamedTuple):
     offset: int
     stream: Any
     topic: str
+    key: Any
     value: Any
+    key_id: Any
+    signature: Any
 
 
 def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[_Row]:
@@ -117,12 +134,20 @@ def _rows(frames: Iterable[pd.DataFrame]) -> Iterator[_Row]:
 
 
 def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, rows: Iterable[Any],
-               now_ms: int) -> list[dict[str, Any]]:
-    """Apply each row's record to ``retention``; the reject rows of the records it refused."""
+               now_ms: int, verifier: RecordVerifier | None = None) -> list[dict[str, Any]]:
+    """Apply each row's record to ``retention``; the reject rows of the records it refused.
+
+    With a ``verifier`` a row's signature is checked before anything else, and a subscriber's record
+    must be signed with that subscriber's own key (or an admin's, for a change).
+    """
     types = topics.input_types()
     out: list[dict[str, Any]] = []
     for row in rows:
         topic = str(row.topic)
+        signer = _verify(verifier, topics, row)
+        if isinstance(signer, Unauthenticated):
+            out.append(reject_row(codec, topics, unauthenticated(signer, row, now_ms, retention.stream)))
+            continue
         try:
             record = decode_input(codec, types[topic], topic, bytes(row.value or b""))
         except RecordDecodeError as exc:
@@ -132,10 +157,24 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
             why = f"keyed as stream {retention.stream!r} but names stream {record.stream!r}"
             out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.stream)))
             continue
+        wrong_subject = None if verifier is None or signer is None else check_subject(verifier, topic, signer, record)
+        if wrong_subject is not None:
+            reject = unauthenticated(wrong_subject, row, now_ms, retention.stream, getattr(record, "subscriber", None))
+            out.append(reject_row(codec, topics, reject))
+            continue
         rejection = retention.apply(record, now_ms)
         if rejection is not None:
             out.append(reject_row(codec, topics, _reject(rejection, row, now_ms)))
     return out
+
+
+def _verify(verifier: RecordVerifier | None, topics: RetentionTopics, row: Any) -> Signer | Unauthenticated | None:
+    """Who signed ``row``'s record, if a role allowed to write it did; None when inputs are not verified."""
+    if verifier is None:
+        return None
+    topic = str(row.topic)
+    return verify_input(verifier, topics.input_types()[topic], topic, None if row.key is None else bytes(row.key),
+                        bytes(row.value or b""), row.key_id, row.signature)
 
 
 def _no_key(codec: RecordCodec, topics: RetentionTopics, row: Any) -> str:

@@ -68,7 +68,8 @@ def decoded(items: Sequence[AvroRecord | Raw], kafka_ts: int = NOW_MS) -> pd.Dat
         stream = None if key is None else key.split("#", 1)[0]
         bucket = UNDECODABLE_BUCKET if stream is None else bucket_of(stream, DEFAULT_BUCKETS)
         rows.append({"bucket": bucket, "stream": stream, "rank": TOPICS.rank(topic), "kafka_ts": kafka_ts,
-                     "topic": topic, "partition": 0, "offset": offset, "value": value})
+                     "topic": topic, "partition": 0, "offset": offset, "key": None if key is None else key.encode(),
+                     "value": value, "key_id": None, "signature": None})
     return pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
 
 
