@@ -17,6 +17,9 @@ from ops import client_security, preflight, runtime
 from ops.exits import Unavailable, UsageError
 from ops.procs import stop_on_signals
 from ops.settings import Settings
+from retention.spark_auth import JobKeys, job_keys
+from security.errors import SigningError
+from security.signing import AuthMode
 
 if TYPE_CHECKING:
     from retention.spark_job import RetentionJob, RetentionJobConfig
@@ -125,7 +128,31 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
         checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
         reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=registry_url,
         registry_config=tuple(sorted(registry_config.items())), state_buckets=settings.state_buckets,
-        kafka_options=client_security.spark_kafka_options())
+        kafka_options=client_security.spark_kafka_options(), keys=executor_keys(settings))
+
+
+def executor_keys(settings: Settings) -> JobKeys | None:
+    """What the job's executors verify inputs by and sign truncation events with, from the keyring read here,
+    on the driver: executors read no file, the keys travel inside the job (``retention.spark_auth``).
+
+    None without a keyring. A keyring without an ed25519 key of the retention-job role is a
+    :class:`~security.errors.SigningError` (one line), unless record_auth is off or in rollout, where
+    the events go unsigned (and an applier with a keyring refuses them).
+    """
+    keyring = runtime.keyring(settings)
+    mode = None if keyring is None or settings.record_auth == "off" else AuthMode(settings.record_auth or "enforce")
+    if mode is None:
+        log.warning("record authentication is off (no keyring, or record_auth=off): the retention job obeys inputs "
+                    "from anyone who can write its topics")
+    if keyring is None:
+        return None
+    try:
+        return job_keys(keyring, mode)
+    except SigningError as exc:
+        if mode is AuthMode.ENFORCE:
+            raise
+        log.warning("%s: the job's truncation events go unsigned", exc)
+    return None if mode is None else job_keys(keyring, mode, sign=False)
 
 
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:

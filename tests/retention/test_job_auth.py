@@ -6,12 +6,14 @@ from __future__ import annotations
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from prometheus_client import REGISTRY
 from pyspark.sql.streaming.state import GroupState
 
+from ops.retention_job import RetentionJobSettings, executor_keys
 from producers.topics import TopicNames
 from retention.buckets import bucket_of
 from retention.spark_auth import JobKeys, job_keys
@@ -274,3 +276,33 @@ def test_the_job_signs_only_with_an_ed25519_key_of_its_own() -> None:
                                     recorded(at(300, 300))]))
     assert [e.cut for e in events(out)] == [at(10, 10)]
     assert out.signature.isna().all()
+
+
+def _keyring_file(tmp_path: Path, keyring: Keyring) -> Path:
+    path = tmp_path / "keyring.toml"
+    path.write_text(keyring.to_toml())
+    path.chmod(0o600)
+    return path
+
+
+def test_the_job_s_keys_come_from_the_process_keyring_once_on_the_driver(tmp_path: Path) -> None:
+    path = _keyring_file(tmp_path, KEYS)
+    keys = executor_keys(RetentionJobSettings(keyring=path, state_dir=tmp_path))
+    assert keys is not None and (keys.mode, keys.signs) == (AuthMode.ENFORCE, True)
+    assert parse_keyring(keys.keyring_toml).get("job-1") == KEYS.get("job-1")
+    rollout = executor_keys(RetentionJobSettings(keyring=path, record_auth="rollout", state_dir=tmp_path))
+    assert rollout is not None and rollout.mode is AuthMode.ROLLOUT
+    off = executor_keys(RetentionJobSettings(keyring=path, record_auth="off", state_dir=tmp_path))
+    assert off is not None and (off.mode, off.signs) == (None, True)  # unverified inputs, signed events
+    assert executor_keys(RetentionJobSettings(state_dir=tmp_path)) is None
+
+
+def test_a_keyring_without_the_job_s_key_stops_the_job_unless_signing_is_rolled_out(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = _keyring_file(tmp_path, Keyring(k for k in KEYS if k.role != "retention-job"))
+    with pytest.raises(SigningError, match="no active ed25519 key for role retention-job"):
+        executor_keys(RetentionJobSettings(keyring=path, state_dir=tmp_path))
+    rollout = executor_keys(RetentionJobSettings(keyring=path, record_auth="rollout", state_dir=tmp_path))
+    assert rollout is not None and (rollout.mode, rollout.signs) == (AuthMode.ROLLOUT, False)
+    assert "truncation events go unsigned" in caplog.text
+    assert executor_keys(RetentionJobSettings(keyring=path, record_auth="off", state_dir=tmp_path)) is None
