@@ -11,6 +11,8 @@ from producers.topics import TopicNames
 from schemas.base import millis_now
 from schemas.streams import RetentionPolicy, StreamConfig, StreamCut
 from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from security.keyring import Algorithm, Keyring
+from security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
@@ -26,18 +28,37 @@ class SubscriberClient:
     Every call returns once the broker confirmed the record. Generations order a subscriber's
     changes and cuts: the retention job ignores (and reports) anything older than it has seen.
 
+    With a ``keyring``, each subscriber's changes and cuts are signed with that subscriber's own key
+    (a subscriber key whose subject is its name; one signer per subscriber, made on first use), so one
+    client may publish for several subscribers; a subscriber without a key in it is a
+    :class:`~security.errors.SigningError`. Without one they carry the ``publisher``'s signature, if
+    any. A policy (:meth:`set_policy`) always carries the ``publisher``'s: the retention job obeys
+    only an admin's, so pass ``publisher.signed_by(admin_signer)``.
+
     Examples
     --------
-    >>> client = SubscriberClient(publisher, TopicNames.for_prefix())  # doctest: +SKIP
+    >>> client = SubscriberClient(publisher, TopicNames.for_prefix(), keyring=keyring)  # doctest: +SKIP
     >>> client.add_subscriber("scope/orders", "billing", generation=1)  # doctest: +SKIP
     >>> client.update_truncation_cut("scope/orders", "billing", 1, cut)  # doctest: +SKIP
     """
 
     def __init__(self, publisher: ConfirmedPublisher, topics: TopicNames,
-                 clock: Callable[[], int] = millis_now) -> None:
+                 clock: Callable[[], int] = millis_now, keyring: Keyring | None = None) -> None:
         self.publisher = publisher
         self.topics = topics
         self.clock = clock
+        self.keyring = keyring
+        self._publishers: dict[str, ConfirmedPublisher] = {}
+
+    def publisher_for(self, subscriber: str) -> ConfirmedPublisher:
+        """The publisher of ``subscriber``'s records: signing with its own key when there is a keyring."""
+        if self.keyring is None:
+            return self.publisher
+        publisher = self._publishers.get(subscriber)
+        if publisher is None:
+            signer = RecordSigner(self.keyring, "subscriber", subject=subscriber, prefer=Algorithm.ED25519)
+            publisher = self._publishers[subscriber] = self.publisher.signed_by(signer)
+        return publisher
 
     def add_subscriber(self, stream: str, subscriber: str, generation: int) -> None:
         self._change(stream, subscriber, generation, SubscriberChangeType.ADD)
@@ -48,19 +69,20 @@ class SubscriberClient:
 
     def _change(self, stream: str, subscriber: str, generation: int, change: SubscriberChangeType) -> None:
         record = SubscriberChange(stream, subscriber, generation, change, self.clock())
-        self.publisher.publish(self.topics.subscribers, record, subscriber_key(stream, subscriber))
+        self.publisher_for(subscriber).publish(self.topics.subscribers, record, subscriber_key(stream, subscriber))
         log.info("subscriber %s stream=%s subscriber=%s generation=%d", change.name.lower(), stream, subscriber,
                  generation)
 
     def update_truncation_cut(self, stream: str, subscriber: str, generation: int, cut: StreamCut) -> None:
         """Publish that ``subscriber`` has consumed ``stream`` up to ``cut``."""
         record = SubscriberCut(stream, subscriber, generation, cut, self.clock())
-        self.publisher.publish(self.topics.subscriber_cuts, record, subscriber_key(stream, subscriber))
+        self.publisher_for(subscriber).publish(self.topics.subscriber_cuts, record,
+                                               subscriber_key(stream, subscriber))
         log.info("truncation cut published stream=%s subscriber=%s generation=%d segments=%d", stream, subscriber,
                  generation, len(cut))
 
     def set_policy(self, stream: str, policy: RetentionPolicy) -> StreamConfig:
-        """Publish ``stream``'s retention policy for the retention job."""
+        """Publish ``stream``'s retention policy for the retention job, signed by the ``publisher``'s signer."""
         record = StreamConfig(stream, policy, self.clock())
         self.publisher.publish(self.topics.stream_config, record, stream)
         return record

@@ -13,6 +13,10 @@ from producers.topics import TopicNames
 from schemas import build_codec
 from schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut
 from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from security.errors import SigningError
+from security.keyring import Algorithm, Keyring, new_key
+from security.rules import signers_of
+from security.signing import RecordSigner, RecordVerifier, Signer
 from tests.integration.kafka_io import consume_from_start
 
 pytestmark = pytest.mark.integration
@@ -75,3 +79,35 @@ def test_an_unconfirmed_publish_raises_a_retryable_error() -> None:
     with pytest.raises(PublishError) as caught:
         client.add_subscriber(STREAM, "billing", 1)
     assert caught.value.retryable and "not confirmed" in str(caught.value)
+
+
+def test_with_a_keyring_each_subscriber_signs_with_its_own_key_and_the_policy_with_the_publisher_s(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], unique_name: Callable[[str], str]) -> None:
+    keyring = Keyring([new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing"),
+                       new_key("audit-1", "subscriber", Algorithm.ED25519, subject="audit"),
+                       new_key("admin-1", "admin", Algorithm.ED25519)])
+    topics = kafka_topics()
+    publisher = ConfirmedPublisher(RecordProducer(kafka_bootstrap, "idempotent-producer"), build_codec())
+    client = SubscriberClient(publisher, topics, keyring=keyring)
+    cut = StreamCut.from_mapping({0: 10})
+    for name in ("billing", "audit"):
+        client.add_subscriber(STREAM, name, 1)
+        client.update_truncation_cut(STREAM, name, 1, cut)
+    with pytest.raises(SigningError, match="subscriber 'ghost'"):
+        client.add_subscriber(STREAM, "ghost", 1)  # no key of its own: nothing sent
+    SubscriberClient(publisher.signed_by(RecordSigner(keyring, "admin")), topics).set_policy(
+        STREAM, RetentionPolicy(RetentionType.TIME, None, 60_000))
+    publisher.close()
+
+    verifier, codec = RecordVerifier(keyring), build_codec()
+    for topic, kind in ((topics.subscribers, SubscriberChange), (topics.subscriber_cuts, SubscriberCut)):
+        for message in consume_from_start(kafka_bootstrap, [topic], unique_name("g"), 2):
+            signer = verifier.verify(topic, message.key(), message.value(), message.headers(), signers_of(kind))
+            assert isinstance(signer, Signer), signer
+            record = codec.decode(message.value(), kind)
+            assert verifier.check_subject(topic, signer, record.subscriber) is None  # type: ignore[attr-defined]
+            assert signer.key_id == f"{record.subscriber}-1"  # type: ignore[attr-defined]
+    (config,) = consume_from_start(kafka_bootstrap, [topics.stream_config], unique_name("g"), 1)
+    signer = verifier.verify(topics.stream_config, config.key(), config.value(), config.headers(),
+                             signers_of(StreamConfig))
+    assert isinstance(signer, Signer) and signer.role == "admin"
