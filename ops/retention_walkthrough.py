@@ -43,7 +43,9 @@ class Retention:
 
     def __post_init__(self) -> None:
         topics = runtime.topic_names(self.settings)
-        self.client = SubscriberClient(self.publisher, topics)
+        # The walkthrough's job and applier verify nothing (no keys given), so its subscribers' records and
+        # policies go unsigned rather than under the controller's key, which the real job refuses for them.
+        self.client = SubscriberClient(self.publisher.signed_by(None), topics)
         self.recorder = RetentionRecorder(self.controller, self.publisher, topics.stream_cuts, 0)
         bootstrap = stack.require_bootstrap(self.settings)
         self.job = RetentionJobConfig(bootstrap, RetentionTopics.from_names(topics), str(self.work / "checkpoint"),
