@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from pyspark.sql import SparkSession
 
 from producers.topics import TopicNames
+from retention.spark_auth import JobKeys, job_keys
 from retention.spark_io import RetentionTopics, StreamRecord
 from retention.spark_job import RetentionJobConfig, run_available, start_retention_job
 from retention.spark_metrics import BatchSummary
@@ -31,7 +32,10 @@ from schemas import (
 )
 from schemas.rejects import RejectKind, RetentionReject
 from schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
-from tests.integration.kafka_io import Outgoing, produce_confirmed
+from security.keyring import Algorithm, Keyring, new_key
+from security.rules import authorize_truncation, signers_of
+from security.signing import AuthMode, RecordSigner, RecordVerifier, Signer
+from tests.integration.kafka_io import Outgoing, consume_from_start, produce_confirmed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -77,13 +81,17 @@ def recorded(cut: StreamCut, age_ms: int = MINUTE_MS, stream: str = STREAM, now_
                            sum(cut.as_dict().values()))
 
 
-def produce_records(bootstrap: str, names: TopicNames, records: Sequence[StreamRecord]) -> None:
-    """Each record on its input topic, keyed by its stream, every one confirmed by the broker."""
+def produce_records(bootstrap: str, names: TopicNames, records: Sequence[StreamRecord],
+                    signers: Sequence[RecordSigner | None] = ()) -> None:
+    """Each record on its input topic, keyed by its stream (signed by its signer, if any), every one confirmed."""
     codec = build_codec()
     topic_of = {kind: topic for topic, kind in RetentionTopics.from_names(names).input_types().items()}
-    produce_confirmed(bootstrap, [
-        Outgoing(topic_of[type(r)], codec.encode(r, topic_of[type(r)]), r.stream.encode()) for r in records
-    ])
+    messages = []
+    for record, signer in zip(records, [*signers, *[None] * (len(records) - len(signers))], strict=True):
+        topic = topic_of[type(record)]
+        value, key = codec.encode(record, topic), record.stream.encode()
+        messages.append(Outgoing(topic, value, key, () if signer is None else signer.headers(topic, key, value)))
+    produce_confirmed(bootstrap, messages)
 
 
 @dataclass(frozen=True)
@@ -94,9 +102,13 @@ class RetentionHarness:
     bootstrap: str
     names: TopicNames
     checkpoint: Path
+    keys: JobKeys | None = None
 
     def produce(self, *records: StreamRecord) -> None:
         produce_records(self.bootstrap, self.names, records)
+
+    def produce_signed(self, *signed: tuple[StreamRecord, RecordSigner | None]) -> None:
+        produce_records(self.bootstrap, self.names, [record for record, _ in signed], [s for _, s in signed])
 
     def produce_raw(self, topic: str, value: bytes) -> None:
         produce_confirmed(self.bootstrap, [Outgoing(topic, value, b"garbage")])
@@ -104,7 +116,7 @@ class RetentionHarness:
     def run(self) -> list[BatchSummary]:
         """One run of the job (one micro-batch over what is there) from this harness's checkpoint."""
         config = RetentionJobConfig(self.bootstrap, RetentionTopics.from_names(self.names), str(self.checkpoint),
-                                    reevaluate_ms=REEVALUATE_MS, once=True)
+                                    reevaluate_ms=REEVALUATE_MS, once=True, keys=self.keys)
         return run_available(self.spark, config, RUN_TIMEOUT_S)
 
     def read(self, topic: str) -> list[bytes]:
@@ -154,15 +166,46 @@ def test_two_subscribers_truncate_at_their_common_cut_then_wait_for_the_slow_one
     assert harness.truncations() == [at(100, 100), at(200, 100), at(400, 400)]
 
 
-def test_a_size_max_limit_truncates_past_a_stalled_subscriber(harness: RetentionHarness) -> None:
+KEYS = Keyring([new_key("ctl-1", "controller", Algorithm.ED25519), new_key("admin-1", "admin", Algorithm.ED25519),
+                new_key("job-1", "retention-job", Algorithm.ED25519),
+                new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing")])
+ATTACKER = Keyring([new_key("billing-9", "subscriber", Algorithm.ED25519, subject="billing")])
+
+
+def test_a_size_max_limit_truncates_past_a_stalled_subscriber_whose_forged_cut_is_refused(
+        harness: RetentionHarness, unique_name: Callable[[str], str]) -> None:
     # 600 bytes recorded, the subscriber stalled after 20: keeping at most 300 means the oldest
     # recorded cut that keeps 300 or less, at(200, 200) (200 bytes kept; at(100, 100) would keep 400).
+    # Every input is signed by who writes it; a cut for billing at the tail, signed by a key the job does
+    # not know, would have moved the bound there (a CONSUMPTION truncation at(300, 300)).
+    signed = replace(harness, keys=job_keys(KEYS, AuthMode.ENFORCE))
+    controller, admin = RecordSigner(KEYS, "controller"), RecordSigner(KEYS, "admin")
+    billing = RecordSigner(KEYS, "subscriber", "billing")
     size_max_300 = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, 0, 300)
-    harness.produce(*stream_with(size_max_300, "billing"), consumed("billing", at(10, 10)),
-                    recorded(at(100, 100), 3 * MINUTE_MS), recorded(at(200, 200), 2 * MINUTE_MS),
-                    recorded(at(300, 300)))
-    harness.run()
-    assert harness.truncations() == [at(200, 200)]
+    signed.produce_signed((topology(), controller), (config(size_max_300), admin), (subscribe("billing"), billing),
+                          (consumed("billing", at(10, 10)), billing),
+                          (recorded(at(100, 100), 3 * MINUTE_MS), controller),
+                          (recorded(at(200, 200), 2 * MINUTE_MS), controller), (recorded(at(300, 300)), controller),
+                          (consumed("billing", at(300, 300)), RecordSigner(ATTACKER, "subscriber", "billing")),
+                          (consumed("billing", at(300, 300)), None))
+    tail = build_codec().encode(consumed("billing", at(300, 300)), signed.names.subscriber_cuts)
+    twice = billing.headers(signed.names.subscriber_cuts, STREAM.encode(), tail) * 2
+    produce_confirmed(signed.bootstrap, [Outgoing(signed.names.subscriber_cuts, tail, STREAM.encode(), twice)])
+    signed.run()
+    assert signed.truncations() == [at(200, 200)]
+    rejects = signed.rejects()
+    assert {(r.stream, r.kind, r.source_topic) for r in rejects} == {
+        (STREAM, RejectKind.UNAUTHENTICATED, signed.names.subscriber_cuts)}
+    assert sorted(r.reason.split(":")[0] for r in rejects) == ["malformed-signature", "unknown-key", "unsigned"]
+
+    # What the truncation applier checks: the job's signature, and a reason the stream's policy gives.
+    [message] = consume_from_start(signed.bootstrap, [signed.names.truncation], unique_name("g"), 1)
+    applier = RecordVerifier(Keyring(key.public_only() for key in KEYS))
+    signer = applier.verify(signed.names.truncation, message.key(), message.value(), message.headers(),
+                            signers_of(TruncationEvent))
+    assert isinstance(signer, Signer) and (signer.role, signer.key_id) == ("retention-job", "job-1")
+    event = build_codec().decode(message.value(), signed.names.truncation, TruncationEvent)
+    assert authorize_truncation(event, signer, size_max_300) is None
 
 
 def test_a_size_min_limit_holds_consumed_data_back(harness: RetentionHarness) -> None:
