@@ -23,6 +23,7 @@ from retention.spark_io import (
     undecodable,
 )
 from retention.stream_state import Rejection, StreamRetentionState
+from schemas.base import AvroRecord
 from schemas.codec import RecordCodec
 from schemas.errors import RecordDecodeError
 from schemas.rejects import RetentionReject
@@ -68,9 +69,9 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
         verifier, signer = (None, None) if auth is None else (auth.verifier, auth.signer)
         now_ms = int(state.getCurrentProcessingTimeMs())
         if key[0] is None or key[0] == UNDECODABLE_BUCKET:
-            rows = []
+            rows, types = [], topics.input_types()
             for row in _rows(frames):
-                verified = _verify(verifier, topics, row)
+                verified = _verify(verifier, types, row)
                 reject = unauthenticated(verified, row, now_ms, "") if isinstance(verified, Unauthenticated) \
                     else undecodable(row, _no_key(codec, topics, row), now_ms)
                 rows.append(reject_row(codec, topics, reject))
@@ -144,7 +145,7 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
     out: list[dict[str, Any]] = []
     for row in rows:
         topic = str(row.topic)
-        signer = _verify(verifier, topics, row)
+        signer = _verify(verifier, types, row)
         if isinstance(signer, Unauthenticated):
             out.append(reject_row(codec, topics, unauthenticated(signer, row, now_ms, retention.stream)))
             continue
@@ -168,12 +169,14 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
     return out
 
 
-def _verify(verifier: RecordVerifier | None, topics: RetentionTopics, row: Any) -> Signer | Unauthenticated | None:
-    """Who signed ``row``'s record, if a role allowed to write it did; None when inputs are not verified."""
+def _verify(verifier: RecordVerifier | None, types: dict[str, type[AvroRecord]], row: Any
+            ) -> Signer | Unauthenticated | None:
+    """Who signed ``row``'s record (of its topic's type), if a role allowed to write it did; None when inputs
+    are not verified."""
     if verifier is None:
         return None
     topic = str(row.topic)
-    return verify_input(verifier, topics.input_types()[topic], topic, None if row.key is None else bytes(row.key),
+    return verify_input(verifier, types[topic], topic, None if row.key is None else bytes(row.key),
                         bytes(row.value or b""), row.key_id, row.signature)
 
 
