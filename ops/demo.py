@@ -7,13 +7,15 @@ import logging
 from prometheus_client import REGISTRY
 
 from deletion.mark import LedgerDeletionService
+from deletion.records import pending_deletes_for
 from ops import runtime, stack
-from ops.demo_io import demo_settings, drain, say
+from ops.demo_io import demo_keyring, demo_settings, drain, say
 from ops.demo_retention import show_retention
 from ops.roundtrip import round_trip_every_record
 from ops.settings import Settings
 from ops.topics import admin_client, create_topics, topic_specs
 from producers.producer import RecordProducer
+from schemas.base import millis_now
 from segments.chunked import ChunkedSegmentStorage
 from segments.streams import StreamController
 from segments.walkthrough import run_txn_walkthrough
@@ -33,6 +35,7 @@ SHOWN_COUNTERS = [
     ("reclaim_deletion_retries_sent_total", None),
     ("reclaim_deletion_dlq_sent_total", None),
     ("reclaim_mark_batches_total", {"result": "complete"}),
+    ("reclaim_unauthenticated_records_total", None),
 ]
 
 
@@ -54,6 +57,8 @@ def run_demo(settings: Settings, keep_stack: bool = False) -> int:
         say(f"stack up: kafka {state.bootstrap} (PLAINTEXT: no authentication, no ACLs), s3 {state.s3_url} "
             f"(bucket {state.s3_bucket})")
         bootstrap = stack.require_bootstrap(settings)
+        keyring = demo_keyring(settings)
+        say(f"  records signed and verified with the demo's keyring {keyring} (every role's keys in one file)")
         for topic, outcome in create_topics(admin_client(bootstrap), topic_specs(settings)).items():
             say(f"  topic {topic}: {outcome}")
         say("\n-- every record type through the broker (Avro single-object encoding) --")
@@ -80,6 +85,11 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
         for binding in bindings:
             show_segments(store, binding, bindings, service)
         drain(demo, store, bindings)
+        victim = show_forgery(demo, store, bindings.get("fs-tier2"), bootstrap)
+        drain(demo, store, bindings)
+        if not bindings.get("fs-tier2").exists(victim):
+            raise AssertionError(f"a forged pending delete deleted {victim}")
+        say("  dead-lettered as unauthenticated before any check; the chunk is still on tier-2")
         say("\n-- a stream: scaled, one transaction committed across the scale, another aborted --")
         aborted = show_stream(demo, store, bindings.get("fs-tier2"), bindings, service)
         drain(demo, store, bindings)
@@ -98,6 +108,22 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
     say("\n-- counters --")
     for name, labels in SHOWN_COUNTERS:
         say(f"  {name:44} {counter(name, labels):8.0f}")
+
+
+def show_forgery(settings: Settings, store: SQLMetadataStore, binding: ChunkStorage, bootstrap: str) -> str:
+    """A pending delete for a live chunk sent by someone without the controller's key: never obeyed."""
+    victim = next(iter(binding.iter_names()))
+    row = store.get_chunks([victim])[victim]
+    [record] = pending_deletes_for([row], "forged-mark", millis_now())
+    topic = runtime.topic_names(settings).deletion
+    forger = RecordProducer(bootstrap, "producer")
+    try:
+        forger.send(topic, runtime.codec(settings).encode(record, topic), key=victim.encode())
+        forger.producer.flush(10)
+    finally:
+        forger.close()
+    say(f"\n-- a forged pending delete (unsigned) for the live chunk {victim} --")
+    return victim
 
 
 def show_segments(store: SQLMetadataStore, binding: ChunkStorage, bindings: StorageBindings,

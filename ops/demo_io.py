@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
+from pathlib import Path
 
 from consumers.lag import estimated_inflight
 from ops import runtime, stack
 from ops.settings import Settings
+from security.keyring import Algorithm, Keyring, new_key
 from storage.bindings import StorageBindings
 from storage.sql_store import SQLMetadataStore
 
+DEMO_ROLES = (("controller", None), ("admin", None), ("retention-job", None), ("subscriber", "fast"),
+              ("subscriber", "slow"))
+"""The keys of the demo's keyring: every part that signs, and each of its subscribers."""
+
+
+def demo_keyring(settings: Settings) -> Path:
+    """A keyring for every part of the demo, made fresh under the state directory (mode 0600).
+
+    One file holds every role's keys because one process plays every role; a deployment gives each
+    process only its own keys and the public halves of those it verifies (see the README's Security).
+    """
+    keys = [new_key(f"demo-{role}" + (f"-{subject}" if subject else ""), role, Algorithm.ED25519, subject)
+            for role, subject in DEMO_ROLES]
+    keys.append(new_key("demo-controller.deletes", "controller", Algorithm.HMAC_SHA256))
+    path = settings.state_dir / "demo-keyring.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(Keyring(keys).to_toml())
+    return path
+
 
 def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
-    """Settings for one part of the demo: a fresh store and tier-2 under ``<state-dir>/<part>``.
+    """Settings for one part of the demo: a fresh store and tier-2 under ``<state-dir>/<part>``, and the demo's
+    keyring, so every record is signed and verified.
 
     Every part's phase-2 worker is in one group, so a later part (and a later demo) reads only the
     pending deletes published after what the earlier ones committed.
@@ -23,7 +48,7 @@ def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
     return Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
                              fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
                              retry_delays=settings.retry_delays, group_id="reclaim-demo",
-                             batch_size=200, poll_timeout_s=0.5)
+                             batch_size=200, poll_timeout_s=0.5, keyring=settings.state_dir / "demo-keyring.toml")
 
 
 def say(text: str) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from consumers.truncation_applier import Applied, ApplierConfig, TruncationApplier
 from ops import runtime, stack
+from ops.retention_job import executor_keys
 from ops.retention_recorder import RetentionRecorder
 from ops.settings import Settings
 from producers.publisher import ConfirmedPublisher
@@ -43,15 +44,18 @@ class Retention:
 
     def __post_init__(self) -> None:
         topics = runtime.topic_names(self.settings)
-        # The walkthrough's job and applier verify nothing (no keys given), so its subscribers' records and
-        # policies go unsigned rather than under the controller's key, which the real job refuses for them.
-        self.client = SubscriberClient(self.publisher.signed_by(None), topics)
+        # With a keyring each part signs as its own role: the policy as the admin, each subscriber with its
+        # own key, the recorder as the controller; the job and the applier verify. Without one, nothing is
+        # signed or verified.
+        admin = runtime.record_signer(self.settings, "admin")
+        self.client = SubscriberClient(self.publisher.signed_by(admin), topics, keyring=runtime.keyring(self.settings))
         self.recorder = RetentionRecorder(self.controller, self.publisher, topics.stream_cuts, 0)
         bootstrap = stack.require_bootstrap(self.settings)
         self.job = RetentionJobConfig(bootstrap, RetentionTopics.from_names(topics), str(self.work / "checkpoint"),
-                                      reevaluate_ms=1000)
+                                      reevaluate_ms=1000, keys=executor_keys(self.settings))
         applier = ApplierConfig(bootstrap, topics.truncation, "reclaim-demo-truncation", poll_timeout_s=0.5)
-        self.applier = TruncationApplier(applier, self.controller, runtime.codec(self.settings))
+        self.applier = TruncationApplier(applier, self.controller, runtime.codec(self.settings),
+                                         verifier=runtime.record_verifier(self.settings))
 
     @property
     def segments(self) -> list[str]:

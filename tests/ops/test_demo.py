@@ -26,6 +26,11 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # filesystem also keeps the stream's committed data (4 chunks) after the aborted txn's 2 go.
     assert "s3-tier2: 6 chunks left" in out and "fs-tier2: 10 chunks left" in out
     assert "aborted transaction: 2 of 2 chunks deleted from tier-2" in out
+    # Every record is signed with the demo's keyring: a forged (unsigned) pending delete for a live chunk is
+    # dead-lettered before any check, and the retention job refuses none of the genuine inputs.
+    assert "finished: {'unauthenticated': 1}" in out and "the chunk is still on tier-2" in out
+    assert "reclaim_unauthenticated_records_total               1" in out
+    assert "0 reject(s)" in out and "1 reject(s)" not in out
     assert "reclaim_ledgers_deleted_total                      14" in out
     # Retention: truncated first at the slow subscriber's cut (a quarter of 1280 bytes per segment), then
     # at the tail both reached, then past the stalled one by the 512-byte maximum (256 left per segment).
