@@ -97,7 +97,9 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
         admin = admin_signer(settings)
     if args.action == "truncate" and args.publish:
         return publish_truncation(settings, args.stream, cut, admin)
-    with stream_controller(settings) as (controller, publisher):
+    # set-policy publishes as the admin, cut and history publish nothing: no controller key needed.
+    with stream_controller(settings, controller_key=args.action in ("create", "record", "truncate")
+                           ) as (controller, publisher):
         if args.action == "create":
             scope, _, name = args.stream.partition("/")
             controller.create_stream(scope, name, args.segments)

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from ops.controller_runtime import _NoPhaseOne
 from ops.exits import ExitCode, UsageError
 from ops.streams_cli import parse_cut
 from schemas.streams import StreamCut
+from security.errors import SigningError
 from segments.streams import StreamController
+from storage.metadata import ChunkRecord
 from tests.cli import run_reclaim
 from tests.ops.test_cli_errors import NOBODY, clean_env, one_line_error
 from tests.streams.orders import SEGMENTS, STREAM, orders_stream
@@ -74,3 +77,18 @@ def test_bad_streams_input_is_refused_before_anything_is_opened(tmp_path: Path, 
     result = run_reclaim("streams", *args, "--bootstrap", NOBODY, env=env, timeout=60)
     assert message in one_line_error(result, ExitCode.USAGE)
     assert not (tmp_path / "state").exists()  # neither the broker nor the store was touched
+
+
+def test_a_controller_opened_without_the_controller_key_refuses_phase_1_before_the_layout_changes(
+        controller: StreamController) -> None:
+    """``streams set-policy``, ``cut`` and ``history`` open their controller without the controller's key (an
+    admin's keyring has only the admin's): were it to truncate, its pending deletes would go unsigned."""
+    def chunks() -> list[ChunkRecord]:
+        return [c for segment in SEGMENTS for c in controller.segments.store.list_chunks(segment, active_only=False)]
+
+    before = chunks()
+    controller.segments.garbage = _NoPhaseOne()
+    with pytest.raises(SigningError, match="without the controller's key"):
+        controller.truncate(STREAM, StreamCut.from_mapping({0: 16, 1: 16}))
+    assert controller.head(STREAM) == StreamCut()
+    assert chunks() == before and all(chunk.active for chunk in before)

@@ -81,7 +81,8 @@ def test_a_stream_whose_record_the_broker_refuses_does_not_stop_the_others(contr
 def record(tmp_path: Path, controller: StreamController, capsys: pytest.CaptureFixture[str],
            monkeypatch: pytest.MonkeyPatch) -> str:
     @contextmanager
-    def fake(settings: object) -> Iterator[tuple[StreamController, Published]]:
+    def fake(settings: object, *, controller_key: bool) -> Iterator[tuple[StreamController, Published]]:
+        assert controller_key, "recorded cuts are signed with the controller's key"
         yield controller, Published()
 
     monkeypatch.setattr(streams_cli, "stream_controller", fake)
