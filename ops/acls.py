@@ -24,8 +24,10 @@ from producers.topics import TopicNames
 
 #: The group of the retention job's end-offset probe (:func:`retention.spark_offsets.topic_ends`).
 RETENTION_ENDS_GROUP = "reclaim-retention-ends"
-#: The prefix of the group ids Spark's Kafka source makes for each query run (``spark-kafka-source-<uuid>-…``).
-SPARK_GROUP_PREFIX = "spark-kafka-source-"
+# No grant on Spark's generated group ids (``spark-kafka-source-<uuid>-…``): Spark 4's Kafka source reads
+# offsets through an AdminClient and its executors' consumers are assigned partitions and never join or
+# commit, so a group ACL is needed only with spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true
+# (checked by running the job as its principal on the secured broker: tests/security/test_secure_retention.py).
 
 ROLES: dict[str, str] = {
     "controller": "the stream controller: phase 1 (pending deletes), topology, recorded cuts (streams create, "
@@ -110,8 +112,6 @@ def _retention_job(n: Names) -> list[Grant]:
         *_topics("READ", inputs, "the job's Kafka source reads the retention inputs"),
         *_topics("WRITE", [t.truncation], "the job writes truncation events"),
         *_topics("WRITE", [t.retention_rejects], "the job writes the inputs it refuses"),
-        _group(SPARK_GROUP_PREFIX, "READ", "Spark's Kafka source makes a new group id for each query run, "
-                                           "so only its prefix is known", "PREFIXED"),
         _group(RETENTION_ENDS_GROUP, "DESCRIBE", "the end-offset probe's consumer has this group id (no join, "
                                                  "no commit: finding its coordinator needs DESCRIBE)"),
     ]

@@ -28,7 +28,7 @@ def test_every_role_has_a_plan_and_nothing_on_the_cluster_or_transactional_ids()
 
 def test_only_names_made_at_run_time_are_prefixed() -> None:
     prefixed = {(role, g.resource, g.name) for role in ROLES for g in plan(role, NAMES) if g.pattern == "PREFIXED"}
-    assert prefixed == {("retention-job", "GROUP", "spark-kafka-source-"), ("admin", "TOPIC", "p.")}
+    assert prefixed == {("admin", "TOPIC", "p.")}
 
 
 def test_the_roles_that_write_a_deletion_or_a_truncation() -> None:
@@ -47,8 +47,7 @@ def test_readers_and_groups() -> None:
     assert ("GROUP", "LITERAL", "workers", "READ") in _ops("worker")
     assert ("GROUP", "LITERAL", "appliers", "READ") in _ops("truncation-applier")
     assert {name for _, _, name, op in _ops("retention-job") if op == "READ"} == {
-        "p.stream-topology", "p.stream-config", "p.subscribers", "p.subscriber-cuts", "p.stream-cuts",
-        "spark-kafka-source-"}
+        "p.stream-topology", "p.stream-config", "p.subscribers", "p.subscriber-cuts", "p.stream-cuts"}
     assert {(name, op) for res, _, name, op in _ops("operator") if res == "GROUP"} == {
         ("reclaim-dlq-reader", "DESCRIBE"), ("workers", "DESCRIBE")}
     assert ("TOPIC", "LITERAL", "p.ledger-deletion.dlq", "DELETE") in _ops("operator")
