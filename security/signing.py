@@ -196,8 +196,7 @@ class RecordVerifier:
         ``roles``; else why not. ``signed_topic``: the topic it was signed for, when it was re-routed
         from there (the deletion topic of a retry tier's record)."""
         outcome = self._check(signed_topic or topic, key, value or b"", headers, roles)
-        if outcome.__class__ is Unauthenticated:
-            assert isinstance(outcome, Unauthenticated)
+        if isinstance(outcome, Unauthenticated):
             self.refused(topic, outcome)
         elif outcome is UNSIGNED:
             ACCEPTED_UNSIGNED.labels(topic).inc()
