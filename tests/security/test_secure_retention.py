@@ -9,32 +9,18 @@ and the worker deletes the chunks before the cut.
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
-from ops.acls import Names, apply, plan
 from ops.kafka_security import SecureBroker
-from ops.procs import free_port, stop_pid
-from ops.settings import Settings
-from ops.topics import create_topics, topic_specs
-from producers.client_properties import variable_name
-from producers.config import installed_client_properties, quiet_logger
+from producers.config import installed_client_properties
 from producers.producer import RecordProducer
 from producers.publisher import ConfirmedPublisher, PublishError
 from producers.subscribers import SubscriberClient, subscriber_key
-from producers.topics import TopicNames
 from schemas import (
     LimitType,
     RetentionPolicy,
@@ -51,13 +37,9 @@ from schemas.rejects import RejectKind, RetentionReject
 from security.keyring import Keyring, load_keyring
 from security.rules import signers_of
 from security.signing import RecordSigner, RecordVerifier, Signer
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
-from segments.streams import StreamController
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import consume_from_start
+from tests.security.deployment import Deployment, deploy, metric, own_keys, wait_for, write_keyrings
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -67,118 +49,29 @@ SUBSCRIBERS = ("billing", "audit")
 ROLE_OF = {"controller": "controller", "admin": "admin", "retention-job": "retention-job",
            "truncation-applier": "truncation-applier", "worker": "worker", "billing": "subscriber",
            "audit": "subscriber"}
-_QUIET = quiet_logger("tests.security.secure_retention")
-
-
-@dataclass
-class Deployment:
-    """reclaim's topics under a fresh prefix on the secured broker; a principal (with its role's ACLs) and a
-    keyring per part, made as an operator makes them (``reclaim acls``, ``reclaim keys``)."""
-
-    broker: SecureBroker
-    directory: Path
-    prefix: str
-    names: Names
-    principals: dict[str, dict[str, str]]
-    keyrings: dict[str, Path]
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def topics(self) -> TopicNames:
-        return self.names.topics
-
-    def properties(self, part: str) -> dict[str, str]:
-        """``part``'s librdkafka properties without the bootstrap (what ``RECLAIM_KAFKA_*`` carries)."""
-        return {k: v for k, v in self.principals[part].items() if k != "bootstrap.servers"}
-
-    def env(self, part: str, keyring: str | None = None) -> dict[str, str]:
-        """The environment of a reclaim process of ``part``: its principal, and its keyring (``part``'s own
-        unless named)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_") or k == "RECLAIM_CACHE_DIR"}
-        env.update(RECLAIM_BOOTSTRAP=self.broker.bootstrap, RECLAIM_TOPIC_PREFIX=self.prefix,
-                   RECLAIM_RETRY_DELAYS="1,2", RECLAIM_STATE_DIR=str(self.directory / "state"),
-                   RECLAIM_METADATA_PATH=str(self.directory / "metadata.db"),
-                   RECLAIM_FS_ROOT=str(self.directory / "tier2"), RECLAIM_GROUP_ID=self.names.group_id,
-                   RECLAIM_TRUNCATION_GROUP_ID=self.names.truncation_group_id, RECLAIM_POLL_TIMEOUT_S="0.5",
-                   RECLAIM_PARTITIONS="1", RECLAIM_KEYRING=str(self.keyrings[keyring or part]))
-        env.update({variable_name(name): value for name, value in self.properties(part).items()})
-        return env
-
-    def start(self, part: str, *args: str) -> int:
-        """``reclaim <args>`` in the background as ``part`` with a metrics port; the port."""
-        port = free_port()
-        log = (self.directory / f"{args[0]}.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args, "--metrics-port", str(port)],
-                                env=self.env(part), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.processes.append(proc)
-        return port
 
 
 def _keyrings(directory: Path) -> dict[str, Path]:
     """Each part's own keys, and what each verifier holds of the others' (public halves; the worker the
     controller's HMAC secret for pending deletes)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
-
-    def keys(*args: str) -> str:
-        return run_reclaim("keys", *args, env=env, check=True).stdout
-
-    own = {part: directory / f"{part}-own.toml" for part in ("controller", "admin", "retention-job", *SUBSCRIBERS)}
-    for part, path in own.items():
-        role = ROLE_OF[part]
-        subject = ("--subject", part) if role == "subscriber" else ()
-        keys("new", "--role", role, "--id", f"{part}-1", *subject, "--keyring", str(path))
-    public = {part: keys("public", "--keyring", str(path)) for part, path in own.items()}
-    texts = {
-        **{part: path.read_text() for part, path in own.items()},
+    own = own_keys(directory, {part: ROLE_OF[part] for part in ("controller", "admin", "retention-job", *SUBSCRIBERS)})
+    return write_keyrings(directory, {
+        **{part: own.text(part) for part in own.paths},
         # The job verifies its inputs: topology and recorded cuts (controller), policy (admin), each cut and
         # change (its subscriber's own key); it signs with its own.
-        "retention-job": own["retention-job"].read_text() + "".join(
-            public[part] for part in ("controller", "admin", *SUBSCRIBERS)),
+        "retention-job": own.text("retention-job") + "".join(
+            own.public[part] for part in ("controller", "admin", *SUBSCRIBERS)),
         # The applier runs phase 1 as the controller and verifies the job's and admins' truncations.
-        "truncation-applier": own["controller"].read_text() + public["retention-job"] + public["admin"],
-        "worker": keys("public", "--keyring", str(own["controller"]), "--with-secrets"),
-    }
-    made = {}
-    for part, text in texts.items():
-        made[part] = directory / f"{part}.toml"
-        made[part].write_text(text)
-        made[part].chmod(0o600)
-        load_keyring(made[part])
-    return made
+        "truncation-applier": own.text("controller") + own.public["retention-job"] + own.public["admin"],
+        "worker": own.with_secrets("controller"),
+    })
 
 
 @pytest.fixture(scope="module")
 def deployment(secure_kafka: SecureBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     directory = tmp_path_factory.mktemp("secure-retention")
-    tag = uuid.uuid4().hex[:8]
-    settings = Settings(topic_prefix=f"ret-{tag}.", retry_delays=(1, 2), partitions=1, group_id=f"workers-{tag}",
-                        truncation_group_id=f"appliers-{tag}")
-    admin = AdminClient({**secure_kafka.admin_properties(), "logger": _QUIET})  # type: ignore[dict-item]
-    create_topics(admin, topic_specs(settings))
-    names = Names.from_settings(settings)
-    principals = {}
-    for part, role in ROLE_OF.items():
-        principals[part] = secure_kafka.create_user(f"{part}-{tag}")
-        apply(admin, f"User:{part}-{tag}", plan(role, names))
-    time.sleep(1.0)  # ACLs are metadata: the authorizer holds them a moment later
-    found = Deployment(secure_kafka, directory, settings.topic_prefix, names, principals, _keyrings(directory))
-    yield found
-    for proc in found.processes:
-        stop_pid(proc.pid)
-
-
-@contextmanager
-def _controller(deployment: Deployment) -> Iterator[tuple[StreamController, SQLiteMetadataStore]]:
-    """The stream controller of the deployment's metadata store, in this process (appends need no broker)."""
-    store = SQLiteMetadataStore(deployment.directory / "metadata.db")
-    segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(deployment.directory / "tier2", name="fs-tier2"),
-                                     RecordingGarbageSink(), max_rolling_length=8)
-    controller = StreamController.beside(segments, store.path)
-    try:
-        yield controller, store
-    finally:
-        controller.close()
-        store.close()
+    with deploy(secure_kafka, directory, "ret", ROLE_OF, _keyrings(directory)) as found:
+        yield found
 
 
 @contextmanager
@@ -194,34 +87,6 @@ def _publisher(deployment: Deployment, part: str, signer: RecordSigner | None = 
         publisher.close()
 
 
-def _metric(port: int, name: str, **labels: str) -> float:
-    """One sample of a counter the process on ``port`` serves (0 while it has none)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if match and ",".join(sorted(match.group(1).split(","))) == wanted:
-            return float(match.group(2))
-    return 0.0
-
-
-def _wait(what: str, condition: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except OSError:  # the process is still starting its metrics server
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _chunk_files(deployment: Deployment) -> set[str]:
-    root = deployment.directory / "tier2"
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "tags" not in p.parts}
-
-
 def at(first: int, second: int) -> StreamCut:
     return StreamCut.from_mapping({0: first, 1: second})
 
@@ -235,7 +100,7 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
     applier = deployment.start("truncation-applier", "truncation-applier", "--record-every-s", "0")
     worker = deployment.start("worker", "worker")
     common = at(40, 16)  # all of segment 0, and some of segment 1
-    with _controller(deployment) as (controller, store):
+    with deployment.controller() as (controller, store):
         for segment in SEGMENTS:
             controller.append(segment, b"x" * 40)
         before_cut = [chunk.name for number, segment in enumerate(SEGMENTS) for chunk in store.list_chunks(segment)
@@ -243,7 +108,7 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
     assert before_cut
     run_reclaim("streams", "set-policy", STREAM, "--type", "consumption", env=deployment.env("admin"), check=True)
     run_reclaim("streams", "record", env=deployment.env("controller"), check=True)
-    files_before = _chunk_files(deployment)
+    files_before = deployment.chunk_files()
 
     # Each subscriber publishes as its own principal, signed with its own key; audit is the slower one.
     cuts = {"billing": at(40, 32), "audit": common}
@@ -283,18 +148,18 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
 
     # The applier verifies the job's signature and the reason against the stored policy, truncates, and
     # the worker deletes the chunks before the cut.
-    _wait("the applier to apply the job's truncation",
-          lambda: _metric(applier, "reclaim_truncations_total", outcome="truncated") == 1)
-    _wait("the worker to delete the chunks before the cut",
-          lambda: _metric(worker, "reclaim_deletion_outcomes_total", outcome="deleted") >= len(before_cut))
+    wait_for("the applier to apply the job's truncation",
+             lambda: metric(applier, "reclaim_truncations_total", outcome="truncated") == 1)
+    wait_for("the worker to delete the chunks before the cut",
+             lambda: metric(worker, "reclaim_deletion_outcomes_total", outcome="deleted") >= len(before_cut))
     history = run_reclaim("streams", "history", STREAM, "--json", env=deployment.env("admin"), check=True)
     [entry] = json.loads(history.stdout)
     assert (entry["reason"], entry["signer"], entry["cut"]) == ("CONSUMPTION", "retention-job/retention-job-1",
                                                                 {"0": 40, "1": 16})
-    with _controller(deployment) as (controller, _):
+    with deployment.controller() as (controller, _):
         assert controller.head(STREAM) == common
-    assert files_before - _chunk_files(deployment) == {f"chunks/{name}" for name in before_cut}
-    assert _metric(applier, "reclaim_unauthenticated_records_total", topic=t.truncation, reason="unsigned") == 0
+    assert files_before - deployment.chunk_files() == {f"chunks/{name}" for name in before_cut}
+    assert metric(applier, "reclaim_unauthenticated_records_total", topic=t.truncation, reason="unsigned") == 0
 
 
 def test_the_retention_job_principal_is_refused_outside_its_acls(deployment: Deployment) -> None:
