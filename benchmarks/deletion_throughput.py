@@ -5,7 +5,13 @@ For S3 (one endpoint, the same object count for every method):
     with its producer already connected, and printed on its own); then a phase-2 worker deletes the
     objects and commits its offsets (timer: records produced -> last object gone and offsets committed);
   - raw batched: ``DeleteObjects`` with 1000 keys a request, no pipeline (the limit);
-  - naive: one ``delete_object`` call per object (what a user writes by hand; context only).
+  - naive: one ``delete_object`` call per object (what a user writes by hand; context only);
+  - signed: the pipeline with each pending delete signed by phase 1 (HMAC-SHA256, the controller's key)
+    and verified by the worker before anything else, as ``ops/runtime.py`` wires them, in the same
+    interleaved rounds as the unsigned pipeline (today's: no signer, no verifier), the order of the two
+    alternating round by round; the ratios signed / unsigned of the drain and of phase 1 are printed.
+    Then, once: what signing and verifying a pending delete costs per record, HMAC-SHA256 against
+    Ed25519 (a verifier holding only the Ed25519 public key), the choice of algorithm per record type.
 For phase 1: ``LedgerDeletionService.mark`` (build, encode, publish, wait, metadata transaction)
 against a plain idempotent confluent-kafka producer sending the same encoded records (same keys, same
 bytes, read back from phase 1's topic) to a fresh topic with as many partitions, then ``flush()``.
@@ -34,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
@@ -69,6 +76,10 @@ from ops.stack import require_s3  # noqa: E402
 from producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
 from producers.producer import RecordProducer  # noqa: E402
 from schemas.codec import build_codec  # noqa: E402
+from schemas.ledger import PendingDeleteLedgerInfo  # noqa: E402
+from security.keyring import Algorithm, Keyring, new_key  # noqa: E402
+from security.rules import signers_of  # noqa: E402
+from security.signing import RecordSigner, RecordVerifier, Signer, signature_headers  # noqa: E402
 from storage.base import BaseChunkStorage  # noqa: E402
 from storage.bindings import StorageBindings  # noqa: E402
 from storage.filesystem import FileSystemChunkStorage  # noqa: E402
@@ -78,6 +89,21 @@ from storage.sql_store import SQLiteMetadataStore  # noqa: E402
 PARTS = ("s3", "phase1", "fs", "memory")
 #: The ratio the pipeline must reach against raw ``DeleteObjects``, by S3 server.
 S3_TARGETS = {"moto": 0.8, "MinIO": 0.9}
+
+
+@dataclass(frozen=True)
+class Signing:
+    """Phase 1's signer and the worker's verifier, as ``ops/runtime.py`` wires them for pending deletes."""
+
+    signer: RecordSigner
+    verifier: RecordVerifier
+
+
+def signing_with(algorithm: Algorithm) -> Signing:
+    """A controller key of ``algorithm``; the verifier holds only the public half of an Ed25519 key."""
+    key = new_key(f"controller-bench-{algorithm.value}", "controller", algorithm)
+    verifying = key if algorithm is Algorithm.HMAC_SHA256 else key.public_only()
+    return Signing(RecordSigner(Keyring([key]), "controller", prefer=algorithm), RecordVerifier(Keyring([verifying])))
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -109,23 +135,31 @@ def naive(endpoint: S3Endpoint, n: int) -> float:
 
 
 def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path,
-             batch_size: int = 1000, rejoin: bool = False) -> tuple[float, float]:
+             batch_size: int = 1000, rejoin: bool = False, signing: Signing | None = None,
+             cpu_s: list[float] | None = None) -> tuple[float, float]:
     """Seconds of phase 1 (publish + one metadata transaction), and of phase 2: from the records
     produced to every object gone and every offset committed (one in-process consumer).
 
     ``rejoin``: the worker that was waiting leaves and a new one joins once the records are written,
     as after a restart: every record is then one an earlier owner may have handled, so an S3 binding
     lists its keys before deleting them. The clock includes the new worker joining the group.
+
+    ``signing``: phase 1 signs each record and the worker verifies each one before anything else (a
+    record refused would be dead-lettered and its object left, which the end check catches).
+    ``cpu_s``: the CPU seconds this process (the worker; not the broker, not the S3 server) spent in
+    phase 2 are appended to it: less moved by what else runs on the machine than the clock.
     """
     prefix, topics = fresh_topics(bootstrap)
     store = SQLiteMetadataStore(work / f"{prefix}db")
     chunks = write_chunks(store, binding, n)
     codec = build_codec()
     producer = RecordProducer(bootstrap, "idempotent-producer")
-    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, codec, topics.deletion))
+    signer, verifier = (signing.signer, signing.verifier) if signing else (None, None)
+    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, codec, topics.deletion,
+                                                                       signer=signer))
     config = WorkerConfig(bootstrap=bootstrap, topics=topics, group_id=f"{prefix}group", batch_size=batch_size,
                           poll_timeout_s=0.2)
-    worker = DeletionWorker(config, DeletionExecutor(store, StorageBindings([binding])), codec)
+    worker = DeletionWorker(config, DeletionExecutor(store, StorageBindings([binding])), codec, verifier=verifier)
     connect(producer, bootstrap, prefix)
     # A running worker has joined its group long before records arrive; so has this one. It stops
     # polling while phase 1 runs, so the clock measures phase 2 alone.
@@ -135,10 +169,11 @@ def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path,
         worker.run_once()
     os.sync()  # every chunk durable before any delete, as on a real tier-2
     marking = timed(lambda: service.mark(chunks))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if rejoin:
         worker.close()
-        worker = DeletionWorker(config, DeletionExecutor(store, StorageBindings([binding])), codec)
+        worker = DeletionWorker(config, DeletionExecutor(store, StorageBindings([binding])), codec,
+                                verifier=verifier)
     stored, moved = 0, time.monotonic()
     while stored < n:
         assert time.monotonic() - moved < STALL_S, f"phase 2 stalled at {stored} of {n} records"
@@ -146,6 +181,8 @@ def pipeline(bootstrap: str, binding: BaseChunkStorage, n: int, work: Path,
         stored, moved = stored + done, time.monotonic() if done else moved
     worker.commit()
     elapsed = time.perf_counter() - started
+    if cpu_s is not None:
+        cpu_s.append(time.process_time() - cpu_started)
     assert not any(True for _ in binding.iter_names()), "objects left behind"
     worker.close()
     producer.close()
@@ -281,10 +318,12 @@ def ratio(label: str, ours: list[float], theirs: list[float], target: float | No
 
 
 def s3_part(bootstrap: str, endpoint: S3Endpoint, server: str, n: int, work: Path, rounds: int,
-            skip_naive_above: int | None, skip_listed_above: int | None = None) -> None:
+            skip_naive_above: int | None, skip_listed_above: int | None = None) -> float:
     """The S3 pipeline as configured by default — records read for the first time, deleted without a
     listing — and with every record read again (a worker joining after the records were written, as
-    after a restart: each key listed first), each side by side with raw ``DeleteObjects``."""
+    after a restart: each key listed first), each side by side with raw ``DeleteObjects``; and the
+    default pipeline with its records signed and verified (HMAC-SHA256) side by side with it unsigned.
+    Returns the unsigned pipeline's median seconds per record."""
     bucket = f"pipe-{n}-{os.urandom(4).hex()}"
     ensure_bucket(endpoint, bucket)
     counting = S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
@@ -292,16 +331,30 @@ def s3_part(bootstrap: str, endpoint: S3Endpoint, server: str, n: int, work: Pat
     # Warm both paths (connections, caches, the broker's new-topic work) before anything is timed.
     pipeline(bootstrap, counting, min(n, 1000), work)
     raw_batched(endpoint, min(n, 1000))
-    marking, deleting, listed, raw = [], [], [], []
-    for _ in range(rounds):
-        phase1, phase2 = pipeline(bootstrap, counting, n, work)
-        marking.append(phase1)
-        deleting.append(phase2)
+    hmac_signing = signing_with(Algorithm.HMAC_SHA256)
+    marking: list[float] = []
+    deleting: list[float] = []
+    listed: list[float] = []
+    raw: list[float] = []
+    signed_marking: list[float] = []
+    signed: list[float] = []
+    cpu: list[float] = []
+    signed_cpu: list[float] = []
+    for i in range(rounds):
+        for sign in (False, True) if i % 2 == 0 else (True, False):  # neither always runs first
+            phase1, phase2 = pipeline(bootstrap, counting, n, work, signing=hmac_signing if sign else None,
+                                      cpu_s=signed_cpu if sign else cpu)
+            (signed_marking if sign else marking).append(phase1)
+            (signed if sign else deleting).append(phase2)
         raw.append(raw_batched(endpoint, n))
         if skip_listed_above is None or n <= skip_listed_above:
             listed.append(pipeline(bootstrap, counting, n, work, rejoin=True)[1])
     report("phase 1: publish + one metadata transaction", n, marking)
     report("pipeline: produced -> gone + committed", n, deleting)
+    report("phase 1 signed (HMAC-SHA256), same rounds", n, signed_marking)
+    report("pipeline signed + verified (HMAC-SHA256)", n, signed)
+    report("  the worker's CPU in phase 2, unsigned", n, cpu)
+    report("  the worker's CPU in phase 2, signed + verified", n, signed_cpu)
     if listed:
         report("pipeline, every record read again (listed)", n, listed)
     else:
@@ -324,6 +377,42 @@ def s3_part(bootstrap: str, endpoint: S3Endpoint, server: str, n: int, work: Pat
     ratio("2 processes / raw:", [procs], [statistics.median(raw)])
     if hand is not None:
         ratio("pipeline / naive loop:", [statistics.median(deleting)], [hand], 10)
+    ratio("signed / unsigned pipeline:", signed, deleting, 0.95)
+    ratio("signed / unsigned, worker CPU:", signed_cpu, cpu)
+    ratio("signed / unsigned phase 1:", signed_marking, marking)
+    return statistics.median(deleting) / n
+
+
+def signature_costs(endpoint: S3Endpoint, drain_s: float | None, n: int = 5000, repeats: int = 5) -> None:
+    """Microseconds per record to sign a pending delete (phase 1) and to verify it as the worker does
+    (pick the signature headers, then verify), HMAC-SHA256 against Ed25519 (the verifier holding only the
+    public key); the median of ``repeats`` passes over ``n`` encoded records. ``drain_s``: the unsigned
+    S3 pipeline's seconds per record, to put the verify cost beside."""
+    codec = build_codec()
+    topic = "reclaim.ledger-deletion"
+    place = S3ChunkStorage(endpoint.binding_settings("sizing"), name="s3-tier2")  # locations only
+    infos = pending_deletes_for(new_chunks(place, n), new_mark_id(), int(time.time() * 1000))
+    records = [(info.chunk_name.encode(), codec.encode(info, topic)) for info in infos]
+    roles = signers_of(PendingDeleteLedgerInfo)
+    size = statistics.median(len(value) for _, value in records)
+    print(f"record signatures, {n} pending deletes (values of {size:.0f} bytes), median of {repeats} passes:")
+    for algorithm in Algorithm:
+        signing = signing_with(algorithm)
+        signer, verifier = signing.signer, signing.verifier
+        signs, verifies = [], []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            headers = [signer.headers(topic, key, value) for key, value in records]
+            signs.append((time.perf_counter() - started) / n)
+            started = time.perf_counter()
+            who = [verifier.verify(topic, key, value, tuple(signature_headers(header)), roles)
+                   for (key, value), header in zip(records, headers, strict=True)]
+            verifies.append((time.perf_counter() - started) / n)
+            assert all(isinstance(signed, Signer) for signed in who), f"{algorithm.value}: a record did not verify"
+        sign_us, verify_us = statistics.median(signs) * 1e6, statistics.median(verifies) * 1e6
+        share = f"; verify = {verify_us / (drain_s * 1e6):.1%} of the unsigned S3 drain's " \
+                f"{drain_s * 1e6:.0f} µs/record" if drain_s else ""
+        print(f"  {algorithm.value:12} sign {sign_us:7.1f} µs/record   verify {verify_us:7.1f} µs/record{share}")
 
 
 def phase1_part(bootstrap: str, n: int, work: Path, rounds: int) -> None:
@@ -412,14 +501,17 @@ def main() -> None:
             if set(chosen) - {"memory"}:
                 print(f"deletion throughput, 64-byte objects, {os.cpu_count()} cores, one phase-2 consumer, "
                       f"batches of 1000; median of {args.rounds} rounds, each method side by side")
+            drain_s = None
             for n in args.objects:
                 if endpoint is not None:
-                    s3_part(bootstrap, endpoint, server, n, work, args.rounds, args.skip_naive_above,
-                            args.skip_listed_above)
+                    drain_s = s3_part(bootstrap, endpoint, server, n, work, args.rounds, args.skip_naive_above,
+                                      args.skip_listed_above)
                 if "phase1" in chosen:
                     phase1_part(bootstrap, n, work, args.rounds)
                 if "fs" in chosen:
                     fs_part(bootstrap, n, work, args.rounds)
+            if endpoint is not None:
+                signature_costs(endpoint, drain_s)
             if "memory" in chosen:
                 run_memory(bootstrap, args.memory_sizes, work)
         finally:
