@@ -79,6 +79,7 @@ def test_applier_and_postgres_killed_while_truncations_stream_in(
     started = time.monotonic()
     with stream_controller(settings, max_rolling_length=RECORD) as (controller, _):
         controller.create_stream("scope", "orders", SEGMENTS)
+        controller.set_policy(STREAM, RetentionPolicy(RetentionType.CONSUMPTION))  # what the events below decide
         for segment in range(SEGMENTS):
             for i in range(APPENDS):
                 controller.append(f"{STREAM}/{segment}.#epoch.0", bytes([i]) * RECORD)

@@ -51,5 +51,6 @@ def test_the_truncation_applier_serves_its_outcomes(kafka_bootstrap: str, tmp_pa
         assert proc.wait(timeout=60) == 0, log.read_text()
     outcomes = {s.labels["outcome"]: s.value for family in text_string_to_metric_families(text)
                 for s in family.samples if s.name == "reclaim_truncations_total"}
-    assert outcomes == {"truncated": 0.0, "no_op": 0.0, "unknown_stream": 0.0, "invalid": 0.0, "retry": 0.0}
+    assert outcomes == {"truncated": 0.0, "no_op": 0.0, "unknown_stream": 0.0, "invalid": 0.0, "retry": 0.0,
+                        "unauthenticated": 0.0}
     assert re.search(r"^reclaim_\w+_created", text, re.MULTILINE) is None
