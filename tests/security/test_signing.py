@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import pytest
 
 from security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
@@ -14,6 +17,7 @@ from security.signing import (
     RecordVerifier,
     Rejection,
     Unauthenticated,
+    _hmac,
     signature_headers,
 )
 
@@ -150,3 +154,26 @@ def test_refusals_are_counted_by_topic_and_reason(keyring: Keyring) -> None:
 def test_signature_headers_are_picked_from_the_others() -> None:
     headers = [("reclaim.attempt", b"2"), (H_KEY_ID, b"k"), (H_SIGNATURE, b"s"), ("x", None)]
     assert signature_headers(headers) == [(H_KEY_ID, b"k"), (H_SIGNATURE, b"s")]
+
+
+@pytest.mark.parametrize("headers", [
+    [(H_KEY_ID, b"k"), (H_SIGNATURE, b"s")],  # as a signer writes them: the quick path
+    [(H_SIGNATURE, b"s"), (H_KEY_ID, b"k")],
+    [(H_KEY_ID, "k"), (H_SIGNATURE, b"s")],
+    [(H_KEY_ID, b"k"), (H_SIGNATURE, None)],
+    [(H_KEY_ID, b"k"), ("other", b"s")],
+    [(H_KEY_ID, b"k"), (H_KEY_ID, b"k")],
+])
+def test_the_quick_path_for_a_pair_of_signature_headers_picks_what_the_general_one_does(
+        headers: list[tuple[str, bytes | str | None]]) -> None:
+    general = [(name, value if isinstance(value, bytes) else value.encode())
+               for name, value in headers if name in (H_KEY_ID, H_SIGNATURE) and value is not None]
+    assert signature_headers(headers) == general == signature_headers(tuple(headers))
+
+
+@pytest.mark.parametrize("length", [32, 63, 64, 65, 200])
+def test_the_keyed_once_hmac_is_hmac_sha256(length: int) -> None:
+    secret = bytes(range(7, 7 + length))  # longer than SHA-256's 64-byte block: hashed first
+    digest = _hmac(secret)
+    for message in (b"", b"a", bytes(range(256)) * 5):
+        assert digest(message) == hmac.new(secret, message, hashlib.sha256).digest()
