@@ -19,7 +19,7 @@ from retention.buckets import bucket_of
 from retention.spark_auth import JobKeys, job_keys
 from retention.spark_io import DEFAULT_BUCKETS, INPUT_COLUMNS, UNDECODABLE_BUCKET, RetentionTopics
 from retention.spark_state import stream_retention_step
-from schemas import LimitType, RetentionPolicy, RetentionType, build_codec
+from schemas import LimitType, RetentionPolicy, RetentionType, build_codec, millis_now
 from schemas.base import AvroRecord
 from schemas.rejects import RejectKind
 from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
@@ -29,7 +29,7 @@ from security.errors import SigningError
 from security.keyring import Algorithm, Keyring, KeyStatus, new_key, parse_keyring
 from security.rules import signers_of
 from security.signing import H_KEY_ID, H_SIGNATURE, AuthMode, RecordSigner, RecordVerifier
-from tests.retention.test_spark_io import NOW_MS, REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
+from tests.retention.test_spark_io import REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
 from tests.retention.test_spark_job import (
     CONSUMPTION,
     MINUTE_MS,
@@ -95,7 +95,7 @@ def rows(items: Sequence[Signed | AvroRecord], *, key_ids: Sequence[bytes | None
         key_id = signature = None
         if signed.signer is not None:
             (_, key_id), (_, signature) = signed.signer.headers(signed.signed_for or topic, key, value)
-        out.append({"bucket": BUCKET, "stream": STREAM, "rank": TOPICS.rank(topic), "kafka_ts": NOW_MS,
+        out.append({"bucket": BUCKET, "stream": STREAM, "rank": TOPICS.rank(topic), "kafka_ts": millis_now(),
                     "topic": topic, "partition": 0, "offset": offset, "key": key, "value": value,
                     "key_id": key_id, "signature": signature})
     return pd.DataFrame(out, columns=list(INPUT_COLUMNS))
@@ -103,7 +103,9 @@ def rows(items: Sequence[Signed | AvroRecord], *, key_ids: Sequence[bytes | None
 
 def run(keys: JobKeys, frame: pd.DataFrame, previous: GroupState | None = None,
         bucket: int = BUCKET) -> tuple[pd.DataFrame, GroupState]:
-    state = group_state(NOW_MS, previous)
+    # The records' own times are the clock's (see test_spark_job's helpers): so is the batch's, not an instant
+    # fixed when the module was imported, which a slow test run before this one leaves minutes behind.
+    state = group_state(millis_now(), previous)
     step = stream_retention_step(TOPICS, None, REEVALUATE_MS, keys=keys)
     return pd.concat(list(step((bucket,), [frame], state)), ignore_index=True), state
 
@@ -195,7 +197,7 @@ def test_a_recorded_cut_with_a_false_size_needs_the_controller_key() -> None:
     first, state = run(ENFORCE, rows([*stream_with(size_max_300, "billing"), consumed("billing", at(10, 10)),
                                       recorded(at(100, 100), 3 * MINUTE_MS)]))
     assert [e.cut for e in events(first)] == [at(10, 10)]
-    false = replace(recorded(at(150, 150), now_ms=NOW_MS), recording_size=10**9)
+    false = replace(recorded(at(150, 150)), recording_size=10**9)
     out, state = run(ENFORCE, rows([Signed(false, ADMIN), Signed(false, BILLING), Signed(false, ATTACKER)]), state)
     assert refusals(out) == [(None, "wrong-role"), (None, "wrong-role"), (None, "unknown-key")]
     assert events(out) == []
@@ -208,8 +210,8 @@ def test_a_topology_rewriting_the_epochs_needs_the_controller_key() -> None:
     _, state = set_up()
     # One segment over the whole key space: segment 1 of every cut so far would no longer exist.
     rewritten = StreamTopology(STREAM, (TopologyEpoch(0, 0, (TopologySegment(0, 0.0, 1.0),)),), (),
-                               TopologyState.ACTIVE, NOW_MS + 1)
-    deleted = StreamTopology(STREAM, (), (), TopologyState.DELETED, NOW_MS + 2)
+                               TopologyState.ACTIVE, millis_now() + 1)
+    deleted = StreamTopology(STREAM, (), (), TopologyState.DELETED, millis_now() + 2)
     out, state = run(ENFORCE, rows([Signed(rewritten, ADMIN), Signed(deleted, BILLING),
                                     Signed(rewritten, CONTROLLER, PROD.stream_topology)]), state)
     assert refusals(out) == [(None, "wrong-role"), (None, "wrong-role"), (None, "bad-signature")]
