@@ -55,7 +55,7 @@ class AuthMode(enum.Enum):
 
 
 class Rejection(enum.Enum):
-    """Why a record is not authenticated; the value is the reason's label."""
+    """Why a record is not authenticated; the value is how messages and rejects name it."""
 
     UNSIGNED = "unsigned"
     MALFORMED = "malformed-signature"
@@ -65,6 +65,11 @@ class Rejection(enum.Enum):
     WRONG_ROLE = "wrong-role"
     WRONG_SUBJECT = "wrong-subject"
     AGAINST_POLICY = "against-policy"
+
+    @property
+    def label(self) -> str:
+        """The metric label value: lower-case snake, as every reclaim label value is."""
+        return self.value.replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,7 @@ class RecordVerifier:
 
     def refused(self, topic: str, refusal: Unauthenticated) -> None:
         """Count and log a refusal (also one a caller decides, such as a truncation against the policy)."""
-        REJECTED.labels(topic, refusal.reason.value).inc()
+        REJECTED.labels(topic, refusal.reason.label).inc()
         self._log(logging.WARNING, topic, refusal.reason, "record refused on %s: %s", topic, refusal)
 
     def _check(self, topic: str, key: bytes | None, value: bytes, headers: RawHeaders,

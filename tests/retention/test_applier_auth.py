@@ -100,9 +100,9 @@ def test_the_jobs_truncation_under_the_streams_own_policy_is_applied(
 def test_a_reason_the_policy_does_not_give_is_refused_even_from_the_job(controller: StreamController) -> None:
     controller.set_policy(STREAM, RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, 1000))
     value, headers = signed(TruncationReason.SIZE, "retention-job")
-    before = REJECTED.labels(TOPIC, "against-policy")._value.get()
+    before = REJECTED.labels(TOPIC, "against_policy")._value.get()
     assert apply(controller, value, headers) is Applied.UNAUTHENTICATED
-    assert REJECTED.labels(TOPIC, "against-policy")._value.get() == before + 1
+    assert REJECTED.labels(TOPIC, "against_policy")._value.get() == before + 1
     assert untouched(controller)
 
 
