@@ -1,6 +1,8 @@
 # reclaim's images. Two targets:
-#   reclaim        the worker, the truncation applier and the operator commands (`reclaim ...`)
-#   reclaim-spark  the same plus a Java runtime and Spark's Kafka connector, for `reclaim retention-job`
+#   reclaim        the worker, the truncation applier and the operator commands (`reclaim ...`), with the
+#                  [postgres] extra and no Spark
+#   reclaim-spark  the same plus the [spark] extra, a Java runtime and Spark's Kafka connector, for
+#                  `reclaim retention-job`
 # Everything is installed at build time, pinned by constraints.txt; the containers run as a non-root user
 # and install nothing when they start.
 #   docker build --target reclaim -t reclaim:0.1.0 .
@@ -18,7 +20,8 @@ WORKDIR /src
 # The dependencies first, in a layer of their own that a change to reclaim's code does not invalidate.
 COPY pyproject.toml constraints.txt README.md ./
 RUN /opt/reclaim/venv/bin/python -c "import tomllib; \
-print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\\n'.join(p['dependencies'] + p['optional-dependencies']['postgres']))" > /tmp/requirements.txt \
     && /opt/reclaim/venv/bin/pip install -c constraints.txt -r /tmp/requirements.txt
 COPY schemas/ schemas/
 COPY storage/ storage/
@@ -28,9 +31,13 @@ COPY retention/ retention/
 COPY security/ security/
 COPY producers/ producers/
 COPY consumers/ consumers/
-COPY ops/ ops/
-RUN /opt/reclaim/venv/bin/pip install -c constraints.txt . \
+COPY reclaim/ reclaim/
+RUN /opt/reclaim/venv/bin/pip install -c constraints.txt '.[postgres]' \
     && /opt/reclaim/venv/bin/reclaim --version
+
+# The retention job's environment: the same plus the [spark] extra (PySpark, pandas, Arrow).
+FROM build AS build-spark
+RUN /opt/reclaim/venv/bin/pip install -c constraints.txt '.[spark,postgres]'
 
 
 FROM ${PYTHON_IMAGE} AS reclaim
@@ -60,6 +67,7 @@ CMD ["--help"]
 
 FROM reclaim AS reclaim-spark
 USER root
+COPY --from=build-spark /opt/reclaim/venv /opt/reclaim/venv
 # PySpark 4.0 runs on Java 17 or 21: bookworm's headless JRE 17. The manual directory is made first
 # because the JRE's package scripts link manual pages into it and slim images ship without it.
 RUN mkdir -p /usr/share/man/man1 \
@@ -69,6 +77,6 @@ RUN mkdir -p /usr/share/man/man1 \
 USER reclaim
 # Spark's Kafka connector and its dependencies, resolved from Maven Central into RECLAIM_CACHE_DIR now,
 # by the code the job runs, so that the job starts without reaching Maven Central.
-RUN SPARK_LOCAL_IP=127.0.0.1 python -c "from ops.settings import Settings; \
-from retention.spark_session import build_spark_session; \
+RUN SPARK_LOCAL_IP=127.0.0.1 python -c "from reclaim.settings import Settings; \
+from reclaim.retention.spark_session import build_spark_session; \
 build_spark_session('reclaim-image-build', Settings.from_env().cache_dir, master='local[1]').stop()"

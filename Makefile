@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -22,13 +22,13 @@ demo: $(STAMP)
 	$(VENV)/bin/reclaim demo
 
 test: $(STAMP)
-	$(PY) -m ops.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
-	$(PY) -m ops.pg_server install  # Debian's postgresql package, when no server is installed
+	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
+	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	$(PY) -m devtools.typecheck
 
 clean:
 	rm -rf $(VENV) .reclaim .pytest_cache .mypy_cache .ruff_cache

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 STREAM = "bench/stream"
 #: Chunks laid out and stored at a time, so the benchmark's own memory stays bounded.
@@ -102,7 +102,7 @@ def audit_once(size: int, work: Path) -> AuditRun:
     env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_")}
     env |= {"RECLAIM_STATE_DIR": str(state), "RECLAIM_FS_ROOT": str(binding.root)}
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "audit", "--json"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "reclaim", "audit", "--json"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = _drain(proc)
     _, status, usage = os.wait4(proc.pid, 0)

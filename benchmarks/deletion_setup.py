@@ -12,18 +12,18 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from consumers.lag import estimated_inflight
-from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
-from ops.settings import Settings
-from ops.topics import TopicSpec, admin_client, create_topics, topic_specs
-from producers.config import kafka_config
-from producers.kafka_errors import ErrorKind, classify, kafka_error_of
-from producers.producer import RecordProducer
-from producers.topics import TopicNames
-from storage.base import BaseChunkStorage
-from storage.chunks import ChunkTags
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, MetadataStore, SegmentRecord
+from reclaim.consumers.lag import estimated_inflight
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
+from reclaim.producers.config import kafka_config
+from reclaim.producers.kafka_errors import ErrorKind, classify, kafka_error_of
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.topics import TopicNames
+from reclaim.settings import Settings
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.chunks import ChunkTags
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, MetadataStore, SegmentRecord
+from reclaim.tools.topics import TopicSpec, admin_client, create_topics, topic_specs
 
 PAYLOAD = b"c" * 64
 STREAM = "bench/stream"

@@ -7,7 +7,7 @@ For S3 (one endpoint, the same object count for every method):
   - raw batched: ``DeleteObjects`` with 1000 keys a request, no pipeline (the limit);
   - naive: one ``delete_object`` call per object (what a user writes by hand; context only);
   - signed: the pipeline with each pending delete signed by phase 1 (HMAC-SHA256, the controller's key)
-    and verified by the worker before anything else, as ``ops/runtime.py`` wires them, in the same
+    and verified by the worker before anything else, as ``reclaim/services/runtime.py`` wires them, in the same
     interleaved rounds as the unsigned pipeline (today's: no signer, no verifier), the order of the two
     alternating round by round; the ratios signed / unsigned of the drain and of phase 1 are printed.
     Then, once: what signing and verifying a pending delete costs per record, HMAC-SHA256 against
@@ -64,27 +64,27 @@ from benchmarks.deletion_setup import (  # noqa: E402
 )
 from benchmarks.minio import start_minio  # noqa: E402
 from benchmarks.worker_memory import STALL_S, run_memory  # noqa: E402
-from consumers.deletion_worker import DeletionWorker, WorkerConfig, tune_interpreter  # noqa: E402
-from deletion.executor import DeletionExecutor  # noqa: E402
-from deletion.mark import LedgerDeletionService, new_mark_id  # noqa: E402
-from deletion.records import pending_deletes_for  # noqa: E402
-from ops.kafka_broker import BrokerPorts, start_broker  # noqa: E402
-from ops.procs import free_port, stop_pid  # noqa: E402
-from ops.s3_server import S3Endpoint, ensure_bucket, s3_client, start_s3  # noqa: E402
-from ops.settings import Settings  # noqa: E402
-from ops.stack import require_s3  # noqa: E402
-from producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
-from producers.producer import RecordProducer  # noqa: E402
-from schemas.codec import build_codec  # noqa: E402
-from schemas.ledger import PendingDeleteLedgerInfo  # noqa: E402
-from security.keyring import Algorithm, Keyring, new_key  # noqa: E402
-from security.rules import signers_of  # noqa: E402
-from security.signing import RecordSigner, RecordVerifier, Signer, signature_headers  # noqa: E402
-from storage.base import BaseChunkStorage  # noqa: E402
-from storage.bindings import StorageBindings  # noqa: E402
-from storage.filesystem import FileSystemChunkStorage  # noqa: E402
-from storage.s3 import S3ChunkStorage  # noqa: E402
-from storage.sql_store import SQLiteMetadataStore  # noqa: E402
+from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig, tune_interpreter  # noqa: E402
+from reclaim.deletion.executor import DeletionExecutor  # noqa: E402
+from reclaim.deletion.mark import LedgerDeletionService, new_mark_id  # noqa: E402
+from reclaim.deletion.records import pending_deletes_for  # noqa: E402
+from reclaim.localstack.kafka_broker import BrokerPorts, start_broker  # noqa: E402
+from reclaim.localstack.procs import free_port, stop_pid  # noqa: E402
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client, start_s3  # noqa: E402
+from reclaim.localstack.stack import require_s3  # noqa: E402
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
+from reclaim.producers.producer import RecordProducer  # noqa: E402
+from reclaim.schemas.codec import build_codec  # noqa: E402
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo  # noqa: E402
+from reclaim.security.keyring import Algorithm, Keyring, new_key  # noqa: E402
+from reclaim.security.rules import signers_of  # noqa: E402
+from reclaim.security.signing import RecordSigner, RecordVerifier, Signer, signature_headers  # noqa: E402
+from reclaim.settings import Settings  # noqa: E402
+from reclaim.storage.base import BaseChunkStorage  # noqa: E402
+from reclaim.storage.bindings import StorageBindings  # noqa: E402
+from reclaim.storage.filesystem import FileSystemChunkStorage  # noqa: E402
+from reclaim.storage.s3 import S3ChunkStorage  # noqa: E402
+from reclaim.storage.sql_store import SQLiteMetadataStore  # noqa: E402
 
 PARTS = ("s3", "phase1", "fs", "memory")
 #: The ratio the pipeline must reach against raw ``DeleteObjects``, by S3 server.
@@ -93,7 +93,7 @@ S3_TARGETS = {"moto": 0.8, "MinIO": 0.9}
 
 @dataclass(frozen=True)
 class Signing:
-    """Phase 1's signer and the worker's verifier, as ``ops/runtime.py`` wires them for pending deletes."""
+    """Phase 1's signer and the worker's verifier, as ``reclaim/services/runtime.py`` wires them for pending deletes."""
 
     signer: RecordSigner
     verifier: RecordVerifier
@@ -206,7 +206,7 @@ def worker_processes(bootstrap: str, binding: BaseChunkStorage, env: dict[str, s
            "RECLAIM_POLL_TIMEOUT_S": "0.05", "RECLAIM_COMMIT_INTERVAL_MS": "20",
            "RECLAIM_FS_CREATE_ROOT": "true"}  # the workers' own (unused) filesystem binding, in their state dir
     logs = [work / f"{prefix}worker-{i}.log" for i in range(processes)]
-    procs = [subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env, stdout=subprocess.DEVNULL,
+    procs = [subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
                               stderr=log.open("wb")) for log in logs]
     try:
         try:

@@ -3,8 +3,8 @@
 ``python -m benchmarks.minio build`` installs the pinned module into ``<cache>/bin/minio`` (once; it
 takes minutes); ``python -m benchmarks.minio start`` runs a server on a free port with a temporary data
 directory, prints the ``RECLAIM_S3_*`` variables that point reclaim at it and runs until SIGTERM or
-SIGINT. The pinned version is :data:`ops.gotools.MINIO`; the server and its credentials are
-:mod:`ops.minio_server`'s, which the tests start too.
+SIGINT. The pinned version is :data:`devtools.gotools.MINIO`; the server and its credentials are
+:mod:`devtools.minio_server`'s, which the tests start too.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from ops import gotools
-from ops.minio_server import start_minio
-from ops.procs import pid_alive, stop_on_signals, stop_pid
-from ops.settings import Settings
+from devtools import gotools
+from devtools.minio_server import start_minio
+from reclaim.localstack.procs import pid_alive, stop_on_signals, stop_pid
+from reclaim.settings import Settings
 
 __all__ = ["build", "main", "start_minio"]
 
 
 def build(cache_dir: Path) -> Path:
-    """The MinIO binary of the pinned version (:data:`ops.gotools.MINIO`), built unless it is there already."""
+    """The MinIO binary of the pinned version (:data:`devtools.gotools.MINIO`), built unless it is there already."""
     return gotools.build(gotools.MINIO, cache_dir).path
 
 

@@ -1,6 +1,6 @@
 """Drain throughput across hosts on one machine: one worker host against two, side by side in one run.
 
-The topology of the multi-host chaos test (:mod:`ops.multihost`): the broker on one host, PostgreSQL
+The topology of the multi-host chaos test (:mod:`devtools.multihost`): the broker on one host, PostgreSQL
 (the metadata) and MinIO (tier-2) on another, a ``reclaim worker`` process on each worker host, every
 host a network namespace on one bridge. For each round and each worker count: fresh topics (6
 partitions) and a fresh bucket holding the marked chunks' objects; the workers join their group,
@@ -34,19 +34,19 @@ if not __package__:  # run as a file: the sibling modules are imported as ``benc
 
 from benchmarks.deletion_setup import release_and_drain, stop_workers  # noqa: E402
 from benchmarks.deletion_throughput import ratio, report  # noqa: E402
-from consumers.deletion_worker import WorkerConfig  # noqa: E402
-from deletion.mark import LedgerDeletionService  # noqa: E402
-from ops.multihost import CHUNK_BYTES, MultiHostStack, object_count, wait_members, write_chunks  # noqa: E402
-from ops.s3_server import ensure_bucket  # noqa: E402
-from ops.settings import Settings  # noqa: E402
-from ops.topics import admin_client, create_topics, topic_specs  # noqa: E402
-from producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
-from producers.producer import RecordProducer  # noqa: E402
-from producers.topics import TopicNames  # noqa: E402
-from schemas.codec import build_codec  # noqa: E402
-from storage.metadata import ChunkRecord  # noqa: E402
-from storage.s3 import S3ChunkStorage  # noqa: E402
-from storage.sql_store import open_metadata_store  # noqa: E402
+from devtools.multihost import CHUNK_BYTES, MultiHostStack, object_count, wait_members, write_chunks  # noqa: E402
+from reclaim.consumers.deletion_worker import WorkerConfig  # noqa: E402
+from reclaim.deletion.mark import LedgerDeletionService  # noqa: E402
+from reclaim.localstack.s3_server import ensure_bucket  # noqa: E402
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
+from reclaim.producers.producer import RecordProducer  # noqa: E402
+from reclaim.producers.topics import TopicNames  # noqa: E402
+from reclaim.schemas.codec import build_codec  # noqa: E402
+from reclaim.settings import Settings  # noqa: E402
+from reclaim.storage.metadata import ChunkRecord  # noqa: E402
+from reclaim.storage.s3 import S3ChunkStorage  # noqa: E402
+from reclaim.storage.sql_store import open_metadata_store  # noqa: E402
+from reclaim.tools.topics import admin_client, create_topics, topic_specs  # noqa: E402
 
 WORKER_HOSTS = ("worker-a", "worker-b")
 PARTITIONS = 6

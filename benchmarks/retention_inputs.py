@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from producers.subscribers import subscriber_key
-from retention.spark_io import RetentionTopics, StreamRecord
-from schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut, StreamCutRecord
-from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
+from reclaim.producers.subscribers import subscriber_key
+from reclaim.retention.spark_io import RetentionTopics, StreamRecord
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut, StreamCutRecord
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
 
 CONSUMPTION = RetentionPolicy(RetentionType.CONSUMPTION)
 """Truncate at the subscribers' lower bound; no limit type means TIME rules with min 0 and no max."""

@@ -51,20 +51,20 @@ from benchmarks.retention_inputs import (
     stream_setup,
     subscriber_cut,
 )
-from ops.kafka_broker import BrokerPorts, start_broker
-from ops.procs import free_port, stop_pid
-from ops.settings import Settings
-from ops.topics import TopicSpec, admin_client, create_topics, topic_specs
-from producers.config import kafka_config
-from producers.producer import DeliveryTracker, RecordProducer
-from producers.topics import TopicNames
-from retention.spark_io import RetentionTopics
-from retention.spark_job import RetentionJobConfig, start_retention_job
-from retention.spark_metrics import BatchSummary
-from retention.spark_session import build_spark_session
-from retention.stream_state import StreamRetentionState
-from schemas import StreamCut, TruncationEvent, build_codec, millis_now
-from schemas.codec import RecordCodec
+from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+from reclaim.localstack.procs import free_port, stop_pid
+from reclaim.producers.config import kafka_config
+from reclaim.producers.producer import DeliveryTracker, RecordProducer
+from reclaim.producers.topics import TopicNames
+from reclaim.retention.spark_io import RetentionTopics
+from reclaim.retention.spark_job import RetentionJobConfig, start_retention_job
+from reclaim.retention.spark_metrics import BatchSummary
+from reclaim.retention.spark_session import build_spark_session
+from reclaim.retention.stream_state import StreamRetentionState
+from reclaim.schemas import StreamCut, TruncationEvent, build_codec, millis_now
+from reclaim.schemas.codec import RecordCodec
+from reclaim.settings import Settings
+from reclaim.tools.topics import TopicSpec, admin_client, create_topics, topic_specs
 
 RUN_TIMEOUT_S = 900
 EVENT_TIMEOUT_S = 60.0

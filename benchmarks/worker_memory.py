@@ -27,12 +27,12 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from benchmarks.deletion_setup import PAYLOAD, fresh_topics, group_lag, new_chunks, store_rows
-from deletion.mark import new_mark_id
-from deletion.records import pending_deletes_for
-from schemas.codec import build_codec
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, MarkRecord, MarkState
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.deletion.mark import new_mark_id
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.schemas.codec import build_codec
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 #: Chunks laid out, stored and produced at a time, so the benchmark's own memory stays bounded.
 SLICE = 10_000
@@ -114,7 +114,7 @@ def drain(bootstrap: str, size: int, work: Path) -> MemoryRun:
     env |= {"RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
             "RECLAIM_STATE_DIR": str(state), "RECLAIM_FS_ROOT": str(binding.root),
             "RECLAIM_METADATA_PATH": str(state / "metadata.db"), "RECLAIM_GROUP_ID": group}
-    proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     started = time.perf_counter()
     try:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from consumers.retry import Delivery
-from deletion.executor import BatchPlan
-from deletion.outcomes import Outcome, Verdict
-from schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.consumers.retry import Delivery
+from reclaim.deletion.executor import BatchPlan
+from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 
 Partition = tuple[str, int]
 

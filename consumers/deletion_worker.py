@@ -1,9 +1,9 @@
 """Phase 2 as a Kafka consumer group (``reclaim worker``): the consumer loop.
 
-Each ``run_once`` polls a batch, decodes it (:mod:`consumers.batches` values), checks it
-(:meth:`~deletion.executor.DeletionExecutor.prepare`) and hands it to the in-flight pipeline
-(:mod:`consumers.pipeline`); completed batches are routed (:mod:`consumers.routing`), re-routed
-(:mod:`consumers.rerouter`) and their offsets stored (:mod:`consumers.offsets`), in poll order. When a
+Each ``run_once`` polls a batch, decodes it (:mod:`reclaim.consumers.batches` values), checks it
+(:meth:`~reclaim.deletion.executor.DeletionExecutor.prepare`) and hands it to the in-flight pipeline
+(:mod:`reclaim.consumers.pipeline`); completed batches are routed (:mod:`reclaim.consumers.routing`), re-routed
+(:mod:`reclaim.consumers.rerouter`) and their offsets stored (:mod:`reclaim.consumers.offsets`), in poll order. When a
 partition is sought back to a record whose reroute was not confirmed, the later records of it in
 batches already in flight are not acked (their deletes are harmless: the re-read records find the
 copies gone).
@@ -22,26 +22,26 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from consumers.batches import BatchReport, Checked, Completed, Decoded, Judged, Partition, Polled, Undecodable
-from consumers.horizons import Horizons, end_offset
-from consumers.offsets import Position, plan_offsets
-from consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
-from consumers.rerouter import Rerouter
-from consumers.retry import Delivery, RetryTiers
-from consumers.routing import route
-from deletion import metrics
-from deletion.executor import DeletionExecutor
-from deletion.facts import Pending
-from deletion.outcomes import Outcome, Route, Verdict
-from producers.config import kafka_config
-from producers.kafka_errors import check_committed, is_no_offset
-from producers.producer import RecordProducer
-from producers.topics import TopicNames
-from schemas.codec import RecordCodec
-from schemas.errors import RecordDecodeError
-from schemas.ledger import PendingDeleteLedgerInfo
-from security.rules import signers_of
-from security.signing import RecordVerifier, Unauthenticated, signature_headers
+from reclaim.consumers.batches import BatchReport, Checked, Completed, Decoded, Judged, Partition, Polled, Undecodable
+from reclaim.consumers.horizons import Horizons, end_offset
+from reclaim.consumers.offsets import Position, plan_offsets
+from reclaim.consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
+from reclaim.consumers.rerouter import Rerouter
+from reclaim.consumers.retry import Delivery, RetryTiers
+from reclaim.consumers.routing import route
+from reclaim.deletion import metrics
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.facts import Pending
+from reclaim.deletion.outcomes import Outcome, Route, Verdict
+from reclaim.producers.config import kafka_config
+from reclaim.producers.kafka_errors import check_committed, is_no_offset
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.errors import RecordDecodeError
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import RecordVerifier, Unauthenticated, signature_headers
 
 __all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tune_interpreter"]
 

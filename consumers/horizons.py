@@ -19,7 +19,7 @@ import time
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from producers.kafka_errors import ErrorKind, classify, kafka_error_of
+from reclaim.producers.kafka_errors import ErrorKind, classify, kafka_error_of
 
 log = logging.getLogger(__name__)
 

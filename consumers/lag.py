@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from producers.config import kafka_config
-from producers.kafka_errors import ErrorKind, classify, kafka_error_of
+from reclaim.producers.config import kafka_config
+from reclaim.producers.kafka_errors import ErrorKind, classify, kafka_error_of
 
 
 def estimated_inflight(bootstrap: str, group_id: str, topics: Sequence[str], timeout_s: float = 10.0) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from consumers.batches import Partition
+from reclaim.consumers.batches import Partition
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from consumers.batches import Checked, Completed, Judged, Partition
-from deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
-from deletion.outcomes import Verdict
+from reclaim.consumers.batches import Checked, Completed, Judged, Partition
+from reclaim.deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
+from reclaim.deletion.outcomes import Verdict
 
 MAX_IN_FLIGHT = 2
 """Batches a worker keeps going behind the one it is checking: one deleting, one cleaning up rows."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from consumers.batches import Polled
-from consumers.routing import Routing
-from deletion import metrics
-from deletion.outcomes import Route, Verdict
-from producers.producer import DeliveryTracker, RecordProducer
+from reclaim.consumers.batches import Polled
+from reclaim.consumers.routing import Routing
+from reclaim.deletion import metrics
+from reclaim.deletion.outcomes import Route, Verdict
+from reclaim.producers.producer import DeliveryTracker, RecordProducer
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from deletion.outcomes import Outcome, Verdict
+from reclaim.deletion.outcomes import Outcome, Verdict
 
 H_ATTEMPT = "reclaim.attempt"
 H_FIRST_FAILURE = "reclaim.first-failure-ms"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumers.retry import Delivery, Headers, RetryTiers, reroute_headers
-from deletion.outcomes import Route, Verdict
+from reclaim.consumers.retry import Delivery, Headers, RetryTiers, reroute_headers
+from reclaim.deletion.outcomes import Route, Verdict
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,15 @@ from typing import Protocol
 from confluent_kafka import Consumer, Message, TopicPartition
 from prometheus_client import Counter, disable_created_metrics
 
-from producers.config import kafka_config
-from schemas.codec import RecordCodec
-from schemas.errors import ReclaimError, RecordDecodeError
-from schemas.streams import StreamCut, TruncationEvent
-from security.rules import authorize_truncation, signers_of
-from security.signing import RawHeaders, RecordVerifier, Signer, Unauthenticated
-from segments.stream_errors import StreamNotFoundError
-from segments.stream_model import StreamRecord
+from reclaim.errors import ReclaimError
+from reclaim.producers.config import kafka_config
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.errors import RecordDecodeError
+from reclaim.schemas.streams import StreamCut, TruncationEvent
+from reclaim.security.rules import authorize_truncation, signers_of
+from reclaim.security.signing import RawHeaders, RecordVerifier, Signer, Unauthenticated
+from reclaim.segments.stream_errors import StreamNotFoundError
+from reclaim.segments.stream_model import StreamRecord
 
 log = logging.getLogger(__name__)
 

@@ -20,18 +20,18 @@ from dataclasses import dataclass, replace
 
 from tenacity import RetryError
 
-from deletion import metrics
-from deletion.facts import Facts, Pending, Policy, Proceed
-from deletion.outcomes import Outcome, Verdict
-from deletion.prefetch import Prefetcher
-from deletion.retrying import RetryPolicy
-from deletion.verify import Decision, conclude, error_verdict, judge
-from schemas.ledger import PendingDeleteLedgerInfo
-from schemas.log_limit import LogLimiter
-from storage.bindings import StorageBindings
-from storage.chunks import DeleteOutcome, DeleteResult
-from storage.errors import MetadataError, StorageError
-from storage.metadata import MetadataStore
+from reclaim.deletion import metrics
+from reclaim.deletion.facts import Facts, Pending, Policy, Proceed
+from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.deletion.prefetch import Prefetcher
+from reclaim.deletion.retrying import RetryPolicy
+from reclaim.deletion.verify import Decision, conclude, error_verdict, judge
+from reclaim.logs import LogLimiter
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import DeleteOutcome, DeleteResult
+from reclaim.storage.errors import MetadataError, StorageError
+from reclaim.storage.metadata import MetadataStore
 
 __all__ = ["BatchPlan", "DeleteResults", "DeletionExecutor", "RetryPolicy"]
 

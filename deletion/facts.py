@@ -1,7 +1,7 @@
 """What phase 2 knows about a batch before it judges it: frozen values, gathered by one I/O step.
 
-:func:`deletion.prefetch.gather` fills a :class:`Facts` (chunk rows, marks, where each binding keeps
-each chunk, the tags of objects that have no row, which objects exist); :func:`deletion.verify.judge`
+:func:`reclaim.deletion.prefetch.gather` fills a :class:`Facts` (chunk rows, marks, where each binding keeps
+each chunk, the tags of objects that have no row, which objects exist); :func:`reclaim.deletion.verify.judge`
 then decides every record from it without any I/O.
 """
 
@@ -11,10 +11,10 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from schemas.ledger import PendingDeleteLedgerInfo
-from storage.chunks import ChunkInfo, ChunkLocation
-from storage.errors import StorageError
-from storage.metadata import ChunkRecord, MarkRecord
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.storage.chunks import ChunkInfo, ChunkLocation
+from reclaim.storage.errors import StorageError
+from reclaim.storage.metadata import ChunkRecord, MarkRecord
 
 #: A chunk copy as a record names it: (storage binding, chunk name).
 CopyKey = tuple[str, str]
@@ -53,7 +53,7 @@ class Policy:
 
 @dataclass(frozen=True)
 class Facts:
-    """Everything :func:`~deletion.verify.judge` needs about one batch.
+    """Everything :func:`~reclaim.deletion.verify.judge` needs about one batch.
 
     ``places``: where the named binding keeps each copy, or the error saying it cannot (no such
     binding, a chunk name the binding refuses). ``objects``: for copies with no chunk row only, what

@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from deletion import metrics
-from deletion.records import pending_deletes_for
-from schemas.errors import ReclaimError
-from schemas.ledger import PendingDeleteLedgerInfo
-from segments.garbage import PreparedMark, retire
-from storage.metadata import ChunkRecord, MarkRecord, MarkState, MetadataStore, MetadataTransaction
+from reclaim.deletion import metrics
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.errors import ReclaimError
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.segments.garbage import PreparedMark, retire
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, MetadataStore, MetadataTransaction
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class LedgerDeletionService:
     leaves open); if the transaction never commits, the chunk stays live and, after the mark
     timeout, the record is judged in use and acked without deleting anything.
 
-    It is also the :class:`~segments.garbage.GarbageSink` of ``ChunkedSegmentStorage``: ``prepare``
+    It is also the :class:`~reclaim.segments.garbage.GarbageSink` of ``ChunkedSegmentStorage``: ``prepare``
     publishes, ``commit`` is the metadata part inside the segment operation's own transaction.
 
     A mark is committed within ``commit_within_s`` of the start of its publish, or not at all: phase 2

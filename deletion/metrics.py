@@ -1,6 +1,6 @@
 """Prometheus metrics of the two-phase deletion protocol: PIP-186's Monitor section and reclaim's own.
 
-Label values are lower-case snake (:func:`storage.metrics.snake`); every series whose label values are
+Label values are lower-case snake (:func:`reclaim.storage.metrics.snake`); every series whose label values are
 known is created at 0 — the enums' at import, the topics' and bindings' by :func:`initialise` — so
 ``rate()`` and ``increase()`` see a counter's first increase.
 """
@@ -11,10 +11,10 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from deletion.outcomes import ROUTES, Outcome, Route
-from schemas.ledger import LedgerType
-from storage.metrics import ERROR_OUTCOMES
-from storage.metrics import snake as snake  # the call sites' label values
+from reclaim.deletion.outcomes import ROUTES, Outcome, Route
+from reclaim.schemas.ledger import LedgerType
+from reclaim.storage.metrics import ERROR_OUTCOMES
+from reclaim.storage.metrics import snake as snake  # the call sites' label values
 
 PENDING_DELETES_SENT = Counter(
     "reclaim_pending_deletes_sent", "PendingDeleteLedgerInfo records confirmed on the deletion topic",

@@ -6,8 +6,8 @@ from here, so neither depends on the other.
 
 from __future__ import annotations
 
-from schemas.ledger import LedgerComponent, LedgerType
-from storage.chunks import Tier
+from reclaim.schemas.ledger import LedgerComponent, LedgerType
+from reclaim.storage.chunks import Tier
 
 #: PIP-186's ledger type follows the tier of the copy a record names.
 LEDGER_TYPES = {Tier.TIER1: LedgerType.LEDGER, Tier.TIER2: LedgerType.OFFLOAD_LEDGER}

@@ -1,10 +1,10 @@
-"""The one I/O step before a batch is judged: everything :func:`~deletion.verify.judge` needs, fetched
+"""The one I/O step before a batch is judged: everything :func:`~reclaim.deletion.verify.judge` needs, fetched
 in as few queries and requests as the stores allow.
 
 One query for the batch's marks, then one for the chunk rows, HEADs (in parallel) only for
 copies that have no row, and one existence listing per binding for the copies of redelivered records
-whose rows are retired (an earlier attempt may have deleted them; see :mod:`consumers.horizons`).
-The result is a frozen :class:`~deletion.facts.Facts`.
+whose rows are retired (an earlier attempt may have deleted them; see :mod:`reclaim.consumers.horizons`).
+The result is a frozen :class:`~reclaim.deletion.facts.Facts`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from deletion.facts import CopyKey, Facts, Pending
-from deletion.retrying import RetryPolicy
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkInfo, ChunkLocation
-from storage.errors import StorageError, StorageMisconfiguredError
-from storage.metadata import MetadataStore
+from reclaim.deletion.facts import CopyKey, Facts, Pending
+from reclaim.deletion.retrying import RetryPolicy
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkInfo, ChunkLocation
+from reclaim.storage.errors import StorageError, StorageMisconfiguredError
+from reclaim.storage.metadata import MetadataStore
 
 #: HEAD requests one batch may have in flight at once.
 LOOKUP_PARALLELISM = 8

@@ -8,12 +8,12 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from deletion.ownership import LEDGER_TYPES, component_of
-from schemas.base import check_millis
-from schemas.ledger import ChunkLocation as RecordLocation
-from schemas.ledger import LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
-from storage.chunks import ChunkLocation
-from storage.metadata import ChunkRecord
+from reclaim.deletion.ownership import LEDGER_TYPES, component_of
+from reclaim.schemas.base import check_millis
+from reclaim.schemas.ledger import ChunkLocation as RecordLocation
+from reclaim.schemas.ledger import LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
+from reclaim.storage.chunks import ChunkLocation
+from reclaim.storage.metadata import ChunkRecord
 
 _UUID5_NAMESPACE = uuid.NAMESPACE_URL.bytes
 _LONG_MASK = 2**64 - 1

@@ -1,6 +1,6 @@
 """Phase 2's judgement, pure: every check before a delete, and the verdict after it.
 
-:func:`judge` decides one record from the batch's :class:`~deletion.facts.Facts` — valid record,
+:func:`judge` decides one record from the batch's :class:`~reclaim.deletion.facts.Facts` — valid record,
 known binding and chunk name, ownership (by the chunk row, or by the object's own tags when there is
 no row), still in use, mark committed — and :func:`conclude` turns a delete's result into a verdict.
 Neither does any I/O, so both are tested as plain values.
@@ -8,14 +8,14 @@ Neither does any I/O, so both are tested as plain values.
 
 from __future__ import annotations
 
-from deletion.facts import Facts, Pending, Policy, Proceed
-from deletion.outcomes import Outcome, Verdict, stack_summary
-from deletion.ownership import LEDGER_TYPES, component_of
-from schemas.ledger import PendingDeleteLedgerInfo
-from segments.backup import EXPORT_COMPONENT
-from storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
-from storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
-from storage.metadata import ChunkRecord, MarkRecord, MarkState
+from reclaim.deletion.facts import Facts, Pending, Policy, Proceed
+from reclaim.deletion.outcomes import Outcome, Verdict, stack_summary
+from reclaim.deletion.ownership import LEDGER_TYPES, component_of
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.segments.backup import EXPORT_COMPONENT
+from reclaim.storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
+from reclaim.storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
 
 Decision = Verdict | Proceed
 
@@ -78,7 +78,7 @@ def _by_object(pending: Pending, facts: Facts, place: ChunkLocation) -> Decision
     """No chunk row: the object's own tags must name the record's owner (PIP-186's metadata check), and
     the object must have been written as this very chunk of this binding and bucket.
 
-    An object written before bindings stamped what they wrote (:class:`~storage.chunks.WrittenAs`) is
+    An object written before bindings stamped what they wrote (:class:`~reclaim.storage.chunks.WrittenAs`) is
     refused like an untagged one: its tags cannot tell it from another object reached under this name,
     so it is left for the audit to report rather than risk a live chunk's bytes.
     """

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from schemas.errors import ReclaimError
+from reclaim.errors import ReclaimError
 
 ENV_PREFIX = "RECLAIM_KAFKA_"
 #: ``RECLAIM_KAFKA_*`` variables that are not properties: the tests' external broker.

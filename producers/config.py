@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from producers import client_properties as properties
-from producers.kafka_errors import KafkaErrorLog, RdkafkaLogger
+from reclaim.producers import client_properties as properties
+from reclaim.producers.kafka_errors import KafkaErrorLog, RdkafkaLogger
 
 Role = Literal["admin", "producer", "idempotent-producer", "consumer"]
 
@@ -34,13 +34,13 @@ def use_client_properties(props: Mapping[str, str]) -> None:
     """Give ``props`` (librdkafka properties, secret files already read) to every client built from now on.
 
     The process's composition root (``reclaim``'s ``main``) installs them once, before any client is
-    built; a property reclaim controls is refused (:data:`producers.client_properties.REFUSED`).
+    built; a property reclaim controls is refused (:data:`reclaim.producers.client_properties.REFUSED`).
     """
     properties.check(props)
     unread = [name for name in props if name.endswith(properties.FILE_SUFFIX)]
     if unread:
         raise properties.ClientPropertyError(f"Kafka property {unread[0]}: read the file first "
-                                             "(producers.client_properties.read_secret_files)")
+                                             "(reclaim.producers.client_properties.read_secret_files)")
     _installed.clear()
     _installed.update(props)
 
@@ -67,7 +67,7 @@ def kafka_config(bootstrap: str, role: Role, overrides: Mapping[str, Any] | None
     Merge order, later wins: common settings (bootstrap, logger) < the role's defaults < the installed
     client properties (:func:`use_client_properties`: security and other operator settings) < ``overrides``.
     A ``SCHEME://`` prefix on a bootstrap entry must match ``security.protocol`` and is dropped
-    (:func:`producers.client_properties.bootstrap_servers`).
+    (:func:`reclaim.producers.client_properties.bootstrap_servers`).
     ``error_cb`` is always a fresh :class:`KafkaErrorLog` for this one client (see :func:`error_log`);
     an ``error_cb`` in ``overrides`` is called by it for every event. ``logger`` is wrapped in a
     :class:`RdkafkaLogger` that tells the same log about librdkafka's fatal errors.
@@ -98,7 +98,7 @@ def error_log(config: Mapping[str, Any]) -> KafkaErrorLog:
     """The :class:`KafkaErrorLog` that :func:`kafka_config` installed in ``config``."""
     errors = config.get("error_cb")
     if not isinstance(errors, KafkaErrorLog):
-        raise ValueError("config has no reclaim error log: build it with producers.config.kafka_config")
+        raise ValueError("config has no reclaim error log: build it with reclaim.producers.config.kafka_config")
     return errors
 
 

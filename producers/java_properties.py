@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from producers.client_properties import ClientPropertyError
+from reclaim.producers.client_properties import ClientPropertyError
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -42,7 +42,7 @@ def java_kafka_options(properties: Mapping[str, str],
     over; ``sasl.username`` and ``sasl.password`` become ``sasl.jaas.config`` for PLAIN and SCRAM;
     ``ssl.ca.location`` (a PEM file) becomes a PEM trust store and ``ssl.certificate.location`` with
     ``ssl.key.location`` a PEM key store, both inline (the files' text, read with ``read_text``).
-    Secret files must already be read (:func:`producers.client_properties.read_secret_files`).
+    Secret files must already be read (:func:`reclaim.producers.client_properties.read_secret_files`).
 
     Raises
     ------

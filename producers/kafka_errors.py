@@ -20,8 +20,8 @@ from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from schemas.errors import ReclaimError
-from schemas.log_limit import LogLimiter
+from reclaim.errors import ReclaimError
+from reclaim.logs import LogLimiter
 
 log = logging.getLogger(__name__)
 

@@ -10,17 +10,17 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from producers.kafka_errors import ErrorKind, classify, describe
-from producers.producer import RecordProducer
-from schemas.codec import RecordCodec
-from schemas.ledger import PendingDeleteLedgerInfo
-from security.signing import RecordSigner
+from reclaim.producers.kafka_errors import ErrorKind, classify, describe
+from reclaim.producers.producer import RecordProducer
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# What the client raises from produce/poll/flush when it serves a fatal error (see producers.producer).
+# What the client raises from produce/poll/flush when it serves a fatal error (see reclaim.producers.producer).
 _CLIENT_ERRORS = (KafkaException, SystemError)
 
 #: Delivery reports are served every this many sends: a ``poll(0)`` after each one cost as much as the
@@ -65,7 +65,7 @@ class KafkaPendingDeletePublisher:
     def publish(self, records: Sequence[PendingDeleteLedgerInfo]) -> list[PendingDeleteLedgerInfo]:
         """Send ``records`` and wait for their delivery reports; return the unconfirmed ones.
 
-        Raises :class:`~producers.kafka_errors.FatalKafkaError` when the producer is unusable.
+        Raises :class:`~reclaim.producers.kafka_errors.FatalKafkaError` when the producer is unusable.
         """
         self._producer.raise_if_fatal()
         deliveries = _Deliveries()

@@ -10,8 +10,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from producers.config import Role, error_log, kafka_config
-from producers.kafka_errors import ErrorKind, FatalKafkaError, ProducerQueueFullError, classify, describe
+from reclaim.producers.config import Role, error_log, kafka_config
+from reclaim.producers.kafka_errors import ErrorKind, FatalKafkaError, ProducerQueueFullError, classify, describe
 
 __all__ = ["DeliveryTracker", "FatalKafkaError", "Headers", "ProducerQueueFullError", "RecordProducer"]
 
@@ -84,7 +84,7 @@ class RecordProducer:
     Parameters
     ----------
     bootstrap, role, overrides
-        Passed to :func:`producers.config.kafka_config`.
+        Passed to :func:`reclaim.producers.config.kafka_config`.
     queue_full_timeout_s : float
         How long :meth:`send` serves delivery reports waiting for room in a full local queue before it
         raises :class:`ProducerQueueFullError`.

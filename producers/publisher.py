@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from producers.producer import DeliveryTracker, RecordProducer
-from schemas.base import AvroRecord
-from schemas.codec import RecordCodec
-from schemas.errors import ReclaimError
-from security.signing import RecordSigner
+from reclaim.errors import ReclaimError
+from reclaim.producers.producer import DeliveryTracker, RecordProducer
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.codec import RecordCodec
+from reclaim.security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 

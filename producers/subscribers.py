@@ -6,13 +6,13 @@ import enum
 import logging
 from collections.abc import Callable
 
-from producers.publisher import ConfirmedPublisher
-from producers.topics import TopicNames
-from schemas.base import millis_now
-from schemas.streams import RetentionPolicy, StreamConfig, StreamCut
-from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from security.keyring import Algorithm, Keyring
-from security.signing import RecordSigner
+from reclaim.producers.publisher import ConfirmedPublisher
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.base import millis_now
+from reclaim.schemas.streams import RetentionPolicy, StreamConfig, StreamCut
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.security.keyring import Algorithm, Keyring
+from reclaim.security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class SubscriberClient:
     With a ``keyring``, each subscriber's changes and cuts are signed with that subscriber's own key
     (a subscriber key whose subject is its name; one signer per subscriber, made on first use), so one
     client may publish for several subscribers; a subscriber without a key in it is a
-    :class:`~security.errors.SigningError`. Without one they carry the ``publisher``'s signature, if
+    :class:`~reclaim.security.errors.SigningError`. Without one they carry the ``publisher``'s signature, if
     any. A policy (:meth:`set_policy`) always carries the ``publisher``'s: the retention job obeys
     only an admin's, so pass ``publisher.signed_by(admin_signer)``.
 

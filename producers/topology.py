@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from producers.producer import RecordProducer
-from producers.publisher import ConfirmedPublisher, PublishError
-from schemas.codec import RecordCodec
-from schemas.topology import StreamTopology
-from security.signing import RecordSigner
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.publisher import ConfirmedPublisher, PublishError
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.topology import StreamTopology
+from reclaim.security.signing import RecordSigner
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from retention.errors import CutBehindError, CutProblem, InvalidCutError
-from retention.topology import SegmentRange, Topology
-from schemas.streams import StreamCut
+from reclaim.retention.errors import CutBehindError, CutProblem, InvalidCutError
+from reclaim.retention.topology import SegmentRange, Topology
+from reclaim.schemas.streams import StreamCut
 
 #: The offset of a segment a cut has not reached yet: its predecessors are read to their end.
 UNREACHED = -1

@@ -6,11 +6,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from retention.cuts import CutComparison, compare, size_till
-from retention.policy import Limits
-from retention.retention_set import RetentionSet
-from retention.topology import Topology
-from schemas.streams import LimitType, StreamCut, StreamCutRecord
+from reclaim.retention.cuts import CutComparison, compare, size_till
+from reclaim.retention.policy import Limits
+from reclaim.retention.retention_set import RetentionSet
+from reclaim.retention.topology import Topology
+from reclaim.schemas.streams import LimitType, StreamCut, StreamCutRecord
 
 
 class Rule(enum.Enum):

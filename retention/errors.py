@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from schemas.errors import ReclaimError
+from reclaim.errors import ReclaimError
 
 
 class RetentionError(ReclaimError):

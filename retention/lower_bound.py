@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from retention.cuts import Position, position_at, positions
-from retention.topology import SegmentRange, Topology
-from schemas.streams import StreamCut
+from reclaim.retention.cuts import Position, position_at, positions
+from reclaim.retention.topology import SegmentRange, Topology
+from reclaim.schemas.streams import StreamCut
 
 
 def _earlier(one: Position, other: Position) -> Position:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retention.errors import InvalidPolicyError
-from schemas.base import LONG_MAX
-from schemas.streams import LimitType, RetentionPolicy, RetentionType
+from reclaim.retention.errors import InvalidPolicyError
+from reclaim.schemas.base import LONG_MAX
+from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from retention.errors import StaleGenerationError, UnknownSubscriberError
-from schemas.streams import StreamCut
+from reclaim.retention.errors import StaleGenerationError, UnknownSubscriberError
+from reclaim.schemas.streams import StreamCut
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from retention.cuts import is_at_or_after
-from retention.topology import Topology
-from schemas.streams import StreamCut, StreamCutRecord
+from reclaim.retention.cuts import is_at_or_after
+from reclaim.retention.topology import Topology
+from reclaim.schemas.streams import StreamCut, StreamCutRecord
 
 
 def recording_due(latest: StreamCutRecord | None, now_ms: int, period_ms: int) -> bool:

@@ -7,7 +7,7 @@ all that verifying the inputs needs, and the job's own ed25519 signing key. No h
 (whoever holds one can sign as its role) and no other private key ever leaves the driver.
 
 An input is verified before anything else is done with it: a record not signed by a key of a role
-allowed to write it (``security.rules.SIGNERS``), or a subscriber's record signed by another
+allowed to write it (``reclaim.security.rules.SIGNERS``), or a subscriber's record signed by another
 subscriber's key, becomes an UNAUTHENTICATED reject and changes no state.
 """
 
@@ -18,13 +18,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.base import AvroRecord
-from schemas.rejects import RejectKind, RetentionReject
-from schemas.subscribers import SubscriberChange, SubscriberCut
-from security.errors import SigningError
-from security.keyring import Algorithm, Keyring, KeyStatus, parse_keyring
-from security.rules import signers_of
-from security.signing import (
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.rejects import RejectKind, RetentionReject
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.security.errors import SigningError
+from reclaim.security.keyring import Algorithm, Keyring, KeyStatus, parse_keyring
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import (
     H_KEY_ID,
     H_SIGNATURE,
     AuthMode,
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 JOB_ROLE = "retention-job"
 INPUT_SIGNERS = frozenset({"subscriber", "admin", "controller"})
-"""The roles that sign the job's inputs (``security.rules.SIGNERS`` of its five record types)."""
+"""The roles that sign the job's inputs (``reclaim.security.rules.SIGNERS`` of its five record types)."""
 
 
 @dataclass(frozen=True)

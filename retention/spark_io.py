@@ -10,20 +10,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from producers.topics import TopicNames
-from retention.spark_auth import signature_columns, signed
-from schemas.base import AvroRecord
-from schemas.codec import RecordCodec, build_codec
-from schemas.rejects import RejectKind, RetentionReject
-from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
-from schemas.subscribers import SubscriberChange, SubscriberCut
-from schemas.topology import StreamTopology
-from security.signing import RecordSigner
+from reclaim.producers.topics import TopicNames
+from reclaim.retention.spark_auth import signature_columns, signed
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.codec import RecordCodec, build_codec
+from reclaim.schemas.rejects import RejectKind, RetentionReject
+from reclaim.schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topology import StreamTopology
+from reclaim.security.signing import RecordSigner
 
 INPUT_COLUMNS = ("bucket", "stream", "rank", "kafka_ts", "topic", "partition", "offset", "key", "value", "key_id",
                  "signature")
 """One Kafka message as the stateful step gets it: its state bucket and stream (from its key), topic rank, origin,
-key and value, and its signature headers (``retention.spark_auth.signature_columns``)."""
+key and value, and its signature headers (``reclaim.retention.spark_auth.signature_columns``)."""
 
 OUTPUT_COLUMNS = ("topic", "key", "value", "outcome", "reject_kind", "key_id", "signature")
 OUTPUT_ROWS = ("topic STRING, key BINARY, value BINARY, outcome STRING, reject_kind STRING, key_id BINARY, "
@@ -32,7 +32,7 @@ OUTPUT_ROWS = ("topic STRING, key BINARY, value BINARY, outcome STRING, reject_k
 signs), or a ``decided`` marker that is only counted."""
 
 STATE_ROWS = "state BINARY"
-"""The state kept per bucket: its streams' ``StreamRetentionState.to_bytes()`` (see ``retention.buckets``)."""
+"""The state kept per bucket: its streams' ``StreamRetentionState.to_bytes()`` (see ``reclaim.retention.buckets``)."""
 
 UNDECODABLE_BUCKET = -1
 """The group of rows that are no record (never null: a column of ints with nulls turns to floats in pandas)."""
@@ -94,7 +94,7 @@ def input_columns(topics: RetentionTopics, buckets: int) -> list[str]:
     """SQL over the Kafka source's rows giving ``INPUT_COLUMNS``, computed in the JVM: no Python stage.
 
     A record's stream is its key up to the first ``#`` (subscriber records are keyed
-    ``stream#subscriber``, the others by stream); its bucket is :func:`retention.buckets.bucket_of` of
+    ``stream#subscriber``, the others by stream); its bucket is :func:`reclaim.retention.buckets.bucket_of` of
     that stream (Spark's ``crc32`` is zlib's). A record without a key goes to ``UNDECODABLE_BUCKET``.
     The stateful step verifies each record's signature, then decodes its value and refuses one that is no
     record or names another stream.

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from retention.spark_auth import OUTPUT_HEADERS, JobKeys
-from retention.spark_io import (
+from reclaim.errors import ReclaimError
+from reclaim.retention.spark_auth import OUTPUT_HEADERS, JobKeys
+from reclaim.retention.spark_io import (
     DECIDED,
     DEFAULT_BUCKETS,
     OUTPUT_ROWS,
@@ -26,10 +27,9 @@ from retention.spark_io import (
     RetentionTopics,
     input_columns,
 )
-from retention.spark_metrics import OBSERVATION, BatchSummary, RetentionProgressListener, observed_columns
-from retention.spark_offsets import Offsets, reached, source_offsets, topic_ends
-from retention.spark_state import stream_retention_step
-from schemas.errors import ReclaimError
+from reclaim.retention.spark_metrics import OBSERVATION, BatchSummary, RetentionProgressListener, observed_columns
+from reclaim.retention.spark_offsets import Offsets, reached, source_offsets, topic_ends
+from reclaim.retention.spark_state import stream_retention_step
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +70,7 @@ class RetentionJobConfig:
     kafka_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The Java client's settings (security), each given as ``kafka.<name>``; may hold secrets."""
     keys: JobKeys | None = field(default=None, repr=False)
-    """What the executors verify inputs by and sign truncation events with (``retention.spark_auth``): keys
+    """What the executors verify inputs by and sign truncation events with (``reclaim.retention.spark_auth``): keys
     travel inside the job, never as a file on the executors; None: nothing is verified or signed."""
 
     def __post_init__(self) -> None:

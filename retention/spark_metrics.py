@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Histogram, disable_created_metrics
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
-from schemas.rejects import RejectKind
+from reclaim.schemas.rejects import RejectKind
 
 if TYPE_CHECKING:
     from pyspark.sql.column import Column

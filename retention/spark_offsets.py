@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from producers.config import kafka_config
+from reclaim.producers.config import kafka_config
 
 Offsets = dict[str, dict[int, int]]
 """Per topic, per partition: the offset after the last record (Kafka's high watermark)."""

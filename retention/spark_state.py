@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pandas as pd
 
-from retention.buckets import BucketEntry, decode_bucket, encode_bucket
-from retention.spark_auth import JobKeys, check_subject, job_auth, unauthenticated, verify_input
-from retention.spark_compat import StateOffsetsFix
-from retention.spark_io import (
+from reclaim.retention.buckets import BucketEntry, decode_bucket, encode_bucket
+from reclaim.retention.spark_auth import JobKeys, check_subject, job_auth, unauthenticated, verify_input
+from reclaim.retention.spark_compat import StateOffsetsFix
+from reclaim.retention.spark_io import (
     UNDECODABLE_BUCKET,
     RetentionTopics,
     cached_codec,
@@ -22,12 +22,12 @@ from retention.spark_io import (
     truncation_row,
     undecodable,
 )
-from retention.stream_state import Rejection, StreamRetentionState
-from schemas.base import AvroRecord
-from schemas.codec import RecordCodec
-from schemas.errors import RecordDecodeError
-from schemas.rejects import RetentionReject
-from security.signing import RecordSigner, RecordVerifier, Signer, Unauthenticated
+from reclaim.retention.stream_state import Rejection, StreamRetentionState
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.errors import RecordDecodeError
+from reclaim.schemas.rejects import RetentionReject
+from reclaim.security.signing import RecordSigner, RecordVerifier, Signer, Unauthenticated
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.state import GroupState
@@ -43,7 +43,7 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
                           keys: JobKeys | None = None) -> StatefulFunction:
     """The function ``applyInPandasWithState`` calls per state bucket (the key) with its streams' rows.
 
-    With ``keys`` whose mode is set, every row's signature is verified first (``retention.spark_auth``):
+    With ``keys`` whose mode is set, every row's signature is verified first (``reclaim.retention.spark_auth``):
     a record not signed by a role allowed to write it, or a subscriber's record signed by another
     subscriber's key, is rejected as UNAUTHENTICATED and changes nothing. With ``keys`` that sign, every
     truncation event carries the job's signature.

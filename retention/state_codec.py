@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from retention.registry import Subscriber, SubscriberRegistry
-from retention.retention_set import RetentionSet
-from retention.topology import Topology
-from schemas.streams import StreamConfig, StreamCut, StreamCutRecord
+from reclaim.retention.registry import Subscriber, SubscriberRegistry
+from reclaim.retention.retention_set import RetentionSet
+from reclaim.retention.topology import Topology
+from reclaim.schemas.streams import StreamConfig, StreamCut, StreamCutRecord
 
 if TYPE_CHECKING:
-    from retention.stream_state import StreamRetentionState
+    from reclaim.retention.stream_state import StreamRetentionState
 
 #: Bumped when the layout changes; a state of another version is refused rather than misread.
 VERSION = 1

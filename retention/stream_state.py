@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from retention import cuts
-from retention.decision import decide
-from retention.errors import (
+from reclaim.retention import cuts
+from reclaim.retention.decision import decide
+from reclaim.retention.errors import (
     CutBehindError,
     CutProblem,
     InvalidCutError,
@@ -16,15 +16,15 @@ from retention.errors import (
     StaleGenerationError,
     UnknownSubscriberError,
 )
-from retention.lower_bound import lower_bound
-from retention.policy import check_policy, limits_of
-from retention.registry import SubscriberRegistry
-from retention.retention_set import RetentionSet
-from retention.state_codec import dump_state, load_state
-from retention.topology import Topology
-from schemas.base import LONG_MAX
-from schemas.rejects import RejectKind
-from schemas.streams import (
+from reclaim.retention.lower_bound import lower_bound
+from reclaim.retention.policy import check_policy, limits_of
+from reclaim.retention.registry import SubscriberRegistry
+from reclaim.retention.retention_set import RetentionSet
+from reclaim.retention.state_codec import dump_state, load_state
+from reclaim.retention.topology import Topology
+from reclaim.schemas.base import LONG_MAX
+from reclaim.schemas.rejects import RejectKind
+from reclaim.schemas.streams import (
     LimitType,
     StreamConfig,
     StreamCut,
@@ -32,8 +32,8 @@ from schemas.streams import (
     TruncationEvent,
     TruncationReason,
 )
-from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from schemas.topology import StreamTopology, TopologyState
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.schemas.topology import StreamTopology, TopologyState
 
 logger = logging.getLogger(__name__)
 

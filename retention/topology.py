@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from retention.errors import CutProblem, InvalidCutError
-from schemas.streams import StreamCut
+from reclaim.retention.errors import CutProblem, InvalidCutError
+from reclaim.schemas.streams import StreamCut
 
 EPOCH_SHIFT = 32
 

@@ -1,18 +1,17 @@
 """reclaim's Avro records (``.avsc`` files and the frozen dataclasses that mirror them) and their codecs."""
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import MAX_TIMESTAMP_MILLIS, AvroRecord, millis_now
-from schemas.catalog import RECORD_TYPES, SchemaCatalog
-from schemas.codec import RecordCodec, SingleObjectCodec, build_codec
-from schemas.errors import (
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import MAX_TIMESTAMP_MILLIS, AvroRecord, millis_now
+from reclaim.schemas.catalog import RECORD_TYPES, SchemaCatalog
+from reclaim.schemas.codec import RecordCodec, SingleObjectCodec, build_codec
+from reclaim.schemas.errors import (
     DecodeReason,
     EncodeReason,
-    ReclaimError,
     RecordDecodeError,
     RecordEncodeError,
     SchemaError,
 )
-from schemas.ledger import (
+from reclaim.schemas.ledger import (
     ChunkLocation,
     LedgerComponent,
     LedgerType,
@@ -20,8 +19,8 @@ from schemas.ledger import (
     PendingDeleteLedgerInfo,
     ledger_id_for,
 )
-from schemas.rejects import RejectKind, RetentionReject
-from schemas.streams import (
+from reclaim.schemas.rejects import RejectKind, RetentionReject
+from reclaim.schemas.streams import (
     LimitType,
     RetentionPolicy,
     RetentionType,
@@ -32,8 +31,8 @@ from schemas.streams import (
     TruncationEvent,
     TruncationReason,
 )
-from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from schemas.topology import (
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.schemas.topology import (
     SealedSegment,
     StreamTopology,
     TopologyEpoch,
@@ -53,7 +52,6 @@ __all__ = [
     "LimitType",
     "OffloadContext",
     "PendingDeleteLedgerInfo",
-    "ReclaimError",
     "RecordCodec",
     "RecordDecodeError",
     "RecordEncodeError",

@@ -19,9 +19,9 @@ from fastavro.schema import (
 )
 from fastavro.types import Schema
 
-from schemas.errors import SchemaError
+from reclaim.schemas.errors import SchemaError
 
-AVRO_DIR = Path(str(resources.files("schemas") / "avro"))
+AVRO_DIR = Path(str(resources.files("reclaim.schemas") / "avro"))
 """The directory of the packaged ``.avsc`` files, one per named record, ``reclaim.<Name>.avsc``."""
 
 FINGERPRINT_ALGORITHM = "CRC-64-AVRO"

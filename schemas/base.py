@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Self, TypeVar
 
-from schemas.avro_schema import RecordSchema
-from schemas.errors import DecodeReason, RecordDecodeError
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.errors import DecodeReason, RecordDecodeError
 
 LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1

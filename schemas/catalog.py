@@ -12,12 +12,12 @@ from fastavro import schemaless_reader
 from fastavro.read import SchemaResolutionError
 from fastavro.validation import ValidationError, validate
 
-from schemas.avro_schema import AVRO_DIR, RecordSchema
-from schemas.base import AvroRecord
-from schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
-from schemas.ledger import ChunkLocation, OffloadContext, PendingDeleteLedgerInfo
-from schemas.rejects import RetentionReject
-from schemas.streams import (
+from reclaim.schemas.avro_schema import AVRO_DIR, RecordSchema
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
+from reclaim.schemas.ledger import ChunkLocation, OffloadContext, PendingDeleteLedgerInfo
+from reclaim.schemas.rejects import RetentionReject
+from reclaim.schemas.streams import (
     RetentionPolicy,
     SegmentOffset,
     StreamConfig,
@@ -25,8 +25,8 @@ from schemas.streams import (
     StreamCutRecord,
     TruncationEvent,
 )
-from schemas.subscribers import SubscriberChange, SubscriberCut
-from schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment
 
 RECORD_TYPES: tuple[type[AvroRecord], ...] = (
     PendingDeleteLedgerInfo,

@@ -9,10 +9,10 @@ from typing import Any, Protocol, TypeVar, overload
 
 from fastavro import schemaless_writer
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import LONG_MAX, LONG_MIN, AvroRecord
-from schemas.catalog import SchemaCatalog, check_expected, message_bytes, read_body, record_datum
-from schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import LONG_MAX, LONG_MIN, AvroRecord
+from reclaim.schemas.catalog import SchemaCatalog, check_expected, message_bytes, read_body, record_datum
+from reclaim.schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError
 
 R = TypeVar("R", bound=AvroRecord)
 
@@ -180,7 +180,7 @@ def build_codec(
     if registry_url is None:
         return SingleObjectCodec(catalog)
     # Imported here: the registry client's HTTP stack is only needed in Confluent mode.
-    from schemas.confluent import ConfluentCodec
+    from reclaim.schemas.confluent import ConfluentCodec
 
     return ConfluentCodec.from_url(
         registry_url, registry_config=registry_config, catalog=catalog, auto_register=auto_register

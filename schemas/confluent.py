@@ -17,10 +17,10 @@ from confluent_kafka.schema_registry.serde import SchemaId
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 from fastavro.read import SchemaResolutionError
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import AvroRecord
-from schemas.catalog import SchemaCatalog, check_expected, message_bytes, record_datum
-from schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.catalog import SchemaCatalog, check_expected, message_bytes, record_datum
+from reclaim.schemas.errors import DecodeReason, EncodeReason, RecordDecodeError, RecordEncodeError, SchemaError
 
 R = TypeVar("R", bound=AvroRecord)
 

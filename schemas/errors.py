@@ -1,24 +1,10 @@
-"""The root of reclaim's exception hierarchy and the errors of the schemas package."""
+"""The errors of the schemas package."""
 
 from __future__ import annotations
 
 import enum
 
-
-class ReclaimError(Exception):
-    """Root of every error reclaim raises on purpose.
-
-    Other packages subclass it. The retry router reads ``retryable`` (never the message) to choose
-    between a retry tier and the dead-letter topic.
-
-    Attributes
-    ----------
-    retryable : bool
-        True when the same operation may succeed later (a server was unreachable); False when
-        retrying cannot help (the input itself is wrong).
-    """
-
-    retryable: bool = False
+from reclaim.errors import ReclaimError
 
 
 class SchemaError(ReclaimError):

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import (
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import (
     AvroRecord,
     check_millis,
     get_enum,

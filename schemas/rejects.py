@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import AvroRecord, check_millis, get_enum, get_long, get_millis, get_opt_str, get_str
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import AvroRecord, check_millis, get_enum, get_long, get_millis, get_opt_str, get_str
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1

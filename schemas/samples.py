@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from schemas import (
+from reclaim.schemas import (
     MAX_TIMESTAMP_MILLIS,
     AvroRecord,
     ChunkLocation,

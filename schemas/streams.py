@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import (
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import (
     LONG_MAX,
     AvroRecord,
     check_millis,

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import AvroRecord, check_millis, get_enum, get_long, get_millis, get_record, get_str
-from schemas.streams import StreamCut
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import AvroRecord, check_millis, get_enum, get_long, get_millis, get_record, get_str
+from reclaim.schemas.streams import StreamCut
 
 
 class SubscriberChangeType(enum.Enum):

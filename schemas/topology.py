@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from schemas.avro_schema import RecordSchema
-from schemas.base import AvroRecord, check_millis, get_array, get_enum, get_long, get_millis, get_str
+from reclaim.schemas.avro_schema import RecordSchema
+from reclaim.schemas.base import AvroRecord, check_millis, get_array, get_enum, get_long, get_millis, get_str
 
 KEY_SPACE_END = 1.0
 

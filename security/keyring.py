@@ -41,7 +41,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from security.errors import KeyringError
+from reclaim.security.errors import KeyringError
 
 log = logging.getLogger(__name__)
 

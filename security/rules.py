@@ -3,9 +3,9 @@ truncation, and the stream's own policy behind a truncation."""
 
 from __future__ import annotations
 
-from schemas.base import AvroRecord
-from schemas.ledger import PendingDeleteLedgerInfo
-from schemas.streams import (
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.schemas.streams import (
     LimitType,
     RetentionPolicy,
     RetentionType,
@@ -14,9 +14,9 @@ from schemas.streams import (
     TruncationEvent,
     TruncationReason,
 )
-from schemas.subscribers import SubscriberChange, SubscriberCut
-from schemas.topology import StreamTopology
-from security.signing import Rejection, Signer, Unauthenticated
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topology import StreamTopology
+from reclaim.security.signing import Rejection, Signer, Unauthenticated
 
 SIGNERS: dict[type[AvroRecord], frozenset[str]] = {
     # Phase 1 runs in the controller's processes: the truncation applier, `streams`, the segment store.

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from prometheus_client import Counter
 
-from schemas.log_limit import LogLimiter
-from security.errors import SigningError
-from security.keyring import Algorithm, Keyring, KeyStatus
+from reclaim.logs import LogLimiter
+from reclaim.security.errors import SigningError
+from reclaim.security.keyring import Algorithm, Keyring, KeyStatus
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """reclaim: segments."""
 
-from segments.controller_store import ControllerStore, StreamMetadataStore, open_controller_store
-from segments.ids import (
+from reclaim.segments.controller_store import ControllerStore, StreamMetadataStore, open_controller_store
+from reclaim.segments.ids import (
     SegmentId,
     SegmentName,
     TxnId,
@@ -11,7 +11,7 @@ from segments.ids import (
     split_segment_id,
     txn_segment_name,
 )
-from segments.stream_errors import (
+from reclaim.segments.stream_errors import (
     InvalidScaleError,
     MalformedNameError,
     StreamBusyError,
@@ -23,7 +23,7 @@ from segments.stream_errors import (
     TxnNotFoundError,
     TxnStateError,
 )
-from segments.stream_model import (
+from reclaim.segments.stream_model import (
     EpochRecord,
     KeyRange,
     StreamHistory,
@@ -33,7 +33,7 @@ from segments.stream_model import (
     TxnRecord,
     TxnState,
 )
-from segments.streams import StreamController
+from reclaim.segments.streams import StreamController
 
 __all__ = [
     "EpochRecord", "InvalidScaleError", "KeyRange", "MalformedNameError", "SegmentId", "SegmentName",

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.errors import LayoutImportError, SegmentExistsError
-from segments.layout import layout_consistent
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier
-from storage.errors import StorageError
-from storage.metadata import ChunkRecord, SegmentRecord, SegmentStatus
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.errors import LayoutImportError, SegmentExistsError
+from reclaim.segments.layout import layout_consistent
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier
+from reclaim.storage.errors import StorageError
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord, SegmentStatus
 
 logger = logging.getLogger(__name__)
 

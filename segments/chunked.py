@@ -6,15 +6,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from segments.errors import (
+from reclaim.segments.errors import (
     BadOffsetError,
     FencedError,
     SegmentExistsError,
     SegmentNotFoundError,
     SegmentSealedError,
 )
-from segments.garbage import GarbageSink, PreparedMark
-from segments.layout import (
+from reclaim.segments.garbage import GarbageSink, PreparedMark
+from reclaim.segments.layout import (
     ReadSlice,
     appended_header,
     check_concat,
@@ -29,16 +29,16 @@ from segments.layout import (
     truncated_header,
     validate_segment_name,
 )
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkHandle, ChunkStorage, ChunkTags, Tier
-from storage.errors import (
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkHandle, ChunkStorage, ChunkTags, Tier
+from reclaim.storage.errors import (
     ChunkNotFoundError,
     ChunkReadOnlyError,
     InvalidOffsetError,
     MetadataConflictError,
     StorageError,
 )
-from storage.metadata import (
+from reclaim.storage.metadata import (
     DEFAULT_MAX_ROLLING_LENGTH,
     ChunkRecord,
     MetadataStore,

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from schemas.streams import RetentionPolicy
-from segments.ids import SegmentId, TxnId
-from segments.stream_model import (
+from reclaim.schemas.streams import RetentionPolicy
+from reclaim.segments.ids import SegmentId, TxnId
+from reclaim.segments.stream_model import (
     EpochRecord,
     JournalEntry,
     JournalState,
@@ -20,10 +20,10 @@ from segments.stream_model import (
     TxnRecord,
     TxnState,
 )
-from segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
-from storage.errors import MetadataConflictError
-from storage.sql_base import Database, Migration, Queries, StoreBase, Transaction
-from storage.sqlite_base import SQLiteDatabase
+from reclaim.segments.stream_plans import Operation, epoch_from_dict, epoch_to_dict, plan_from_json, plan_to_json
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.sql_base import Database, Migration, Queries, StoreBase, Transaction
+from reclaim.storage.sqlite_base import SQLiteDatabase
 
 #: The store's name in errors and in the schema-version table.
 STORE = "controller store"
@@ -267,7 +267,7 @@ class StreamTransaction(_Queries, Transaction):
 
 
 class ControllerStore(StoreBase[_Queries, StreamTransaction]):
-    """Controller metadata in ``controller_*`` tables of a SQL :class:`~storage.sql_base.Database`.
+    """Controller metadata in ``controller_*`` tables of a SQL :class:`~reclaim.storage.sql_base.Database`.
 
     It has connections of its own, normally to the database of the metadata store. The two stores
     do not share transactions: the controller never nests one inside the other (on SQLite the inner
@@ -308,7 +308,7 @@ class ControllerStore(StoreBase[_Queries, StreamTransaction]):
 
 class StreamMetadataStore(ControllerStore):
     """The controller store in one SQLite file (WAL, ``BEGIN IMMEDIATE``, compare-and-set on versions),
-    normally the file of the :class:`~storage.sql_store.SQLiteMetadataStore`; safe for several processes."""
+    normally the file of the :class:`~reclaim.storage.sql_store.SQLiteMetadataStore`; safe for several processes."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0) -> None:
         self.path = os.fspath(path)
@@ -317,10 +317,10 @@ class StreamMetadataStore(ControllerStore):
 
 class PostgresControllerStore(ControllerStore):
     """The controller store in a PostgreSQL database, normally the metadata store's (serializable
-    transactions on a connection pool; see :mod:`storage.postgres_base`)."""
+    transactions on a connection pool; see :mod:`reclaim.storage.postgres_base`)."""
 
     def __init__(self, url: str, *, pool_size: int = 4) -> None:
-        from storage.postgres_base import PostgresDatabase
+        from reclaim.storage.postgres_base import PostgresDatabase
 
         self.url = url
         super().__init__(PostgresDatabase(url, MIGRATIONS, store=STORE, pool_size=pool_size))
@@ -328,7 +328,7 @@ class PostgresControllerStore(ControllerStore):
 
 def open_controller_store(location: str | os.PathLike[str], *, pool_size: int = 4) -> ControllerStore:
     """The controller store at ``location``: a ``postgresql://`` URL, else a SQLite file's path."""
-    from storage.sql_store import is_postgres_url
+    from reclaim.storage.sql_store import is_postgres_url
 
     if is_postgres_url(location):
         return PostgresControllerStore(str(location), pool_size=pool_size)

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
-from storage.errors import MetadataConflictError
-from storage.metadata import ChunkRecord, MetadataTransaction
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.metadata import ChunkRecord, MetadataTransaction
 
 
 def _copies(chunks: Sequence[ChunkRecord]) -> list[tuple[object, ...]]:

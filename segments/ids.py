@@ -6,7 +6,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from segments.stream_errors import MalformedNameError
+from reclaim.segments.stream_errors import MalformedNameError
 
 #: Segment numbers and epochs are non-negative 32-bit Java ints in PDP-24.
 MAX_INT32 = 2**31 - 1

@@ -6,15 +6,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from segments.errors import (
+from reclaim.segments.errors import (
     BadOffsetError,
     InvalidSegmentNameError,
     SegmentNotSealedError,
     SegmentSealedError,
 )
-from storage.chunks import validate_chunk_name
-from storage.errors import InvalidChunkNameError
-from storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.chunks import validate_chunk_name
+from reclaim.storage.errors import InvalidChunkNameError
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 
 #: Room left in a 1024-byte chunk name for ``.E-<epoch>-O-<offset>.<uuid>``.
 CHUNK_SUFFIX_BYTES = 96

@@ -8,15 +8,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from schemas.topology import StreamTopology
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import ControllerStore, StreamTransaction
-from segments.errors import SegmentExistsError, SegmentNotFoundError
-from segments.ids import SegmentId, TxnId, segment_name
-from segments.stream_errors import StreamBusyError, StreamNotFoundError, TxnNotFoundError, TxnStateError
-from segments.stream_model import EpochRecord, StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState
-from segments.stream_plans import CommitPlan, Operation, Plan, ScalePlan, SealPlan, TruncatePlan
-from segments.topology import TopologySink, build_topology
+from reclaim.schemas.topology import StreamTopology
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import ControllerStore, StreamTransaction
+from reclaim.segments.errors import SegmentExistsError, SegmentNotFoundError
+from reclaim.segments.ids import SegmentId, TxnId, segment_name
+from reclaim.segments.stream_errors import StreamBusyError, StreamNotFoundError, TxnNotFoundError, TxnStateError
+from reclaim.segments.stream_model import EpochRecord, StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState
+from reclaim.segments.stream_plans import CommitPlan, Operation, Plan, ScalePlan, SealPlan, TruncatePlan
+from reclaim.segments.topology import TopologySink, build_topology
 
 logger = logging.getLogger(__name__)
 

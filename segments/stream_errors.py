@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.errors import ReclaimError
+from reclaim.errors import ReclaimError
 
 
 class StreamError(ReclaimError):

@@ -6,9 +6,9 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from schemas.streams import RetentionPolicy
-from segments.ids import SegmentId, TxnId, segment_name, txn_segment_name
-from segments.stream_errors import InvalidScaleError
+from reclaim.schemas.streams import RetentionPolicy
+from reclaim.segments.ids import SegmentId, TxnId, segment_name, txn_segment_name
+from reclaim.segments.stream_errors import InvalidScaleError
 
 KEY_SPACE_END = 1.0
 

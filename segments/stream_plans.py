@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from segments.ids import SegmentId, TxnId
-from segments.stream_model import EpochRecord, KeyRange, StreamSegment
+from reclaim.segments.ids import SegmentId, TxnId
+from reclaim.segments.stream_model import EpochRecord, KeyRange, StreamSegment
 
 
 @dataclass(frozen=True)

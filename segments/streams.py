@@ -8,15 +8,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from retention.errors import CutProblem, InvalidCutError
-from schemas.errors import ReclaimError
-from schemas.streams import RetentionPolicy, RetentionType, StreamCut
-from schemas.topology import StreamTopology
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import ControllerStore, StreamTransaction, open_controller_store
-from segments.ids import SegmentId, TxnId, qualified_stream, segment_name
-from segments.operations import TAKEOVER_AFTER_S, CrashHook, StreamOperations
-from segments.stream_errors import (
+from reclaim.errors import ReclaimError
+from reclaim.retention.errors import CutProblem, InvalidCutError
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut
+from reclaim.schemas.topology import StreamTopology
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import ControllerStore, StreamTransaction, open_controller_store
+from reclaim.segments.ids import SegmentId, TxnId, qualified_stream, segment_name
+from reclaim.segments.operations import TAKEOVER_AFTER_S, CrashHook, StreamOperations
+from reclaim.segments.stream_errors import (
     StreamBusyError,
     StreamError,
     StreamExistsError,
@@ -24,7 +24,7 @@ from segments.stream_errors import (
     StreamNotSealedError,
     StreamSealedError,
 )
-from segments.stream_model import (
+from reclaim.segments.stream_model import (
     EpochRecord,
     JournalEntry,
     JournalState,
@@ -39,10 +39,10 @@ from segments.stream_model import (
     plan_scale,
     scaled_epoch,
 )
-from segments.stream_plans import DeletePlan, Operation, Plan, ScalePlan, SealPlan, TruncatePlan
-from segments.topology import TopologySink
-from segments.transactions import TransactionCoordinator
-from segments.truncation import plan_truncation, topology_of_history
+from reclaim.segments.stream_plans import DeletePlan, Operation, Plan, ScalePlan, SealPlan, TruncatePlan
+from reclaim.segments.topology import TopologySink
+from reclaim.segments.transactions import TransactionCoordinator
+from reclaim.segments.truncation import plan_truncation, topology_of_history
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +53,11 @@ class StreamController:
     """Streams, scaling and transactions over a :class:`ChunkedSegmentStorage`.
 
     Segment bytes and layouts live in the segment storage (and its metadata store); streams,
-    the history table, transactions and pending operations in a :class:`~segments.controller_store.ControllerStore`,
+    the history table, transactions and pending operations in a
+    :class:`~reclaim.segments.controller_store.ControllerStore`,
     normally the same SQLite file. Scale, commit, seal and delete of one stream are linearised and
-    crash-idempotent (see :class:`~segments.operations.StreamOperations`); a conflicting request
-    while another is in progress gets :class:`~segments.stream_errors.StreamBusyError`.
+    crash-idempotent (see :class:`~reclaim.segments.operations.StreamOperations`); a conflicting request
+    while another is in progress gets :class:`~reclaim.segments.stream_errors.StreamBusyError`.
     Stream arguments are qualified names ``scope/stream``.
 
     With a ``topology_sink``, the stream's topology (epochs, sealed lengths, state) is published on
@@ -224,7 +225,7 @@ class StreamController:
         StreamNotFoundError
             No such stream.
         InvalidCutError
-            ``cut`` is not a position of this stream (see :func:`retention.cuts.validate`).
+            ``cut`` is not a position of this stream (see :func:`reclaim.retention.cuts.validate`).
         StreamBusyError
             Another operation of the stream is in progress (retryable).
         """

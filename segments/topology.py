@@ -6,15 +6,15 @@ import threading
 from collections.abc import Mapping
 from typing import Protocol
 
-from schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment, TopologyState
-from segments.stream_model import EpochRecord, StreamHistory, StreamState
+from reclaim.schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment, TopologyState
+from reclaim.segments.stream_model import EpochRecord, StreamHistory, StreamState
 
 
 class TopologySink(Protocol):
     """Receives a stream's whole topology each time it changes (and on demand).
 
     ``publish`` returns only once the topology is durably delivered; it raises a
-    :class:`~schemas.errors.ReclaimError` (retryable) otherwise. The controller publishes as a step
+    :class:`~reclaim.errors.ReclaimError` (retryable) otherwise. The controller publishes as a step
     of an operation, before the operation finishes, so a failed or interrupted publish leaves the
     operation pending and its retry or recovery publishes again. Publishing the same topology twice
     must be harmless (the Kafka topic is compacted by stream: the latest value wins).

@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from segments.controller_store import StreamTransaction
-from segments.ids import TxnId
-from segments.operations import StreamOperations
-from segments.stream_errors import (
+from reclaim.segments.controller_store import StreamTransaction
+from reclaim.segments.ids import TxnId
+from reclaim.segments.operations import StreamOperations
+from reclaim.segments.stream_errors import (
     StreamError,
     StreamNotFoundError,
     StreamSealedError,
     TxnNotFoundError,
     TxnStateError,
 )
-from segments.stream_model import StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState, duplicate_epoch
-from segments.stream_plans import CommitPlan, DeletePlan, Plan, SealPlan
+from reclaim.segments.stream_model import StreamHistory, StreamRecord, StreamState, TxnRecord, TxnState, duplicate_epoch
+from reclaim.segments.stream_plans import CommitPlan, DeletePlan, Plan, SealPlan
 
 logger = logging.getLogger(__name__)
 

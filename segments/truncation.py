@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from retention.cuts import is_at_or_after, segments_between, validate
-from retention.errors import CutProblem, InvalidCutError
-from retention.topology import Topology
-from schemas.streams import StreamCut
-from segments.stream_model import StreamHistory
-from segments.stream_plans import TruncatePlan
+from reclaim.retention.cuts import is_at_or_after, segments_between, validate
+from reclaim.retention.errors import CutProblem, InvalidCutError
+from reclaim.retention.topology import Topology
+from reclaim.schemas.streams import StreamCut
+from reclaim.segments.stream_model import StreamHistory
+from reclaim.segments.stream_plans import TruncatePlan
 
 
 def topology_of_history(history: StreamHistory, sealed_lengths: Mapping[int, int]) -> Topology:

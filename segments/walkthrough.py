@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from schemas.streams import RetentionPolicy
-from segments.stream_model import EpochRecord, TxnRecord
-from segments.streams import NO_RETENTION, StreamController
-from storage.metadata import ChunkRecord
+from reclaim.schemas.streams import RetentionPolicy
+from reclaim.segments.stream_model import EpochRecord, TxnRecord
+from reclaim.segments.streams import NO_RETENTION, StreamController
+from reclaim.storage.metadata import ChunkRecord
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from schemas.log_limit import LogLimiter
-from storage.chunks import (
+from reclaim.logs import LogLimiter
+from reclaim.storage.chunks import (
     ChunkHandle,
     ChunkInfo,
     ChunkListPage,
@@ -24,14 +24,14 @@ from storage.chunks import (
     WrittenAs,
     validate_chunk_name,
 )
-from storage.errors import (
+from reclaim.storage.errors import (
     ChunkReadOnlyError,
     InvalidChunkNameError,
     InvalidOffsetError,
     StorageError,
     UnsupportedOperationError,
 )
-from storage.metrics import (
+from reclaim.storage.metrics import (
     STORAGE_BYTES,
     STORAGE_DELETED_CHUNKS,
     STORAGE_OPERATION_SECONDS,
@@ -145,7 +145,7 @@ class BaseChunkStorage(ABC):
     def check(self) -> None:
         """Prove the binding can serve before trusting its answers: its bucket or root directory exists.
 
-        Raises :class:`~storage.errors.StorageMisconfiguredError` when it does not.
+        Raises :class:`~reclaim.storage.errors.StorageMisconfiguredError` when it does not.
         """
         with self._observe("check", None):
             self._do_check()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from storage.chunks import ChunkLocation, ChunkStorage, Tier
-from storage.errors import StorageMisconfiguredError
+from reclaim.storage.chunks import ChunkLocation, ChunkStorage, Tier
+from reclaim.storage.errors import StorageMisconfiguredError
 
 
 class StorageBindings:

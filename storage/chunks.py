@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from storage.errors import InvalidChunkNameError, StorageError
+from reclaim.storage.errors import InvalidChunkNameError, StorageError
 
 #: The ``application`` ownership tag every chunk written by reclaim carries.
 APPLICATION = "reclaim"
@@ -217,7 +217,7 @@ class ChunkStorage(Protocol):
     """A tier-1/tier-2 binding offering the PDP-34 chunk verbs.
 
     Write contract (PDP-34): ``offset`` must equal the chunk's current length, otherwise
-    :class:`~storage.errors.InvalidOffsetError`. A binding without append (``supports_append`` False,
+    :class:`~reclaim.storage.errors.InvalidOffsetError`. A binding without append (``supports_append`` False,
     e.g. S3) accepts one write at offset 0 into an empty chunk, so callers write each piece as a new chunk.
     """
 

@@ -1,7 +1,7 @@
 """Filesystem chunk binding (the embedded default): one file per chunk under a root directory.
 
 Layout under ``root``: ``chunks/<name>`` holds a chunk's bytes exactly as written, ``tags/<name>.json``
-its ownership tags and what it was written as (:class:`~storage.chunks.WrittenAs`; a sidecar file rather
+its ownership tags and what it was written as (:class:`~reclaim.storage.chunks.WrittenAs`; a sidecar file rather
 than an xattr, because tmpfs, overlay and network filesystems do not all keep user xattrs), and ``tmp/``
 staging files on the same filesystem.
 A chunk is created by staging its bytes, fsyncing them and hard-linking the staged file into place;
@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from storage.base import BaseChunkStorage, StoredObject
-from storage.chunks import (
+from reclaim.storage.base import BaseChunkStorage, StoredObject
+from reclaim.storage.chunks import (
     ChunkInfo,
     ChunkListPage,
     ChunkTags,
@@ -36,14 +36,14 @@ from storage.chunks import (
     Tier,
     WrittenAs,
 )
-from storage.errors import (
+from reclaim.storage.errors import (
     ChunkNotFoundError,
     ChunkReadOnlyError,
     InvalidOffsetError,
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from storage.fs_io import COPY_BLOCK, fsync_dir, map_os_error, writable, write_all
+from reclaim.storage.fs_io import COPY_BLOCK, fsync_dir, map_os_error, writable, write_all
 
 
 class FileSystemChunkStorage(BaseChunkStorage):

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from storage.errors import (
+from reclaim.storage.errors import (
     AccessDeniedError,
     ChunkAlreadyExistsError,
     ChunkNotFoundError,

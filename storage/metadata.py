@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from storage.chunks import ChunkLocation, ChunkTags
+from reclaim.storage.chunks import ChunkLocation, ChunkTags
 
 #: PDP-34's per-segment rolling policy: a chunk stops growing at this many bytes.
 DEFAULT_MAX_ROLLING_LENGTH = 16 * 1024 * 1024
@@ -106,7 +106,7 @@ class MetadataTransaction(Protocol):
     """One atomic unit over several keys; every ``put`` is a compare-and-set on versions.
 
     ``expected_version`` defaults to the record's own ``version`` (the version it was read at);
-    0 means "must not exist yet". A mismatch raises :class:`~storage.errors.MetadataConflictError`
+    0 means "must not exist yet". A mismatch raises :class:`~reclaim.storage.errors.MetadataConflictError`
     and, once it leaves the ``with`` block, the whole transaction changes nothing. Puts return the
     record as stored, with its new version.
     """

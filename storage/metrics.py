@@ -22,8 +22,8 @@ from prometheus_client import (
     write_to_textfile,
 )
 
-from storage import errors
-from storage.chunks import DeleteOutcome
+from reclaim.storage import errors
+from reclaim.storage.chunks import DeleteOutcome
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 

@@ -9,9 +9,9 @@ a transaction does not write (a segment's chunk list, a mark's state, a stream's
 commit, so no chunk is ever both live and marked. No statement needs ``SELECT … FOR UPDATE``.
 
 What PostgreSQL refuses becomes a typed error: a serialization failure, a deadlock or a concurrent
-insert of the same key is a :class:`~storage.errors.MetadataConflictError` (retryable: nothing was
+insert of the same key is a :class:`~reclaim.storage.errors.MetadataConflictError` (retryable: nothing was
 written, and reading again and recomputing succeeds); a server that cannot be reached, went away
-or was shut down is a :class:`~storage.errors.MetadataUnavailableError` (retryable). A connection
+or was shut down is a :class:`~reclaim.storage.errors.MetadataUnavailableError` (retryable). A connection
 lost during ``COMMIT`` leaves the outcome unknown to the client; it is reported unavailable and
 reclaim's steps are idempotent, so doing the step again is safe.
 
@@ -31,16 +31,16 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from schemas.log_limit import LogLimiter
-from storage.errors import MetadataConflictError, MetadataError, MetadataMissingError, MetadataUnavailableError
-from storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, schema_version
+from reclaim.logs import LogLimiter
+from reclaim.storage.errors import MetadataConflictError, MetadataError, MetadataMissingError, MetadataUnavailableError
+from reclaim.storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, schema_version
 
 logger = logging.getLogger(__name__)
 
 
 class _OncePerInterval(logging.Filter):
     """Lets a repeated line of the pool's (one per failed reconnect, several a second while the server
-    is down) through once per :data:`~schemas.log_limit.LOG_INTERVAL_S`, saying how many it held back."""
+    is down) through once per :data:`~reclaim.logs.LOG_INTERVAL_S`, saying how many it held back."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -74,7 +74,8 @@ def describe(url: str) -> str:
 
 
 class PostgresConnection:
-    """A psycopg connection (autocommit) as the stores' queries use it (:class:`storage.sql_base.Connection`)."""
+    """A psycopg connection (autocommit) as the stores' queries use it
+    (:class:`reclaim.storage.sql_base.Connection`)."""
 
     engine: Engine = "postgresql"
 

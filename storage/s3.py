@@ -21,8 +21,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from storage.base import MAX_PAGE_SIZE, BaseChunkStorage, ObjectPage, StoredObject
-from storage.chunks import (
+from reclaim.storage.base import MAX_PAGE_SIZE, BaseChunkStorage, ObjectPage, StoredObject
+from reclaim.storage.chunks import (
     MAX_CHUNK_NAME_BYTES,
     ChunkInfo,
     ChunkListPage,
@@ -33,7 +33,7 @@ from storage.chunks import (
     WrittenAs,
     validate_chunk_name,
 )
-from storage.errors import (
+from reclaim.storage.errors import (
     AccessDeniedError,
     ChunkAlreadyExistsError,
     ChunkNotFoundError,
@@ -44,7 +44,7 @@ from storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from storage.s3_listing import present_keys
+from reclaim.storage.s3_listing import present_keys
 
 _META_PREFIX = "reclaim-"
 _HEADER_PREFIX = "x-amz-meta-"

@@ -3,7 +3,7 @@
 A store is a reader type (its queries), a transaction type (its queries plus its writes) and a
 :class:`Database`, which is all that differs between engines: how a connection is had, how a
 transaction begins and ends, which errors are the engine's own and what they mean. SQLite
-(:mod:`storage.sqlite_base`) and PostgreSQL (:mod:`storage.postgres_base`) supply one each.
+(:mod:`reclaim.storage.sqlite_base`) and PostgreSQL (:mod:`reclaim.storage.postgres_base`) supply one each.
 
 Queries are written once, with ``?`` placeholders and SQL both engines speak; the few statements
 they do not share go through :class:`Connection`'s ``select_in`` and ``delete_in`` (the engines'
@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from storage.errors import MetadataConflictError, MetadataError, MetadataMissingError
+from reclaim.storage.errors import MetadataConflictError, MetadataError, MetadataMissingError
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class StoreBase(Generic[R, T]):
 
 
 def _outcome_of(error: BaseException) -> Outcome:
-    from storage.errors import MetadataUnavailableError
+    from reclaim.storage.errors import MetadataUnavailableError
 
     if isinstance(error, MetadataConflictError):
         return "conflict"

@@ -1,6 +1,6 @@
 """The ``MetadataStore`` on SQL: segment, chunk and mark rows with version compare-and-set, on SQLite or PostgreSQL.
 
-The queries are written once (:mod:`storage.sql_base`); :class:`SQLiteMetadataStore` runs them on one
+The queries are written once (:mod:`reclaim.storage.sql_base`); :class:`SQLiteMetadataStore` runs them on one
 WAL file, :class:`PostgresMetadataStore` on a PostgreSQL database through a connection pool.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.errors import MetadataConflictError
-from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
-from storage.metrics import METADATA_TRANSACTIONS
-from storage.sql_base import Database, Migration, Outcome, Queries, StoreBase, Transaction, distinct
-from storage.sqlite_base import SQLiteDatabase
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
+from reclaim.storage.metrics import METADATA_TRANSACTIONS
+from reclaim.storage.sql_base import Database, Migration, Outcome, Queries, StoreBase, Transaction, distinct
+from reclaim.storage.sqlite_base import SQLiteDatabase
 
 #: The store's name in errors and in the schema-version table.
 STORE = "metadata store"
@@ -243,7 +243,7 @@ class SQLTransaction(_Reader, Transaction):
 
 
 class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
-    """The metadata store on a SQL :class:`~storage.sql_base.Database`; see the engines' subclasses.
+    """The metadata store on a SQL :class:`~reclaim.storage.sql_base.Database`; see the engines' subclasses.
 
     ``location`` is where it is, as :func:`open_metadata_store` takes it: a SQLite file's path or a
     ``postgresql://`` URL."""
@@ -302,7 +302,7 @@ class SQLiteMetadataStore(SQLMetadataStore):
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0, create: bool = True) -> None:
         """Open (with ``create``, make or migrate) the store at ``path``; without ``create`` a path that holds
-        no metadata store raises :class:`~storage.errors.MetadataMissingError` and nothing is written."""
+        no metadata store raises :class:`~reclaim.storage.errors.MetadataMissingError` and nothing is written."""
         self.path = os.fspath(path)
         self._sqlite = SQLiteDatabase(self.path, MIGRATIONS, store=STORE, busy_timeout=busy_timeout,
                                       create=create, json_columns=_JSON_COLUMNS)
@@ -316,10 +316,10 @@ class SQLiteMetadataStore(SQLMetadataStore):
 class PostgresMetadataStore(SQLMetadataStore):
     """The metadata store in a PostgreSQL database (``postgresql://`` URL), shared by processes on any
     number of hosts: serializable transactions on a pool of at most ``pool_size`` connections (see
-    :mod:`storage.postgres_base` for the isolation and what each refusal becomes)."""
+    :mod:`reclaim.storage.postgres_base` for the isolation and what each refusal becomes)."""
 
     def __init__(self, url: str, *, create: bool = True, pool_size: int = 8, pool_timeout: float = 30.0) -> None:
-        from storage.postgres_base import PostgresDatabase
+        from reclaim.storage.postgres_base import PostgresDatabase
 
         self.url = url
         super().__init__(PostgresDatabase(url, MIGRATIONS, store=STORE, create=create, pool_size=pool_size,

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-from storage.errors import MetadataError, MetadataMissingError, MetadataUnavailableError
-from storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, tables_of
+from reclaim.storage.errors import MetadataError, MetadataMissingError, MetadataUnavailableError
+from reclaim.storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, tables_of
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ IN_BATCH = 10000
 
 
 class SQLiteConnection:
-    """A ``sqlite3`` connection as the stores' queries use it (:class:`storage.sql_base.Connection`).
+    """A ``sqlite3`` connection as the stores' queries use it (:class:`reclaim.storage.sql_base.Connection`).
 
     ``select_in`` and ``delete_in`` hand back their rows as one JSON array: SQLite then returns a
     single value instead of a row at a time, and every row step releases the GIL — under a busy

@@ -18,11 +18,11 @@ from typing import TypeVar
 
 import pytest
 
-from ops.kafka_security import SecureBroker
-from ops.minio_server import start_minio
-from ops.procs import StackError, free_port, stop_pid
-from ops.s3_server import LOCAL_REGION, S3Endpoint, ensure_bucket, start_s3
-from storage.s3 import S3ChunkStorage
+from devtools.minio_server import start_minio
+from reclaim.localstack.kafka_security import SecureBroker
+from reclaim.localstack.procs import StackError, free_port, stop_pid
+from reclaim.localstack.s3_server import LOCAL_REGION, S3Endpoint, ensure_bucket, start_s3
+from reclaim.storage.s3 import S3ChunkStorage
 
 T = TypeVar("T")
 
@@ -94,7 +94,7 @@ def moto_s3(state_dir: Path) -> Iterator[S3Endpoint]:
 def minio_s3(state_dir: Path) -> Iterator[S3Endpoint]:
     """A MinIO server on a free loopback port with its root credentials, for the whole session (built
     from its Go module on first use: ``make test`` builds it before the tests)."""
-    from ops.settings import Settings
+    from reclaim.settings import Settings
 
     try:
         pid, endpoint = start_minio(state_dir / "minio", Settings.from_env().cache_dir)
@@ -202,8 +202,8 @@ def kafka_bootstrap(state_dir: Path) -> Iterator[str]:
         with KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
-    from ops.kafka_broker import BrokerPorts, start_broker
-    from ops.settings import Settings
+    from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+    from reclaim.settings import Settings
 
     try:
         ports = BrokerPorts(client=free_port(), controller=free_port())
@@ -219,11 +219,11 @@ def kafka_bootstrap(state_dir: Path) -> Iterator[str]:
 def secure_kafka(state_dir: Path) -> Iterator[SecureBroker]:
     """A second, secured broker for the whole session: SASL_SSL with SCRAM-SHA-512 on its client listener,
     TLS from a CA of its own, ACLs enforced (nothing allowed that no ACL grants). The value is an
-    :class:`ops.kafka_security.SecureBroker`: its ``bootstrap``, ``ca_path``, ``admin_properties()`` (a
+    :class:`reclaim.localstack.kafka_security.SecureBroker`: its ``bootstrap``, ``ca_path``, ``admin_properties()`` (a
     super user) and ``create_user(name)``, which makes a SCRAM user and returns its librdkafka properties."""
-    from ops.kafka_broker import BrokerPorts, start_broker
-    from ops.kafka_security import prepare
-    from ops.settings import Settings
+    from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+    from reclaim.localstack.kafka_security import prepare
+    from reclaim.settings import Settings
 
     ports = BrokerPorts(client=free_port(), controller=free_port())
     directory = state_dir / "kafka-secure"
@@ -241,8 +241,8 @@ def secure_kafka(state_dir: Path) -> Iterator[SecureBroker]:
 @pytest.fixture(scope="session")
 def spark(kafka_bootstrap: str) -> Iterator[object]:
     """One local Spark session for the whole run, with the Kafka connector on its classpath."""
-    from ops.settings import Settings
-    from retention.spark_session import build_spark_session
+    from reclaim.retention.spark_session import build_spark_session
+    from reclaim.settings import Settings
 
     try:
         session = build_spark_session("reclaim-tests", Settings.from_env().cache_dir)
@@ -260,7 +260,7 @@ def spark(kafka_bootstrap: str) -> Iterator[object]:
 def make_tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[str], object]]:
     """A factory of fresh tier-2 bindings: ``make_tier2("fs")`` under tmp_path, ``make_tier2("s3")`` on the
     test's S3 endpoint (to run on every S3 server, a test names ``s3_endpoint`` or takes ``s3_binding``)."""
-    from storage.filesystem import FileSystemChunkStorage
+    from reclaim.storage.filesystem import FileSystemChunkStorage
 
     made: list[FileSystemChunkStorage | S3ChunkStorage] = []
 
@@ -283,9 +283,9 @@ def make_tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 @pytest.fixture
 def kafka_topics(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Callable[..., object]:
     """Create reclaim's topics under a fresh prefix; returns their ``TopicNames``."""
-    from ops.settings import Settings
-    from ops.topics import admin_client, create_topics, topic_specs
-    from producers.topics import TopicNames
+    from reclaim.producers.topics import TopicNames
+    from reclaim.settings import Settings
+    from reclaim.tools.topics import admin_client, create_topics, topic_specs
 
     def make(retry_delays: tuple[int, ...] = (1, 2, 4), partitions: int = 2) -> TopicNames:
         prefix = unique_name("t") + "."
@@ -304,7 +304,7 @@ def postgres_url() -> Iterator[str]:
     if explicit:
         yield explicit
         return
-    from ops import pg_server
+    from devtools import pg_server
 
     try:
         server = pg_server.start()
@@ -319,7 +319,7 @@ def postgres_schema_url(url: str, schema: str) -> str:
     """``url`` with its tables in ``schema`` (made now): a test's own namespace in the session's database."""
     from urllib.parse import quote
 
-    from ops.pg_server import create_schema
+    from devtools.pg_server import create_schema
 
     create_schema(url, schema)
     return f"{url}{'&' if '?' in url else '?'}options={quote(f'-csearch_path={schema}')}"

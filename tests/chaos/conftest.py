@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from ops import pg_server
-from ops.dlq import read_all as read_dlq
-from ops.kafka_broker import BrokerPorts, start_broker
-from ops.minio_server import start_minio
-from ops.procs import free_port, pid_alive, stop_pid, wait_until
-from storage.base import BaseChunkStorage
-from storage.metadata import ChunkRecord
+from devtools import pg_server
+from devtools.minio_server import start_minio
+from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+from reclaim.localstack.procs import free_port, pid_alive, stop_pid, wait_until
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.metadata import ChunkRecord
+from reclaim.tools.dlq.reader import read_all as read_dlq
 from tests.cli import run_reclaim
 from tests.conftest import started
 from tests.deletion.conftest import Pipeline
@@ -76,7 +76,7 @@ class RestartableBroker:
 
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[RestartableBroker]:
-    from ops.settings import Settings
+    from reclaim.settings import Settings
 
     broker = started("Kafka broker", lambda: RestartableBroker(tmp_path / "kafka", Settings.from_env().cache_dir))
     yield broker
@@ -87,7 +87,7 @@ def spawn_reclaim(command: str, env: dict[str, str], log: Path) -> subprocess.Po
     """A ``reclaim <command>`` process with ``env`` over the test's environment, logging to ``log`` (a file,
     not a pipe nobody reads: a chatty outage must not block it)."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "ops.cli", command], stdout=out, stderr=out,
+        return subprocess.Popen([sys.executable, "-m", "reclaim", command], stdout=out, stderr=out,
                                 env={**os.environ, **env})
 
 
@@ -117,7 +117,7 @@ class RestartableMinio:
 
 @pytest.fixture
 def own_minio(tmp_path: Path) -> Iterator[RestartableMinio]:
-    from ops.settings import Settings
+    from reclaim.settings import Settings
 
     minio = started("S3 endpoint (MinIO)", lambda: RestartableMinio(tmp_path / "minio", Settings.from_env().cache_dir))
     yield minio

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ops.settings import Settings
-from ops.topics import admin_client, create_topics, topic_specs
-from producers.topics import TopicNames
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import open_metadata_store
+from reclaim.producers.topics import TopicNames
+from reclaim.settings import Settings
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import open_metadata_store
+from reclaim.tools.topics import admin_client, create_topics, topic_specs
 from tests.deletion.conftest import Pipeline
 
 from .conftest import Backlog, RestartableBroker, spawn_worker, stopped

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.procs import free_port
-from producers.topics import TopicNames
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import open_metadata_store
+from reclaim.localstack.procs import free_port
+from reclaim.producers.topics import TopicNames
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import open_metadata_store
 from tests.deletion.conftest import Pipeline
 from tests.deletion.test_crash import scrape
 

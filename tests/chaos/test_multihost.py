@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from consumers.pipeline import MAX_IN_FLIGHT
-from deletion.metrics import snake
-from deletion.outcomes import Outcome
-from ops.multihost import MultiHostStack, group_members, object_count, wait_members, write_chunks
-from ops.procs import stop_pid
-from ops.s3_server import ensure_bucket
-from ops.settings import Settings
-from ops.topics import admin_client, create_topics, topic_specs
-from producers.topics import TopicNames
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import open_metadata_store
+from devtools.multihost import MultiHostStack, group_members, object_count, wait_members, write_chunks
+from reclaim.consumers.pipeline import MAX_IN_FLIGHT
+from reclaim.deletion.metrics import snake
+from reclaim.deletion.outcomes import Outcome
+from reclaim.localstack.procs import stop_pid
+from reclaim.localstack.s3_server import ensure_bucket
+from reclaim.producers.topics import TopicNames
+from reclaim.settings import Settings
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import open_metadata_store
+from reclaim.tools.topics import admin_client, create_topics, topic_specs
 from tests.conftest import server_unavailable
 from tests.deletion.conftest import Pipeline
 from tests.deletion.test_crash import inflight

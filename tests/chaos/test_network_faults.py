@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ops import toxiproxy as toxics
-from ops.s3_server import S3Endpoint, ensure_bucket
-from ops.toxiproxy import Proxy, Toxiproxy
-from storage.base import BaseChunkStorage
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import open_metadata_store
+from devtools import toxiproxy as toxics
+from devtools.toxiproxy import Proxy, Toxiproxy
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import open_metadata_store
 from tests.deletion.conftest import Pipeline
 
 from .conftest import Backlog, RestartableMinio, RestartablePostgres, spawn_worker, stopped

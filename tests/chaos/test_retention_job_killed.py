@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from ops.controller_runtime import stream_controller
-from ops.retention_recorder import RetentionRecorder
-from ops.settings import Settings
-from producers.subscribers import SubscriberClient, SubscriberReader
-from producers.topics import TopicNames
-from schemas.base import LONG_MAX
-from schemas.streams import LimitType, RetentionPolicy, RetentionType
+from reclaim.producers.subscribers import SubscriberClient, SubscriberReader
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.base import LONG_MAX
+from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType
+from reclaim.services.controller import stream_controller
+from reclaim.services.recorder import RetentionRecorder
+from reclaim.settings import Settings
 from tests.cli import run_reclaim
 
 from .conftest import RESULTS, ChaosResult, orphans_in, spawn_reclaim, stopped

@@ -1,5 +1,5 @@
 """S3 faults under a real ``reclaim worker``: throttling and 5xx answers on a fifth of its requests, made
-by a fault-injecting proxy (:mod:`ops.s3_fault_proxy`) in front of MinIO; and an S3 endpoint down for
+by a fault-injecting proxy (:mod:`devtools.s3_fault_proxy`) in front of MinIO; and an S3 endpoint down for
 longer than a worker's attempts last, whose dead letters an operator replays once it is back."""
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from deletion.outcomes import Outcome
-from ops.dlq import Reader, watermarks
-from ops.s3_fault_proxy import S3_FAULTS, S3FaultProxy
-from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
-from producers.topics import TopicNames
-from storage.bindings import StorageBindings
-from storage.errors import StorageUnavailableError
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage, map_s3_error
-from storage.sql_store import open_metadata_store
+from devtools.s3_fault_proxy import S3_FAULTS, S3FaultProxy
+from reclaim.deletion.outcomes import Outcome
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
+from reclaim.producers.topics import TopicNames
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.errors import StorageUnavailableError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage, map_s3_error
+from reclaim.storage.sql_store import open_metadata_store
+from reclaim.tools.dlq.reader import Reader, watermarks
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline
 from tests.deletion.test_crash import inflight, wait_drained

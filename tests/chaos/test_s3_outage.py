@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ops.s3_server import ensure_bucket
-from producers.topics import TopicNames
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import open_metadata_store
+from reclaim.localstack.s3_server import ensure_bucket
+from reclaim.producers.topics import TopicNames
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import open_metadata_store
 from tests.deletion.conftest import Pipeline
 
 from .conftest import Backlog, RestartableMinio, spawn_worker, stopped

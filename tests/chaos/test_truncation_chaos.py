@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from consumers.lag import estimated_inflight
-from ops.controller_runtime import stream_controller
-from ops.settings import Settings
-from producers.topics import TopicNames
-from schemas import build_codec
-from schemas.codec import RecordCodec
-from schemas.errors import ReclaimError
-from schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
-from segments.streams import StreamController
+from reclaim.consumers.lag import estimated_inflight
+from reclaim.errors import ReclaimError
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import build_codec
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
+from reclaim.segments.streams import StreamController
+from reclaim.services.controller import stream_controller
+from reclaim.settings import Settings
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import Outgoing, produce_confirmed
 

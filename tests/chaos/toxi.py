@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ops.kafka_broker import BrokerPorts, start_broker
-from ops.procs import free_port, stop_pid
-from ops.settings import Settings
-from ops.topics import admin_client, create_topics, topic_specs
-from ops.toxiproxy import Proxy, Toxic, Toxiproxy, start_toxiproxy
-from producers.topics import TopicNames
+from devtools.toxiproxy import Proxy, Toxic, Toxiproxy, start_toxiproxy
+from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+from reclaim.localstack.procs import free_port, stop_pid
+from reclaim.producers.topics import TopicNames
+from reclaim.settings import Settings
+from reclaim.tools.topics import admin_client, create_topics, topic_specs
 from tests.conftest import started
 
 from .conftest import Backlog

@@ -12,20 +12,20 @@ from typing import Any
 
 import pytest
 
-from consumers.deletion_worker import BatchReport, DeletionWorker, WorkerConfig
-from deletion.executor import DeletionExecutor, RetryPolicy
-from deletion.mark import LedgerDeletionService
-from producers.pending_deletes import KafkaPendingDeletePublisher
-from producers.producer import RecordProducer
-from producers.topics import TopicNames
-from schemas.codec import build_codec
-from security.signing import RecordVerifier
-from storage.base import BaseChunkStorage
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkTags
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_store import SQLMetadataStore, is_postgres_url, open_metadata_store
+from reclaim.consumers.deletion_worker import BatchReport, DeletionWorker, WorkerConfig
+from reclaim.deletion.executor import DeletionExecutor, RetryPolicy
+from reclaim.deletion.mark import LedgerDeletionService
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.codec import build_codec
+from reclaim.security.signing import RecordVerifier
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkTags
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.sql_store import SQLMetadataStore, is_postgres_url, open_metadata_store
 
 
 @dataclass

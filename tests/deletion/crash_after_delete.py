@@ -9,9 +9,9 @@ import os
 import signal
 import threading
 
-from deletion.executor import DeletionExecutor
-from ops import runtime
-from ops.settings import Settings
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.services import runtime
+from reclaim.settings import Settings
 
 
 def main() -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from consumers import retry
-from deletion.mark import LedgerDeletionService
-from deletion.records import pending_deletes_for
-from producers.pending_deletes import KafkaPendingDeletePublisher
-from schemas import millis_now
-from security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
-from security.signing import REJECTED, AuthMode, RecordSigner, RecordVerifier
+from reclaim.consumers import retry
+from reclaim.deletion.mark import LedgerDeletionService
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.schemas import millis_now
+from reclaim.security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
+from reclaim.security.signing import REJECTED, AuthMode, RecordSigner, RecordVerifier
 
 from .conftest import Pipeline, outcomes
 from .test_faults import read_all

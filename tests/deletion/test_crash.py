@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.lag import estimated_inflight
-from ops.procs import free_port
+from reclaim.consumers.lag import estimated_inflight
+from reclaim.localstack.procs import free_port
 from tests.cli import run_reclaim
 
 from .conftest import Pipeline, outcomes
@@ -23,8 +23,8 @@ from .test_faults import read_all
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def spawn_worker(pipe: Pipeline, fs_root: Path, module: str = "ops.cli", **env: str) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", module] + (["worker"] if module == "ops.cli" else [])
+def spawn_worker(pipe: Pipeline, fs_root: Path, module: str = "reclaim", **env: str) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", module] + (["worker"] if module == "reclaim" else [])
     return subprocess.Popen(args, env={**os.environ, **pipe.worker_env(fs_root, **env)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

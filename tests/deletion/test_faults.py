@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from consumers import retry
-from consumers.deletion_worker import DeletionWorker, WorkerConfig
-from deletion.executor import DeletionExecutor
-from deletion.records import pending_deletes_for
-from ops.procs import free_port
-from producers.producer import RecordProducer
-from schemas import millis_now
-from storage.base import BaseChunkStorage
-from storage.chunks import DeleteOutcome, DeleteResult
-from storage.errors import StorageUnavailableError
+from reclaim.consumers import retry
+from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.localstack.procs import free_port
+from reclaim.producers.producer import RecordProducer
+from reclaim.schemas import millis_now
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.chunks import DeleteOutcome, DeleteResult
+from reclaim.storage.errors import StorageUnavailableError
 from tests.cli import run_reclaim
 
 from .conftest import Pipeline, outcomes

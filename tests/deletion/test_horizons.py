@@ -6,7 +6,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from consumers.horizons import Horizons, end_offset
+from reclaim.consumers.horizons import Horizons, end_offset
 
 P = ("deletions", 0)
 

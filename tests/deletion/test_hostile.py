@@ -9,14 +9,14 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from consumers import retry
-from deletion.executor import DeletionExecutor
-from deletion.facts import Pending
-from deletion.records import pending_deletes_for
-from ops.s3_server import S3Endpoint
-from ops.topics import admin_client
-from schemas import millis_now
-from storage.s3 import S3ChunkStorage
+from reclaim.consumers import retry
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.facts import Pending
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.schemas import millis_now
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.tools.topics import admin_client
 
 from .conftest import Pipeline, outcomes
 from .test_faults import read_all

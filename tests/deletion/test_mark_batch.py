@@ -6,13 +6,13 @@ import uuid
 
 import pytest
 
-from deletion.ownership import LEDGER_TYPES
-from deletion.records import pending_deletes_for
-from schemas.codec import SingleObjectCodec
-from schemas.ledger import ChunkLocation as RecordLocation
-from schemas.ledger import LedgerComponent, LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.metadata import ChunkRecord
+from reclaim.deletion.ownership import LEDGER_TYPES
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.schemas.codec import SingleObjectCodec
+from reclaim.schemas.ledger import ChunkLocation as RecordLocation
+from reclaim.schemas.ledger import LedgerComponent, LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.metadata import ChunkRecord
 
 SEGMENT = "scope/stream/0.#epoch.0"
 CREATED_AT = 1_700_000_000_000

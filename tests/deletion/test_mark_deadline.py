@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from deletion.mark import LedgerDeletionService, MarkError
-from schemas.ledger import PendingDeleteLedgerInfo
-from segments.garbage import PreparedMark
-from storage.chunks import ChunkTags
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.deletion.mark import LedgerDeletionService, MarkError
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.segments.garbage import PreparedMark
+from reclaim.storage.chunks import ChunkTags
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 SEGMENT = "scope/stream/0.#epoch.0"
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from deletion.mark import LedgerDeletionService, MarkError
-from producers.pending_deletes import KafkaPendingDeletePublisher
-from producers.producer import RecordProducer
-from schemas.codec import build_codec
-from schemas.errors import ReclaimError
-from storage.errors import MetadataConflictError
-from storage.sql_store import open_metadata_store
+from reclaim.deletion.mark import LedgerDeletionService, MarkError
+from reclaim.errors import ReclaimError
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.producers.producer import RecordProducer
+from reclaim.schemas.codec import build_codec
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.sql_store import open_metadata_store
 
 from .conftest import Pipeline
 from .test_faults import read_all
@@ -110,6 +110,6 @@ def test_two_mark_services_in_two_processes_race_on_the_same_chunks(engine_pipel
 
 
 def _inflight(pipe: Pipeline) -> int:
-    from consumers.lag import estimated_inflight
+    from reclaim.consumers.lag import estimated_inflight
 
     return estimated_inflight(pipe.bootstrap, pipe.group_id, pipe.topics.deletion_inputs)

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from deletion.records import copy_uuid, pending_deletes
-from schemas.ledger import LedgerType, OffloadContext
-from segments.garbage import PreparedMark, retire
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.errors import MetadataConflictError
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_store import SQLiteMetadataStore, SQLTransaction
+from reclaim.deletion.records import copy_uuid, pending_deletes
+from reclaim.schemas.ledger import LedgerType, OffloadContext
+from reclaim.segments.garbage import PreparedMark, retire
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.sql_store import SQLiteMetadataStore, SQLTransaction
 
 SEGMENT = "scope/stream/0.#epoch.0"
 TAGS = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=3)

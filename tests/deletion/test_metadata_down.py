@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from deletion.executor import DeletionExecutor, RetryPolicy
-from deletion.outcomes import Outcome
-from deletion.records import pending_deletes_for
-from ops import pg_server
-from schemas import millis_now
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkTags
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord
-from storage.sql_store import PostgresMetadataStore
+from devtools import pg_server
+from reclaim.deletion.executor import DeletionExecutor, RetryPolicy
+from reclaim.deletion.outcomes import Outcome
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.schemas import millis_now
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkTags
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord
+from reclaim.storage.sql_store import PostgresMetadataStore
 
 
 @pytest.mark.integration

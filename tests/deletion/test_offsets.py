@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.offsets import Position, plan_offsets
+from reclaim.consumers.offsets import Position, plan_offsets
 
 A, B = ("t", 0), ("t.retry-10s", 1)
 

@@ -20,20 +20,20 @@ from typing import Any
 
 import pytest
 
-from deletion.mark import LedgerDeletionService, MarkError
-from ops.kafka_broker import BrokerPorts, start_broker
-from ops.procs import StackError, free_port, stop_pid
-from ops.settings import Settings
-from ops.topics import admin_client, create_topics, topic_specs
-from producers.pending_deletes import KafkaPendingDeletePublisher
-from producers.topics import TopicNames
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import PreparedMark, RecordingGarbageSink
-from storage.bindings import StorageBindings
-from storage.errors import MetadataConflictError
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, MetadataTransaction
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.deletion.mark import LedgerDeletionService, MarkError
+from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+from reclaim.localstack.procs import StackError, free_port, stop_pid
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.producers.topics import TopicNames
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import PreparedMark, RecordingGarbageSink
+from reclaim.settings import Settings
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, MetadataTransaction
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.topics import admin_client, create_topics, topic_specs
 from tests.conftest import server_unavailable
 
 from .conftest import Pipeline, outcomes

@@ -8,11 +8,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
-from deletion.outcomes import Outcome
-from deletion.records import pending_deletes_for
-from schemas import millis_now
-from storage.base import BaseChunkStorage
-from storage.s3 import S3ChunkStorage
+from reclaim.deletion.outcomes import Outcome
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.schemas import millis_now
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
 
 from .conftest import Pipeline, outcomes
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from consumers.batches import Checked
-from consumers.pipeline import BatchPipeline
+from reclaim.consumers.batches import Checked
+from reclaim.consumers.pipeline import BatchPipeline
 
 
 class BlockingExecutor:

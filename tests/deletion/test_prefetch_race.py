@@ -13,16 +13,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from deletion.facts import Pending, Policy, Proceed
-from deletion.mark import LedgerDeletionService, new_mark_id
-from deletion.prefetch import Prefetcher
-from deletion.records import pending_deletes_for
-from deletion.retrying import RetryPolicy
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkTags
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, MarkRecord, SegmentRecord
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.deletion.facts import Pending, Policy, Proceed
+from reclaim.deletion.mark import LedgerDeletionService, new_mark_id
+from reclaim.deletion.prefetch import Prefetcher
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.deletion.retrying import RetryPolicy
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkTags
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, SegmentRecord
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 SEGMENT = "scope/stream/0.#epoch.0"
 
@@ -54,7 +54,7 @@ class CommitsBetweenReads:
 
 
 def test_a_mark_committed_between_the_prefetch_reads_is_never_judged_in_use(tmp_path: Path) -> None:
-    from deletion.verify import judge
+    from reclaim.deletion.verify import judge
 
     store = SQLiteMetadataStore(tmp_path / "metadata.db")
     binding = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from deletion.retrying import RetryPolicy
-from storage.errors import StorageUnavailableError
+from reclaim.deletion.retrying import RetryPolicy
+from reclaim.storage.errors import StorageUnavailableError
 
 
 def test_retries_stop_at_the_attempt_limit() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.batches import BatchReport
-from consumers.retry import (
+from reclaim.consumers.batches import BatchReport
+from reclaim.consumers.retry import (
     H_ATTEMPT,
     H_ERROR,
     H_FIRST_FAILURE,
@@ -18,8 +18,8 @@ from consumers.retry import (
     Delivery,
     RetryTiers,
 )
-from consumers.routing import ACK, route
-from deletion.outcomes import ROUTES, Outcome, Route, Verdict
+from reclaim.consumers.routing import ACK, route
+from reclaim.deletion.outcomes import ROUTES, Outcome, Route, Verdict
 
 TIERS = RetryTiers(((10, "t.retry-10s"), (60, "t.retry-60s"), (600, "t.retry-600s")), max_attempts=4)
 NOW = 1_700_000_000_000

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from deletion.mark import LedgerDeletionService, MarkError
-from schemas.ledger import PendingDeleteLedgerInfo
-from segments.chunked import ChunkedSegmentStorage
+from reclaim.deletion.mark import LedgerDeletionService, MarkError
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.segments.chunked import ChunkedSegmentStorage
 
 from .conftest import Pipeline, outcomes
 

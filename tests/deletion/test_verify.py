@@ -6,15 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from deletion.facts import Facts, Pending, Policy, Proceed
-from deletion.outcomes import Outcome, Route, Verdict
-from deletion.records import pending_deletes
-from deletion.verify import conclude, judge
-from schemas.ledger import ChunkLocation as RecordLocation
-from schemas.ledger import PendingDeleteLedgerInfo
-from segments.backup import EXPORT_COMPONENT
-from storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult, Tier, WrittenAs
-from storage.errors import (
+from reclaim.deletion.facts import Facts, Pending, Policy, Proceed
+from reclaim.deletion.outcomes import Outcome, Route, Verdict
+from reclaim.deletion.records import pending_deletes
+from reclaim.deletion.verify import conclude, judge
+from reclaim.schemas.ledger import ChunkLocation as RecordLocation
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.segments.backup import EXPORT_COMPONENT
+from reclaim.storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult, Tier, WrittenAs
+from reclaim.storage.errors import (
     AccessDeniedError,
     ChunkNotFoundError,
     InvalidChunkNameError,
@@ -22,7 +22,7 @@ from storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from storage.metadata import ChunkRecord, MarkRecord, MarkState
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
 
 NOW = 1_800_000_000_000
 POLICY = Policy(mark_timeout_ms=300_000)
@@ -131,7 +131,7 @@ def test_owner_fields_that_disagree_with_the_row_are_a_mismatch(change: dict[str
 
 
 def test_a_record_naming_another_tier_is_a_mismatch() -> None:
-    from schemas.ledger import LedgerType
+    from reclaim.schemas.ledger import LedgerType
     assert outcome(record(ledger_type=LedgerType.LEDGER), facts()) is Outcome.OWNERSHIP_MISMATCH
 
 

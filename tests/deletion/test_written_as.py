@@ -22,19 +22,19 @@ from urllib.parse import quote
 
 import pytest
 
-from deletion.executor import DeletionExecutor
-from deletion.outcomes import Outcome, Verdict
-from deletion.records import pending_deletes
-from ops.audit import orphan_chunk
-from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
-from schemas.ledger import PendingDeleteLedgerInfo
-from storage.base import BaseChunkStorage
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkTags
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.deletion.records import pending_deletes
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkTags
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.audit import orphan_chunk
 from tests.conftest import S3_SERVERS
 
 STREAM = "scope/stream"

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from ops import gotools
-from ops.procs import StackError, free_port, spawn, stop_pid, wait_until
-from ops.settings import Settings
+from devtools import gotools
+from reclaim.localstack.procs import StackError, free_port, spawn, stop_pid, wait_until
+from reclaim.settings import Settings
 from tests.conftest import server_unavailable
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.retry import Delivery, reroute_headers
-from deletion.outcomes import Outcome, Verdict
-from ops.procs import free_port
-from ops.s3_server import S3Endpoint
-from producers.producer import DeliveryTracker
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.consumers.retry import Delivery, reroute_headers
+from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.localstack.procs import free_port
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.producers.producer import DeliveryTracker
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline
 
@@ -84,7 +84,7 @@ def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callabl
     def start() -> int:
         port, log = free_port(), tmp_path / f"worker-{len(procs)}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker", "--metrics-port", str(port)],
+            proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker", "--metrics-port", str(port)],
                                     env=worker_env, stdout=out, stderr=subprocess.STDOUT)
         procs.append(proc)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ops import gotools
-from ops.gotools import GoTool
-from ops.procs import StackError
+from devtools import gotools
+from devtools.gotools import GoTool
+from reclaim.localstack.procs import StackError
 
 TOOL = GoTool("hello", "example.com/hello/cmd/hello", "v1.2.3", ("remove_all_sd",))
 

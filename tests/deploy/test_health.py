@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from ops.health import BrokerProbe, HealthMonitor, Probe, Status, StoreProbe, state_change
-from ops.procs import free_port
-from storage.errors import MetadataError
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.localstack.procs import free_port
+from reclaim.services.health import BrokerProbe, HealthMonitor, Probe, Status, StoreProbe, state_change
+from reclaim.storage.errors import MetadataError
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_gauges_follow_the_checks(gauge: Gauge) -> None:
 def test_a_dependency_down_for_many_probes_is_logged_once(gauge: Gauge, caplog: pytest.LogCaptureFixture) -> None:
     broker = Switch()
     monitor = HealthMonitor([Probe("broker", broker)], timeout_s=5, gauge=gauge)
-    with caplog.at_level(logging.INFO, logger="ops.health"):
+    with caplog.at_level(logging.INFO, logger="reclaim.services.health"):
         monitor.probe_once()
         broker.alive = False
         for _ in range(5):

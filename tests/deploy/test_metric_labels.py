@@ -9,12 +9,12 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import consumers.truncation_applier  # noqa: F401 - registers reclaim_truncations
-import ops.health  # noqa: F401 - registers reclaim_dependency_up
-import retention.spark_metrics  # noqa: F401 - registers reclaim_retention_*
-from deletion import metrics
-from storage import metrics as storage_metrics
-from storage.metrics import snake
+import reclaim.consumers.truncation_applier  # noqa: F401 - registers reclaim_truncations
+import reclaim.retention.spark_metrics  # noqa: F401 - registers reclaim_retention_*
+import reclaim.services.health  # noqa: F401 - registers reclaim_dependency_up
+from reclaim.deletion import metrics
+from reclaim.storage import metrics as storage_metrics
+from reclaim.storage.metrics import snake
 
 #: Labels whose values reclaim names itself; topic, tier, binding and dependency carry outside names.
 OWN_LABELS = {"outcome", "ledger_type", "reason", "result", "kind", "direction", "operation"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ops.procs import free_port
+from reclaim.localstack.procs import free_port
 from tests.cli import run_reclaim
 
 from .conftest import wait_for
@@ -38,7 +38,7 @@ def test_the_truncation_applier_serves_its_outcomes(kafka_bootstrap: str, tmp_pa
     run_reclaim("topics", "create", env=env, check=True)
     port, log = free_port(), tmp_path / "applier.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "truncation-applier", "--record-every-s", "0",
+        proc = subprocess.Popen([sys.executable, "-m", "reclaim", "truncation-applier", "--record-every-s", "0",
                                  "--metrics-port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         def served() -> str | None:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message
 
-from producers.config import kafka_config
-from producers.producer import DeliveryTracker, Headers, RecordProducer
+from reclaim.producers.config import kafka_config
+from reclaim.producers.producer import DeliveryTracker, Headers, RecordProducer
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Message
 
-from ops.topics import TopicSpec, admin_client, create_topics
-from producers.topics import TopicNames
-from schemas import (
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import (
     AvroRecord,
     PendingDeleteLedgerInfo,
     StreamConfig,
@@ -20,8 +19,9 @@ from schemas import (
     TruncationEvent,
     build_codec,
 )
-from schemas.confluent import ConfluentCodec
-from schemas.samples import sample_records
+from reclaim.schemas.confluent import ConfluentCodec
+from reclaim.schemas.samples import sample_records
+from reclaim.tools.topics import TopicSpec, admin_client, create_topics
 from tests.integration.kafka_io import Outgoing, consume_from_start, produce_confirmed
 
 pytestmark = pytest.mark.integration

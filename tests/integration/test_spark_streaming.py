@@ -12,10 +12,8 @@ import pandas as pd
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from ops.settings import Settings
-from ops.topics import admin_client, create_topics, topic_specs
-from producers.topics import TopicNames
-from schemas import (
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import (
     RecordDecodeError,
     StreamCut,
     SubscriberChange,
@@ -23,6 +21,8 @@ from schemas import (
     SubscriberCut,
     build_codec,
 )
+from reclaim.settings import Settings
+from reclaim.tools.topics import admin_client, create_topics, topic_specs
 from tests.integration.kafka_io import Outgoing, produce_confirmed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

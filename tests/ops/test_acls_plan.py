@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from ops.acls import ROLES, Grant, Names, binding_rows, bindings, check_principal, plan
-from ops.cli import main
-from ops.exits import UsageError
-from producers.topics import TopicNames
+from reclaim.cli.main import main
+from reclaim.exits import UsageError
+from reclaim.producers.topics import TopicNames
+from reclaim.tools.acls import ROLES, Grant, Names, binding_rows, bindings, check_principal, plan
 
 NAMES = Names(TopicNames.for_prefix("p.", (1, 2)), "p.", "workers", "appliers")
 

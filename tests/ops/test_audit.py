@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from ops.audit import AuditReport, audit, audit_binding
-from ops.exits import ExitCode
-from ops.s3_server import S3Endpoint
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.exits import ExitCode
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.audit import AuditReport, audit, audit_binding
 from tests.cli import run_reclaim
 
 SEGMENT = "s/a/0.#epoch.0"

@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from deletion.mark import MarkError
-from deletion.records import pending_deletes
-from deletion.verify import tags_mismatch
-from ops.audit import (
+from reclaim.cli.audit import human, metrics_target, parse_grace
+from reclaim.deletion.mark import MarkError
+from reclaim.deletion.records import pending_deletes
+from reclaim.deletion.verify import tags_mismatch
+from reclaim.exits import Unavailable
+from reclaim.schemas.ledger import LedgerType
+from reclaim.segments.garbage import PreparedMark
+from reclaim.storage.base import StoredObject
+from reclaim.storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier, WrittenAs
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
+from reclaim.tools.audit import (
     AuditReport,
     BindingAudit,
     GoneCopy,
@@ -24,14 +32,6 @@ from ops.audit import (
     orphan_chunk,
     unreachable,
 )
-from ops.audit_cli import human, metrics_target, parse_grace
-from ops.exits import Unavailable
-from schemas.ledger import LedgerType
-from segments.garbage import PreparedMark
-from storage.base import StoredObject
-from storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier, WrittenAs
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord, MarkRecord, MarkState
 
 TAGS = ChunkTags(component="segment", stream="s/a", segment="s/a/0.#epoch.0", writer_epoch=3)
 FS = ChunkLocation("fs-tier2", Tier.TIER2, None, "s/a/0.#epoch.0.E-3-O-0.c")

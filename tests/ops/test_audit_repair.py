@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ops.exits import ExitCode
-from producers.topics import TopicNames
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.exits import ExitCode
+from reclaim.producers.topics import TopicNames
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 from .test_audit import HOUR, TAGS, aged, chunk, env_for, fs, name, one_line_error, put, run_audit, store
 
@@ -56,7 +56,7 @@ def test_repair_sends_orphans_to_phase_1_and_after_the_worker_the_audit_is_clean
             "by the broker") in lines
     assert all(fs.exists(o) for o in [*orphans, untagged]), "the audit itself deletes nothing"
 
-    worker = subprocess.Popen([sys.executable, "-m", "ops.cli", "worker"], env=env_for(tmp_path, **extra),
+    worker = subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env_for(tmp_path, **extra),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120

@@ -15,7 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from ops.certs import ensure_ca, load_ca, make_ca
+from reclaim.localstack.certs import ensure_ca, load_ca, make_ca
 
 
 def _mode(path: Path) -> int:

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ops.exits import ExitCode
-from ops.s3_server import S3Endpoint
-from ops.stack import StackState
-from ops.topics import TopicSpec, admin_client, create_topics
-from producers.topics import TopicNames
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.metadata import ChunkRecord
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.exits import ExitCode
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.localstack.stack import StackState
+from reclaim.producers.topics import TopicNames
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.metadata import ChunkRecord
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.topics import TopicSpec, admin_client, create_topics
 from tests.cli import run_reclaim
 
 TAGS = ChunkTags(component="c", stream="scope/stream", segment="scope/stream/0.E-1-O-0", writer_epoch=1)
@@ -229,7 +229,7 @@ def test_the_worker_refuses_rows_on_a_binding_it_is_not_configured_with(tmp_path
 
 
 def test_a_closed_output_pipe_is_no_traceback(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "config", "show"], env=clean_env(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "reclaim", "config", "show"], env=clean_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader went away before anything was written

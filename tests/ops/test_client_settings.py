@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ops import client_security, config_file, runtime
-from ops.certs import make_ca
-from ops.exits import ExitCode, UsageError
-from ops.retention_job import RetentionJobSettings, job_config
-from ops.settings import Settings
-from producers.config import client_properties, installed_client_properties
+from reclaim import config_file
+from reclaim.exits import ExitCode, UsageError
+from reclaim.localstack.certs import make_ca
+from reclaim.producers.config import client_properties, installed_client_properties
+from reclaim.services import client_security, runtime
+from reclaim.services.retention_job import RetentionJobSettings, job_config
+from reclaim.settings import Settings
 from tests.cli import run_reclaim
 
 SECRETS = ("hunter2", "kafka-pw", "key-pw", "sr-pw", "s3-secret", "s3-token", "file-pw")

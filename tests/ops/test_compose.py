@@ -23,8 +23,8 @@ import jsonschema
 import pytest
 import yaml
 
-from ops.cli import build_parser
-from ops.settings import Settings
+from reclaim.cli.main import build_parser
+from reclaim.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -290,7 +290,7 @@ def test_every_reclaim_service_environment_reads_as_settings() -> None:
 
 @pytest.fixture(scope="module")
 def reclaim_help() -> str:
-    done = subprocess.run([sys.executable, "-m", "ops.cli", "--help"], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "reclaim", "--help"], capture_output=True, text=True, check=True)
     return done.stdout
 
 
@@ -357,7 +357,8 @@ def test_the_bucket_made_is_the_bucket_configured() -> None:
 def test_the_dockerfile_installs_with_the_constraints_file() -> None:
     runs = [rest for keyword, rest in dockerfile_instructions(DOCKERFILE.read_text()) if keyword == "RUN"]
     installs = [part for run in runs for part in run.split("&&") if re.search(r"\bpip3?\s+install\b", part)]
-    assert any(re.search(r"pip install -c constraints\.txt \.(\s|$)", part) for part in installs), installs
+    project = re.compile(r"pip install -c constraints\.txt '?\.(\[[\w,]+\])?'?(\s|$)")  # `.`, or `.` with extras
+    assert any(project.search(part) for part in installs), installs
     assert all("-c constraints.txt" in part for part in installs), installs
 
 
@@ -377,5 +378,5 @@ def test_the_build_context_holds_what_the_dockerfile_copies() -> None:
               if keyword == "COPY" and not rest.startswith("--from")]
     sources = {source.rstrip("/") for words in copies for source in words[:-1]}
     assert sources - kept == set()
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    assert {name.rstrip("*") for name in packages["find"]["include"]} <= sources
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert set(folders.values()) <= sources

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.settings import Settings
-from ops.stack import StackState
+from reclaim.localstack.stack import StackState
+from reclaim.settings import Settings
 from tests.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

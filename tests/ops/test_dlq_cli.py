@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from consumers.retry import Delivery, RetryTiers
-from consumers.routing import route
-from deletion.outcomes import Outcome, Route, Verdict
-from ops.exits import ExitCode
-from ops.topics import admin_client, create_topics, topic_specs
-from producers.topics import TopicNames
-from schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
-from storage.bindings import StorageBindings
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.consumers.retry import Delivery, RetryTiers
+from reclaim.consumers.routing import route
+from reclaim.deletion.outcomes import Outcome, Route, Verdict
+from reclaim.exits import ExitCode
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.topics import admin_client, create_topics, topic_specs
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline, outcomes
 
@@ -196,7 +196,7 @@ def test_no_broker_or_no_topics_is_one_line_and_exit_2(kafka_bootstrap: str, tmp
     assert f"missing topic {prefix}ledger-deletion.dlq" in line and "reclaim topics create" in line
 
     # A DLQ made before replays were remembered: replay asks for `reclaim topics create`.
-    from ops.settings import Settings
+    from reclaim.settings import Settings
 
     older = [spec for spec in topic_specs(Settings(topic_prefix=prefix)) if not spec.name.endswith("-replayed")]
     create_topics(admin_client(kafka_bootstrap), older)

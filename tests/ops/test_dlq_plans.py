@@ -7,20 +7,20 @@ import json
 
 import pytest
 
-from consumers import retry
-from consumers.retry import Delivery, RetryTiers
-from consumers.routing import route
-from deletion.outcomes import Outcome, Verdict, stack_summary
-from ops.dlq_purge import plan_filtered, plan_up_to
-from ops.dlq_records import DeadLetter, dead_letter
-from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
-from ops.dlq_select import Filters, dedupe
-from ops.dlq_write import confirmed
-from schemas.codec import build_codec
-from schemas.ledger import PendingDeleteLedgerInfo
-from security.keyring import Algorithm, Keyring, new_key
-from security.rules import signers_of
-from security.signing import RecordSigner, RecordVerifier, Rejection, Signer, Unauthenticated
+from reclaim.consumers import retry
+from reclaim.consumers.retry import Delivery, RetryTiers
+from reclaim.consumers.routing import route
+from reclaim.deletion.outcomes import Outcome, Verdict, stack_summary
+from reclaim.schemas.codec import build_codec
+from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.security.keyring import Algorithm, Keyring, new_key
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import RecordSigner, RecordVerifier, Rejection, Signer, Unauthenticated
+from reclaim.tools.dlq.purge import plan_filtered, plan_up_to
+from reclaim.tools.dlq.records import DeadLetter, dead_letter
+from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
+from reclaim.tools.dlq.selection import Filters, dedupe
+from reclaim.tools.dlq.write import confirmed
 
 from .test_dlq_units import NOW, letter
 

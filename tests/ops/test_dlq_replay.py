@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message
 
-from consumers import retry
-from consumers.retry import Delivery, RetryTiers
-from consumers.routing import route
-from deletion.mark import LedgerDeletionService
-from ops.dlq import Reader, read_all, watermarks
-from ops.dlq_replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
-from ops.exits import ExitCode
-from ops.s3_server import S3Endpoint
-from producers.pending_deletes import KafkaPendingDeletePublisher
-from security.keyring import Algorithm, Keyring, new_key
-from security.signing import AuthMode, RecordSigner, RecordVerifier, signature_headers
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
+from reclaim.consumers import retry
+from reclaim.consumers.retry import Delivery, RetryTiers
+from reclaim.consumers.routing import route
+from reclaim.deletion.mark import LedgerDeletionService
+from reclaim.exits import ExitCode
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.security.keyring import Algorithm, Keyring, new_key
+from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, signature_headers
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.tools.dlq.reader import Reader, read_all, watermarks
+from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
 from tests.cli import run_reclaim
 from tests.deletion.conftest import Pipeline, outcomes
 

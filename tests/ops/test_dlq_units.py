@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from consumers import retry
-from consumers.retry import Delivery, RetryTiers
-from consumers.routing import route
-from deletion.outcomes import Outcome, Verdict
-from ops.dlq_records import UNDECODABLE_STREAM, DeadLetter, dead_letter, iso
-from ops.dlq_render import print_show
-from ops.dlq_select import (
+from reclaim.consumers import retry
+from reclaim.consumers.retry import Delivery, RetryTiers
+from reclaim.consumers.routing import route
+from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.schemas.codec import build_codec
+from reclaim.schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
+from reclaim.tools.dlq.records import UNDECODABLE_STREAM, DeadLetter, dead_letter, iso
+from reclaim.tools.dlq.render import print_show
+from reclaim.tools.dlq.selection import (
     Filters,
     age_bucket,
     dedupe,
@@ -19,8 +21,6 @@ from ops.dlq_select import (
     select,
     stats,
 )
-from schemas.codec import build_codec
-from schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
 
 CODEC = build_codec()
 NOW = 1_800_000_000_000

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.kafka_broker import BrokerPorts, _server_properties
-from ops.kafka_security import BROKER_PRINCIPAL, prepare, read_properties
+from reclaim.localstack.kafka_broker import BrokerPorts, _server_properties
+from reclaim.localstack.kafka_security import BROKER_PRINCIPAL, prepare, read_properties
 
 
 def _mode(path: Path) -> int:

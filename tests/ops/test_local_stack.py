@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ops.procs import pid_alive
-from ops.settings import Settings
-from ops.topics import topic_specs
+from reclaim.localstack.procs import pid_alive
+from reclaim.settings import Settings
+from reclaim.tools.topics import topic_specs
 from tests.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

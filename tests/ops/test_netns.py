@@ -1,4 +1,4 @@
-"""Hosts on one machine (ops.netns): each host has its own address and ports, reaches the others over
+"""Hosts on one machine (devtools.netns): each host has its own address and ports, reaches the others over
 the bridge, loses every packet while its link is cut, and leaves nothing behind — not even when the
 process that made it was killed."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ops import netns
-from ops.netns import HostNetwork
-from ops.procs import StackError, wait_until
+from devtools import netns
+from devtools.netns import HostNetwork
+from reclaim.localstack.procs import StackError, wait_until
 from tests.conftest import server_unavailable
 
 pytestmark = pytest.mark.integration
@@ -118,7 +118,7 @@ def test_close_removes_every_namespace_and_link(hosts: HostNetwork) -> None:
 def test_what_a_killed_run_left_is_removed_by_the_next(hosts: HostNetwork) -> None:
     code = textwrap.dedent("""
         import sys, time
-        from ops.netns import HostNetwork
+        from devtools.netns import HostNetwork
         net = HostNetwork(["orphan"])
         print(net["orphan"].namespace, net.bridge, flush=True)
         time.sleep(600)

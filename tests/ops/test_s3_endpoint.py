@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ops.s3_server import S3Endpoint, s3_client
+from reclaim.localstack.s3_server import S3Endpoint, s3_client
 
 pytestmark = pytest.mark.integration
 

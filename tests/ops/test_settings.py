@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.settings import Settings, redact_password
+from reclaim.settings import Settings, redact_password
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("1", True), ("ON", True), ("false", False),

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ops.controller_runtime import _NoPhaseOne
-from ops.exits import ExitCode, UsageError
-from ops.streams_cli import parse_cut
-from schemas.streams import StreamCut
-from security.errors import SigningError
-from segments.streams import StreamController
-from storage.metadata import ChunkRecord
+from reclaim.cli.streams import parse_cut
+from reclaim.exits import ExitCode, UsageError
+from reclaim.schemas.streams import StreamCut
+from reclaim.security.errors import SigningError
+from reclaim.segments.streams import StreamController
+from reclaim.services.controller import _NoPhaseOne
+from reclaim.storage.metadata import ChunkRecord
 from tests.cli import run_reclaim
 from tests.ops.test_cli_errors import NOBODY, clean_env, one_line_error
 from tests.streams.orders import SEGMENTS, STREAM, orders_stream

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ops import gotools
-from ops import toxiproxy as toxics
-from ops.gotools import GoTool
-from ops.procs import StackError, stop_pid
-from ops.settings import Settings
-from ops.toxiproxy import Proxy, Toxiproxy, start_toxiproxy
+from devtools import gotools
+from devtools import toxiproxy as toxics
+from devtools.gotools import GoTool
+from devtools.toxiproxy import Proxy, Toxiproxy, start_toxiproxy
+from reclaim.localstack.procs import StackError, stop_pid
+from reclaim.settings import Settings
 from tests.conftest import started
 
 

@@ -10,13 +10,19 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from producers.config import kafka_config
-from producers.kafka_errors import CommitError, FatalKafkaError, ProducerQueueFullError, check_committed, is_no_offset
-from producers.producer import DeliveryTracker, RecordProducer
-from producers.publisher import ConfirmedPublisher
-from schemas import build_codec
-from schemas.streams import StreamCut
-from schemas.subscribers import SubscriberCut
+from reclaim.producers.config import kafka_config
+from reclaim.producers.kafka_errors import (
+    CommitError,
+    FatalKafkaError,
+    ProducerQueueFullError,
+    check_committed,
+    is_no_offset,
+)
+from reclaim.producers.producer import DeliveryTracker, RecordProducer
+from reclaim.producers.publisher import ConfirmedPublisher
+from reclaim.schemas import build_codec
+from reclaim.schemas.streams import StreamCut
+from reclaim.schemas.subscribers import SubscriberCut
 from tests.producers.rdkafka_mock import INIT_PRODUCER_ID, OFFSET_COMMIT, MockCluster
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: a real, permanent "broker down"
@@ -55,9 +61,9 @@ def test_error_events_of_a_real_client_reach_the_rate_limited_log(caplog: pytest
     producer = RecordProducer(UNREACHABLE, "producer", {"client.id": "lonely"})
     deadline = time.monotonic() + 30
     def logged() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "producers.kafka_errors"]
+        return [r.getMessage() for r in caplog.records if r.name == "reclaim.producers.kafka_errors"]
 
-    with caplog.at_level(logging.WARNING, "producers.kafka_errors"):
+    with caplog.at_level(logging.WARNING, "reclaim.producers.kafka_errors"):
         while not logged() and time.monotonic() < deadline:
             producer.producer.poll(0.2)  # serves librdkafka's error events to the error_cb
     lines = logged()

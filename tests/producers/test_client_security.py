@@ -13,17 +13,17 @@ import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from producers import client_properties as props
-from producers.config import (
+from reclaim.producers import client_properties as props
+from reclaim.producers.config import (
     client_properties,
     installed_client_properties,
     kafka_config,
     quiet_logger,
     use_client_properties,
 )
-from producers.java_properties import java_kafka_options
-from producers.producer import RecordProducer
-from schemas.registry_auth import registry_client_config
+from reclaim.producers.java_properties import java_kafka_options
+from reclaim.producers.producer import RecordProducer
+from reclaim.schemas.registry_auth import registry_client_config
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -78,7 +78,7 @@ def test_properties_reclaim_controls_are_refused_in_one_line(prop: str, reason: 
 
 def test_every_role_default_and_every_callers_override_but_tuning_is_refused() -> None:
     """What the role defaults and the callers set for correctness cannot be replaced by an operator."""
-    from producers.config import _ROLE_DEFAULTS
+    from reclaim.producers.config import _ROLE_DEFAULTS
 
     tuning = {"linger.ms"}
     for defaults in _ROLE_DEFAULTS.values():

@@ -7,8 +7,8 @@ import logging
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from producers.config import error_log, kafka_config
-from producers.kafka_errors import (
+from reclaim.producers.config import error_log, kafka_config
+from reclaim.producers.kafka_errors import (
     ErrorKind,
     FatalKafkaError,
     KafkaErrorLog,
@@ -19,9 +19,9 @@ from producers.kafka_errors import (
     is_no_offset,
     kafka_error_of,
 )
-from producers.producer import DeliveryTracker
+from reclaim.producers.producer import DeliveryTracker
 
-LOGGER = "producers.kafka_errors"
+LOGGER = "reclaim.producers.kafka_errors"
 
 
 class FakeClock:
@@ -209,7 +209,7 @@ def test_the_tracker_keeps_a_fatal_delivery_error() -> None:
 
 def test_the_tracker_logs_other_failures_once_per_code_and_counts_them(caplog: pytest.LogCaptureFixture) -> None:
     tracker = DeliveryTracker()
-    with caplog.at_level(logging.INFO, "producers.producer"):
+    with caplog.at_level(logging.INFO, "reclaim.producers.producer"):
         for index in range(3):
             delivered(tracker, index, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), partition=index)
         delivered(tracker, 3, KafkaError(KafkaError._MSG_TIMED_OUT))
@@ -218,7 +218,7 @@ def test_the_tracker_logs_other_failures_once_per_code_and_counts_them(caplog: p
     assert tracker.fatal is None
     assert tracker.unconfirmed() == {0, 1, 2, 3}
     assert tracker.failure_counts == {"MSG_SIZE_TOO_LARGE": 3, "_MSG_TIMED_OUT": 1}
-    lines = error_lines(caplog, "producers.producer")
+    lines = error_lines(caplog, "reclaim.producers.producer")
     assert len(lines) == 3
     assert "MSG_SIZE_TOO_LARGE" in lines[0] and "kind=other" in lines[0]
     assert "_MSG_TIMED_OUT" in lines[1] and "kind=retriable" in lines[1]

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from consumers.truncation_applier import Applied, ApplierConfig, TruncationApplier
-from producers.topics import TopicNames
-from schemas import build_codec
-from schemas.base import millis_now
-from schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
-from segments.streams import StreamController
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.consumers.truncation_applier import Applied, ApplierConfig, TruncationApplier
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import build_codec
+from reclaim.schemas.base import millis_now
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.streams import StreamController
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import Outgoing, produce_confirmed
 from tests.streams.orders import STREAM, orders_stream

@@ -8,14 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from consumers.truncation_applier import Applied, apply_event
-from schemas import build_codec
-from schemas.base import millis_now
-from schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
-from security.keyring import Algorithm, Keyring, new_key
-from security.signing import REJECTED, AuthMode, RecordSigner, RecordVerifier
-from segments.stream_model import JournalState
-from segments.streams import StreamController
+from reclaim.consumers.truncation_applier import Applied, apply_event
+from reclaim.schemas import build_codec
+from reclaim.schemas.base import millis_now
+from reclaim.schemas.streams import (
+    LimitType,
+    RetentionPolicy,
+    RetentionType,
+    StreamCut,
+    TruncationEvent,
+    TruncationReason,
+)
+from reclaim.security.keyring import Algorithm, Keyring, new_key
+from reclaim.security.signing import REJECTED, AuthMode, RecordSigner, RecordVerifier
+from reclaim.segments.stream_model import JournalState
+from reclaim.segments.streams import StreamController
 from tests.streams.orders import SEGMENTS, STREAM, orders_stream
 
 TOPIC = "reclaim.truncation"

@@ -8,12 +8,12 @@ from typing import TypeVar
 
 import pytest
 
-from consumers.truncation_applier import Applied, apply_event
-from schemas import build_codec
-from schemas.base import millis_now
-from schemas.errors import DecodeReason, RecordDecodeError
-from schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
-from segments.streams import StreamController
+from reclaim.consumers.truncation_applier import Applied, apply_event
+from reclaim.schemas import build_codec
+from reclaim.schemas.base import millis_now
+from reclaim.schemas.errors import DecodeReason, RecordDecodeError
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
+from reclaim.segments.streams import StreamController
 from tests.streams.orders import SEGMENTS, STREAM, orders_stream
 
 T = TypeVar("T")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retention.buckets import BucketEntry, bucket_of, decode_bucket, encode_bucket
+from reclaim.retention.buckets import BucketEntry, bucket_of, decode_bucket, encode_bucket
 
 entries = st.dictionaries(st.text(min_size=1, max_size=40),
                           st.builds(BucketEntry, st.one_of(st.none(), st.integers(0, 2**62)), st.binary(max_size=200)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retention.cuts import (
+from reclaim.retention.cuts import (
     CutComparison,
     check_advances,
     compare,
@@ -13,8 +13,8 @@ from retention.cuts import (
     size_till,
     validate,
 )
-from retention.errors import CutBehindError, CutProblem, InvalidCutError
-from schemas.streams import StreamCut
+from reclaim.retention.errors import CutBehindError, CutProblem, InvalidCutError
+from reclaim.schemas.streams import StreamCut
 from tests.retention.topologies import S0, S1, S2, S3, S4, S5, S6, S7, cut, five_epochs, scaled, sid
 
 T = five_epochs()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from retention.decision import Rule, bound_cuts, decide
-from retention.lower_bound import lower_bound
-from retention.policy import Limits
-from retention.retention_set import RetentionSet
-from retention.topology import Topology
-from schemas.base import LONG_MAX
-from schemas.streams import LimitType, StreamCut, StreamCutRecord
+from reclaim.retention.decision import Rule, bound_cuts, decide
+from reclaim.retention.lower_bound import lower_bound
+from reclaim.retention.policy import Limits
+from reclaim.retention.retention_set import RetentionSet
+from reclaim.retention.topology import Topology
+from reclaim.schemas.base import LONG_MAX
+from reclaim.schemas.streams import LimitType, StreamCut, StreamCutRecord
 
 TOPOLOGY = Topology.of([[(0, 0.0, 0.5), (1, 0.5, 1.0)]])
 NO_BOUND = StreamCut()

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from ops import runtime
-from ops.audit import audit_binding
-from ops.controller_runtime import stream_controller
-from ops.demo_io import drain
-from ops.retention_walkthrough import EVENT, Retention, consumption, max_limit
-from ops.settings import Settings
-from producers.topics import TopicNames
-from schemas.streams import RetentionPolicy, RetentionType, StreamCut
-from storage.bindings import StorageBindings
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.demo.output import drain
+from reclaim.demo.walkthrough import EVENT, Retention, consumption, max_limit
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut
+from reclaim.services import runtime
+from reclaim.services.controller import stream_controller
+from reclaim.settings import Settings
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.audit import audit_binding
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

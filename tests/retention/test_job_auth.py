@@ -13,22 +13,22 @@ import pytest
 from prometheus_client import REGISTRY
 from pyspark.sql.streaming.state import GroupState
 
-from ops.retention_job import RetentionJobSettings, executor_keys
-from producers.topics import TopicNames
-from retention.buckets import bucket_of
-from retention.spark_auth import JobKeys, job_keys
-from retention.spark_io import DEFAULT_BUCKETS, INPUT_COLUMNS, UNDECODABLE_BUCKET, RetentionTopics
-from retention.spark_state import stream_retention_step
-from schemas import LimitType, RetentionPolicy, RetentionType, build_codec, millis_now
-from schemas.base import AvroRecord
-from schemas.rejects import RejectKind
-from schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
-from schemas.subscribers import SubscriberChange, SubscriberCut
-from schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
-from security.errors import SigningError
-from security.keyring import Algorithm, Keyring, KeyStatus, new_key, parse_keyring
-from security.rules import signers_of
-from security.signing import H_KEY_ID, H_SIGNATURE, AuthMode, RecordSigner, RecordVerifier
+from reclaim.producers.topics import TopicNames
+from reclaim.retention.buckets import bucket_of
+from reclaim.retention.spark_auth import JobKeys, job_keys
+from reclaim.retention.spark_io import DEFAULT_BUCKETS, INPUT_COLUMNS, UNDECODABLE_BUCKET, RetentionTopics
+from reclaim.retention.spark_state import stream_retention_step
+from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, build_codec, millis_now
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.rejects import RejectKind
+from reclaim.schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
+from reclaim.security.errors import SigningError
+from reclaim.security.keyring import Algorithm, Keyring, KeyStatus, new_key, parse_keyring
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import H_KEY_ID, H_SIGNATURE, AuthMode, RecordSigner, RecordVerifier
+from reclaim.services.retention_job import RetentionJobSettings, executor_keys
 from tests.retention.test_spark_io import REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
 from tests.retention.test_spark_job import (
     CONSUMPTION,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retention.cuts import CutComparison, compare, validate
-from retention.lower_bound import lower_bound
-from schemas.streams import StreamCut
+from reclaim.retention.cuts import CutComparison, compare, validate
+from reclaim.retention.lower_bound import lower_bound
+from reclaim.schemas.streams import StreamCut
 from tests.retention.topologies import Reader, cut, five_epochs, random_topology
 
 T = five_epochs()

@@ -9,14 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from ops import preflight, streams_cli
-from ops.cli import build_parser, settings_from
-from ops.exits import Unavailable, UsageError
-from ops.retention_recorder import RetentionRecorder
-from producers.publisher import PublishError
-from schemas.base import AvroRecord
-from schemas.streams import RetentionPolicy, RetentionType
-from segments.streams import StreamController
+from reclaim.cli import streams as streams_cli
+from reclaim.cli.main import build_parser, settings_from
+from reclaim.exits import Unavailable, UsageError
+from reclaim.producers.publisher import PublishError
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.streams import RetentionPolicy, RetentionType
+from reclaim.segments.streams import StreamController
+from reclaim.services import preflight
+from reclaim.services.recorder import RetentionRecorder
 from tests.streams.orders import SEGMENTS, STREAM, orders_stream
 
 POLICY = RetentionPolicy(RetentionType.CONSUMPTION)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from retention.errors import InvalidPolicyError, StaleGenerationError, UnknownSubscriberError
-from retention.policy import Limits, limits_of
-from retention.registry import SubscriberRegistry
-from schemas.base import LONG_MAX
-from schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut
+from reclaim.retention.errors import InvalidPolicyError, StaleGenerationError, UnknownSubscriberError
+from reclaim.retention.policy import Limits, limits_of
+from reclaim.retention.registry import SubscriberRegistry
+from reclaim.schemas.base import LONG_MAX
+from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut
 
 CUT = StreamCut.from_mapping({0: 5})
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.exits import ExitCode, UsageError
-from ops.retention_job import BUCKETS_FILE, RetentionJobSettings, pin_checkpoint
+from reclaim.exits import ExitCode, UsageError
+from reclaim.services.retention_job import BUCKETS_FILE, RetentionJobSettings, pin_checkpoint
 from tests.cli import run_reclaim
 
 NOBODY = "127.0.0.1:1"  # no broker ever answers on port 1: a value that got past the checks would end there
@@ -33,7 +33,7 @@ def test_every_spark_master_form_is_accepted(master: str) -> None:
     (["--trigger-interval-s", "nan"], "trigger_interval_s, reevaluate_s and state_buckets must be positive"),
     (["--state-buckets", "0"], "trigger_interval_s, reevaluate_s and state_buckets must be positive"),
     # Spark's CAST(... AS INT) of a bucket above 2**31 - 1 wrapped to a negative one, the undecodable rows' -1 among
-    # them, and no longer matched retention.buckets.bucket_of.
+    # them, and no longer matched reclaim.retention.buckets.bucket_of.
     (["--state-buckets", "4294967296"], "state_buckets must be at most 2147483647, got 4294967296"),
 ])
 def test_a_bad_job_flag_is_one_line_and_exit_64(tmp_path: Path, flags: list[str], message: str) -> None:

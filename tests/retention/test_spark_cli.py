@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.cli import build_parser, settings_from
-from ops.procs import free_port
-from ops.retention_job import RetentionJobSettings, job_config
-from producers.topics import TopicNames
-from schemas import TruncationEvent, build_codec
+from reclaim.cli.main import build_parser, settings_from
+from reclaim.localstack.procs import free_port
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import TruncationEvent, build_codec
+from reclaim.services.retention_job import RetentionJobSettings, job_config
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import consume_from_start
 from tests.retention.test_spark_job import CONSUMPTION, at, consumed, produce_records, recorded, stream_with
@@ -95,7 +95,7 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
     produce_records(kafka_bootstrap, names,
                     [*stream_with(CONSUMPTION, "billing"), consumed("billing", at(70, 80)), recorded(at(90, 90))])
     port, log_path = free_port(), tmp_path / "job.log"
-    command = [sys.executable, "-m", "ops.cli", "retention-job", "--bootstrap", kafka_bootstrap,
+    command = [sys.executable, "-m", "reclaim", "retention-job", "--bootstrap", kafka_bootstrap,
                "--topic-prefix", names.truncation.removesuffix("truncation"), "--checkpoint", str(tmp_path / "cp"),
                "--master", "local[2]", "--trigger-interval-s", "1", "--reevaluate-s", "1",
                "--metrics-port", str(port)]

@@ -12,22 +12,22 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from producers.topics import TopicNames
-from retention import spark_compat
-from retention.buckets import bucket_of, decode_bucket
-from retention.spark_io import (
+from reclaim.producers.topics import TopicNames
+from reclaim.retention import spark_compat
+from reclaim.retention.buckets import bucket_of, decode_bucket
+from reclaim.retention.spark_io import (
     DEFAULT_BUCKETS,
     INPUT_COLUMNS,
     OUTPUT_COLUMNS,
     UNDECODABLE_BUCKET,
     RetentionTopics,
 )
-from retention.spark_metrics import BatchSummary
-from retention.spark_offsets import reached, source_offsets
-from retention.spark_state import stream_retention_step
-from schemas import LimitType, RetentionPolicy, RetentionType, TruncationEvent, build_codec, millis_now
-from schemas.base import AvroRecord
-from schemas.rejects import RejectKind, RetentionReject
+from reclaim.retention.spark_metrics import BatchSummary
+from reclaim.retention.spark_offsets import reached, source_offsets
+from reclaim.retention.spark_state import stream_retention_step
+from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, TruncationEvent, build_codec, millis_now
+from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.rejects import RejectKind, RetentionReject
 from tests.retention.test_spark_job import (
     CONSUMPTION,
     MINUTE_MS,

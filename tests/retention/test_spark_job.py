@@ -11,12 +11,12 @@ import pytest
 from prometheus_client import REGISTRY
 from pyspark.sql import SparkSession
 
-from producers.topics import TopicNames
-from retention.spark_auth import JobKeys, job_keys
-from retention.spark_io import RetentionTopics, StreamRecord
-from retention.spark_job import RetentionJobConfig, run_available, start_retention_job
-from retention.spark_metrics import BatchSummary
-from schemas import (
+from reclaim.producers.topics import TopicNames
+from reclaim.retention.spark_auth import JobKeys, job_keys
+from reclaim.retention.spark_io import RetentionTopics, StreamRecord
+from reclaim.retention.spark_job import RetentionJobConfig, run_available, start_retention_job
+from reclaim.retention.spark_metrics import BatchSummary
+from reclaim.schemas import (
     LimitType,
     RetentionPolicy,
     RetentionType,
@@ -30,11 +30,11 @@ from schemas import (
     build_codec,
     millis_now,
 )
-from schemas.rejects import RejectKind, RetentionReject
-from schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
-from security.keyring import Algorithm, Keyring, new_key
-from security.rules import authorize_truncation, signers_of
-from security.signing import AuthMode, RecordSigner, RecordVerifier, Signer
+from reclaim.schemas.rejects import RejectKind, RetentionReject
+from reclaim.schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
+from reclaim.security.keyring import Algorithm, Keyring, new_key
+from reclaim.security.rules import authorize_truncation, signers_of
+from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, Signer
 from tests.integration.kafka_io import Outgoing, consume_from_start, produce_confirmed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from retention.stream_state import StreamRetentionState
-from retention.topology import Topology
-from schemas.base import LONG_MAX
-from schemas.rejects import RejectKind
-from schemas.streams import (
+from reclaim.retention.stream_state import StreamRetentionState
+from reclaim.retention.topology import Topology
+from reclaim.schemas.base import LONG_MAX
+from reclaim.schemas.rejects import RejectKind
+from reclaim.schemas.streams import (
     LimitType,
     RetentionPolicy,
     RetentionType,
@@ -15,7 +15,7 @@ from schemas.streams import (
     StreamCutRecord,
     TruncationReason,
 )
-from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
 from tests.retention.topologies import S4, cut, five_epochs, topology_record
 
 STREAM = "scope/orders"

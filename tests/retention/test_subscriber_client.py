@@ -6,17 +6,17 @@ from collections.abc import Callable
 
 import pytest
 
-from producers.producer import RecordProducer
-from producers.publisher import ConfirmedPublisher, PublishError
-from producers.subscribers import ReleaseMode, SubscriberClient, SubscriberReader, subscriber_key
-from producers.topics import TopicNames
-from schemas import build_codec
-from schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut
-from schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from security.errors import SigningError
-from security.keyring import Algorithm, Keyring, new_key
-from security.rules import signers_of
-from security.signing import RecordSigner, RecordVerifier, Signer
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.publisher import ConfirmedPublisher, PublishError
+from reclaim.producers.subscribers import ReleaseMode, SubscriberClient, SubscriberReader, subscriber_key
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import build_codec
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut
+from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.security.errors import SigningError
+from reclaim.security.keyring import Algorithm, Keyring, new_key
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import RecordSigner, RecordVerifier, Signer
 from tests.integration.kafka_io import consume_from_start
 
 pytestmark = pytest.mark.integration

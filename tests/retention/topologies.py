@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from retention.topology import SegmentRange, Topology
-from schemas.streams import StreamCut
-from schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment, TopologyState
-from segments.ids import SegmentId
-from segments.stream_model import StreamHistory, initial_epoch, plan_scale
+from reclaim.retention.topology import SegmentRange, Topology
+from reclaim.schemas.streams import StreamCut
+from reclaim.schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment, TopologyState
+from reclaim.segments.ids import SegmentId
+from reclaim.segments.stream_model import StreamHistory, initial_epoch, plan_scale
 
 
 def sid(epoch: int, number: int) -> int:

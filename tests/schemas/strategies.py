@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from schemas import (
+from reclaim.schemas import (
     MAX_TIMESTAMP_MILLIS,
     AvroRecord,
     ChunkLocation,

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from fastavro import schemaless_reader, schemaless_writer
 
-from schemas import (
+from reclaim.errors import ReclaimError
+from reclaim.schemas import (
     DecodeReason,
     EncodeReason,
     PendingDeleteLedgerInfo,
-    ReclaimError,
     RecordDecodeError,
     RecordEncodeError,
     RecordSchema,
@@ -26,9 +26,9 @@ from schemas import (
     TruncationReason,
     build_codec,
 )
-from schemas.catalog import read_body
-from schemas.ledger import LedgerComponent, LedgerType
-from schemas.samples import CUT, NOW, POLICY, full_pending_delete, minimal_pending_delete, sample_records
+from reclaim.schemas.catalog import read_body
+from reclaim.schemas.ledger import LedgerComponent, LedgerType
+from reclaim.schemas.samples import CUT, NOW, POLICY, full_pending_delete, minimal_pending_delete, sample_records
 
 TOPIC = "reclaim.ledger-deletion"
 

@@ -9,11 +9,11 @@ import pytest
 from fastavro import schemaless_writer
 from hypothesis import given, settings
 
-from schemas import AvroRecord, EncodeReason, RecordEncodeError, SingleObjectCodec
-from schemas.catalog import record_datum
-from schemas.codec import SINGLE_OBJECT_MARKER, _NotFast, _zigzag_varint, compile_encoder
-from schemas.samples import minimal_pending_delete, sample_records
-from schemas.topology import TopologySegment
+from reclaim.schemas import AvroRecord, EncodeReason, RecordEncodeError, SingleObjectCodec
+from reclaim.schemas.catalog import record_datum
+from reclaim.schemas.codec import SINGLE_OBJECT_MARKER, _NotFast, _zigzag_varint, compile_encoder
+from reclaim.schemas.samples import minimal_pending_delete, sample_records
+from reclaim.schemas.topology import TopologySegment
 
 from .strategies import longs, records
 

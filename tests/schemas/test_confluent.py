@@ -10,7 +10,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import (
+from reclaim.schemas import (
     DecodeReason,
     EncodeReason,
     PendingDeleteLedgerInfo,
@@ -22,8 +22,8 @@ from schemas import (
     StreamCut,
     build_codec,
 )
-from schemas.confluent import ConfluentCodec
-from schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
+from reclaim.schemas.confluent import ConfluentCodec
+from reclaim.schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
 from tests.schemas.test_codec import evolved
 
 TOPIC = "reclaim.ledger-deletion"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from schemas import RECORD_TYPES, AvroRecord, RecordDecodeError, SingleObjectCodec
-from schemas.samples import sample_records
+from reclaim.schemas import RECORD_TYPES, AvroRecord, RecordDecodeError, SingleObjectCodec
+from reclaim.schemas.samples import sample_records
 from tests.schemas.strategies import records
 
 CODEC = SingleObjectCodec()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.log_limit import LogLimiter
+from reclaim.logs import LogLimiter
 
 
 def test_one_line_per_interval_with_the_count_held_back() -> None:

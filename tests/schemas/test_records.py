@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import schemas.codec
-import schemas.ledger
-import schemas.streams
-from schemas import (
+import reclaim.schemas.codec
+import reclaim.schemas.ledger
+import reclaim.schemas.streams
+from reclaim.schemas import (
     MAX_TIMESTAMP_MILLIS,
     RECORD_TYPES,
     AvroRecord,
@@ -29,8 +29,8 @@ from schemas import (
     StreamCut,
     ledger_id_for,
 )
-from schemas.avro_schema import AVRO_DIR
-from schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
+from reclaim.schemas.avro_schema import AVRO_DIR
+from reclaim.schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
 
 
 def _named_types(schema: Any, found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -190,7 +190,8 @@ def test_samples_cover_both_ledger_types_and_nested_cut() -> None:
     assert CUT.as_dict()[(1 << 32) | 2] == 17
 
 
-@pytest.mark.parametrize("module", [schemas.codec, schemas.ledger, schemas.streams], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [reclaim.schemas.codec, reclaim.schemas.ledger, reclaim.schemas.streams],
+                         ids=lambda m: m.__name__)
 def test_docstring_examples_hold(module: types.ModuleType) -> None:
     failures, _ = doctest.testmod(module)
     assert failures == 0

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import schemas.topology
-from schemas import (
+import reclaim.schemas.topology
+from reclaim.schemas import (
     DecodeReason,
     RecordDecodeError,
     RecordEncodeError,
@@ -23,9 +23,9 @@ from schemas import (
     TopologyState,
     build_codec,
 )
-from schemas.catalog import SchemaCatalog, previous_schemas
-from schemas.codec import SingleObjectCodec
-from schemas.samples import NOW, TOPOLOGY, sample_records
+from reclaim.schemas.catalog import SchemaCatalog, previous_schemas
+from reclaim.schemas.codec import SingleObjectCodec
+from reclaim.schemas.samples import NOW, TOPOLOGY, sample_records
 
 HALVES = (TopologySegment(0, 0.0, 0.5), TopologySegment(1, 0.5, 1.0))
 
@@ -177,7 +177,7 @@ def test_a_topology_that_skips_validation_still_cannot_be_encoded_with_a_bad_typ
 
 
 def test_docstring_examples_hold() -> None:
-    failures, _ = doctest.testmod(schemas.topology)
+    failures, _ = doctest.testmod(reclaim.schemas.topology)
     assert failures == 0
 
 

@@ -25,20 +25,20 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from ops.acls import Names, apply, plan
-from ops.kafka_security import SecureBroker
-from ops.procs import free_port, stop_pid
-from ops.settings import Settings
-from ops.topics import create_topics, topic_specs
-from producers.client_properties import variable_name
-from producers.config import quiet_logger
-from producers.topics import TopicNames
-from security.keyring import load_keyring
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
-from segments.streams import StreamController
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.localstack.kafka_security import SecureBroker
+from reclaim.localstack.procs import free_port, stop_pid
+from reclaim.producers.client_properties import variable_name
+from reclaim.producers.config import quiet_logger
+from reclaim.producers.topics import TopicNames
+from reclaim.security.keyring import load_keyring
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.streams import StreamController
+from reclaim.settings import Settings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.tools.acls import Names, apply, plan
+from reclaim.tools.topics import create_topics, topic_specs
 from tests.cli import run_reclaim
 
 ATTACKER = "attacker"
@@ -84,7 +84,7 @@ class Deployment:
         """``reclaim <args>`` in the background as ``part`` (see :meth:`env`) with a metrics port; the port."""
         port = free_port()
         log = (self.directory / f"{args[0]}.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args, "--metrics-port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "reclaim", *args, "--metrics-port", str(port)],
                                 env=self.env(part, keyring), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.processes.append(proc)

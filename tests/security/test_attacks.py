@@ -15,15 +15,22 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from deletion.records import pending_deletes_for
-from ops.acls import ROLES
-from ops.kafka_security import SecureBroker
-from producers.config import quiet_logger
-from producers.topics import TopicNames
-from schemas import build_codec, millis_now
-from schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut, TruncationEvent, TruncationReason
-from security.keyring import Algorithm, Keyring, KeyStatus, load_keyring, new_key
-from security.signing import RecordSigner
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.localstack.kafka_security import SecureBroker
+from reclaim.producers.config import quiet_logger
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas import build_codec, millis_now
+from reclaim.schemas.streams import (
+    RetentionPolicy,
+    RetentionType,
+    StreamConfig,
+    StreamCut,
+    TruncationEvent,
+    TruncationReason,
+)
+from reclaim.security.keyring import Algorithm, Keyring, KeyStatus, load_keyring, new_key
+from reclaim.security.signing import RecordSigner
+from reclaim.tools.acls import ROLES
 from tests.cli import run_reclaim
 from tests.security.deployment import ATTACKER, Deployment, deploy, metric, own_keys, wait_for, write_keyrings
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from security.errors import KeyringError
-from security.keyring import Algorithm, Keyring, load_keyring, new_key, parse_keyring
+from reclaim.security.errors import KeyringError
+from reclaim.security.keyring import Algorithm, Keyring, load_keyring, new_key, parse_keyring
 
 _PUBLIC = new_key("p", "admin", Algorithm.ED25519).public
 assert _PUBLIC is not None

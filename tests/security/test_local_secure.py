@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from ops.kafka_security import read_properties
-from producers.config import quiet_logger
+from reclaim.localstack.kafka_security import read_properties
+from reclaim.producers.config import quiet_logger
 from tests.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

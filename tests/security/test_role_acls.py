@@ -31,15 +31,15 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from ops.acls import RETENTION_ENDS_GROUP, ROLES, Names, apply, plan
-from ops.dlq import READER_GROUP
-from ops.exits import Unavailable
-from ops.kafka_security import SecureBroker
-from ops.settings import Settings
-from ops.topics import create_topics, describe_topics, dlq_replayed_topic, topic_specs
-from producers.client_properties import variable_name
-from producers.config import quiet_logger
-from producers.topics import TopicNames
+from reclaim.exits import Unavailable
+from reclaim.localstack.kafka_security import SecureBroker
+from reclaim.producers.client_properties import variable_name
+from reclaim.producers.config import quiet_logger
+from reclaim.producers.topics import TopicNames
+from reclaim.settings import Settings
+from reclaim.tools.acls import RETENTION_ENDS_GROUP, ROLES, Names, apply, plan
+from reclaim.tools.dlq.reader import READER_GROUP
+from reclaim.tools.topics import create_topics, describe_topics, dlq_replayed_topic, topic_specs
 from tests.cli import run_reclaim
 
 pytestmark = pytest.mark.integration
@@ -280,8 +280,8 @@ def granted_admin(props: dict[str, str]) -> AdminClient:
 def test_cli_apply_creates_then_finds_and_a_refusal_is_one_line_exit_2(
         granted: Granted, secure_kafka: SecureBroker, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from ops import acls_cli
-    from ops.cli import main
+    from reclaim.cli import acls as acls_cli
+    from reclaim.cli.main import main
 
     argv = ["acls", "apply", "--role", "subscriber", "--principal", f"User:sub-{uuid.uuid4().hex[:6]}",
             "--topic-prefix", granted.names.prefix, "--json"]

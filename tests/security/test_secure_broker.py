@@ -8,10 +8,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ops.kafka_security import SecureBroker
-from ops.settings import Settings
-from ops.topics import create_topics, describe_topics, topic_specs
-from producers.config import quiet_logger
+from reclaim.localstack.kafka_security import SecureBroker
+from reclaim.producers.config import quiet_logger
+from reclaim.settings import Settings
+from reclaim.tools.topics import create_topics, describe_topics, topic_specs
 
 pytestmark = pytest.mark.integration
 

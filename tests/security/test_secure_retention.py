@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from ops.kafka_security import SecureBroker
-from producers.config import installed_client_properties
-from producers.producer import RecordProducer
-from producers.publisher import ConfirmedPublisher, PublishError
-from producers.subscribers import SubscriberClient, subscriber_key
-from schemas import (
+from reclaim.localstack.kafka_security import SecureBroker
+from reclaim.producers.config import installed_client_properties
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.publisher import ConfirmedPublisher, PublishError
+from reclaim.producers.subscribers import SubscriberClient, subscriber_key
+from reclaim.schemas import (
     LimitType,
     RetentionPolicy,
     RetentionType,
@@ -33,10 +33,10 @@ from schemas import (
     build_codec,
     millis_now,
 )
-from schemas.rejects import RejectKind, RetentionReject
-from security.keyring import Keyring, load_keyring
-from security.rules import signers_of
-from security.signing import RecordSigner, RecordVerifier, Signer
+from reclaim.schemas.rejects import RejectKind, RetentionReject
+from reclaim.security.keyring import Keyring, load_keyring
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import RecordSigner, RecordVerifier, Signer
 from tests.cli import run_reclaim
 from tests.integration.kafka_io import consume_from_start
 from tests.security.deployment import Deployment, deploy, metric, own_keys, wait_for, write_keyrings

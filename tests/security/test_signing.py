@@ -7,8 +7,8 @@ import hmac
 
 import pytest
 
-from security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
-from security.signing import (
+from reclaim.security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
+from reclaim.security.signing import (
     H_KEY_ID,
     H_SIGNATURE,
     REJECTED,

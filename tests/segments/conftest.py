@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
-from storage.base import BaseChunkStorage
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLMetadataStore, open_metadata_store
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLMetadataStore, open_metadata_store
 from tests.conftest import S3_SERVERS
 
 #: Small enough that a few short writes roll over to new chunks.

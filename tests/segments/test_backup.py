@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from segments.backup import LAYOUT_PREFIX, export_layout, import_layout, latest_export
-from segments.chunked import ChunkedSegmentStorage
-from segments.errors import LayoutImportError, SegmentExistsError
-from segments.garbage import RecordingGarbageSink
-from storage.chunks import ChunkHandle, ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.segments.backup import LAYOUT_PREFIX, export_layout, import_layout, latest_export
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.errors import LayoutImportError, SegmentExistsError
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.storage.chunks import ChunkHandle, ChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 
 def _segment_with_data(segments: ChunkedSegmentStorage) -> bytes:

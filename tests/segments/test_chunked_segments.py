@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.errors import (
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.errors import (
     BadOffsetError,
     InvalidSegmentNameError,
     SegmentExistsError,
@@ -13,8 +13,8 @@ from segments.errors import (
     SegmentNotSealedError,
     SegmentSealedError,
 )
-from segments.garbage import RecordingGarbageSink
-from storage.sql_store import SQLMetadataStore
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.storage.sql_store import SQLMetadataStore
 
 ROLLING = 8
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.errors import FencedError
-from segments.garbage import RecordingGarbageSink
-from storage.chunks import ChunkHandle, ChunkTags
-from storage.errors import MetadataConflictError
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLMetadataStore
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.errors import FencedError
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.storage.chunks import ChunkHandle, ChunkTags
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLMetadataStore
 
 
 class _HookedFs(FileSystemChunkStorage):

@@ -12,17 +12,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from segments.chunked import ChunkedSegmentStorage, SegmentWriteHandle
-from segments.errors import (
+from reclaim.segments.chunked import ChunkedSegmentStorage, SegmentWriteHandle
+from reclaim.segments.errors import (
     BadOffsetError,
     SegmentError,
     SegmentNotFoundError,
     SegmentNotSealedError,
     SegmentSealedError,
 )
-from segments.garbage import RecordingGarbageSink
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 ROLLING = 7
 NAMES = st.sampled_from(["s/a", "s/b", "s/c"])

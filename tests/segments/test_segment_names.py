@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from segments.errors import InvalidSegmentNameError
-from segments.layout import MAX_LAST_COMPONENT_BYTES, new_chunk_name, validate_segment_name
-from storage.chunks import validate_chunk_name
+from reclaim.segments.errors import InvalidSegmentNameError
+from reclaim.segments.layout import MAX_LAST_COMPONENT_BYTES, new_chunk_name, validate_segment_name
+from reclaim.storage.chunks import validate_chunk_name
 
 
 def test_the_longest_last_component_still_makes_valid_chunk_names() -> None:

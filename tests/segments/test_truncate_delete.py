@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.errors import BadOffsetError, SegmentNotFoundError
-from segments.garbage import RecordingGarbageSink
-from storage.errors import MetadataConflictError
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import SegmentRecord
-from storage.sql_store import SQLMetadataStore, SQLTransaction
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.errors import BadOffsetError, SegmentNotFoundError
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import SegmentRecord
+from reclaim.storage.sql_store import SQLMetadataStore, SQLTransaction
 
 
 def _filled(segments: ChunkedSegmentStorage, name: str = "s/0", size: int = 30) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.base import BaseChunkStorage
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
 from tests.conftest import S3_SERVERS
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ops.procs import free_port
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkLocation, ChunkTags, DeleteOutcome, Tier
-from storage.errors import (
+from reclaim.localstack.procs import free_port
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, DeleteOutcome, Tier
+from reclaim.storage.errors import (
     AccessDeniedError,
     ChunkNotFoundError,
     InvalidChunkNameError,
@@ -20,8 +20,8 @@ from storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage, S3Settings, map_s3_error
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage, S3Settings, map_s3_error
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 
@@ -130,13 +130,13 @@ def test_s3_error_mapping(code: str, status: int, expected: type[StorageError], 
 def test_error_classes_say_retryable() -> None:
     assert StorageUnavailableError.retryable and MetadataConflictError.retryable
     assert not AccessDeniedError.retryable and not ChunkNotFoundError.retryable
-    from schemas.errors import ReclaimError
+    from reclaim.errors import ReclaimError
     assert issubclass(StorageError, ReclaimError)
 
 
 @pytest.mark.integration
 def test_s3_key_prefix_is_applied(s3_endpoint: Any, s3_bucket: str) -> None:
-    from ops.s3_server import s3_client
+    from reclaim.localstack.s3_server import s3_client
 
     s3 = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket, key_prefix="tier2/"))
     s3.create_with_content("seg/c", b"abc", TAGS)

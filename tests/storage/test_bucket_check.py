@@ -14,19 +14,19 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ops.procs import free_port
-from ops.s3_server import S3Endpoint
-from storage.bindings import StorageBindings
-from storage.chunks import ChunkHandle, ChunkTags, DeleteOutcome
-from storage.errors import (
+from reclaim.localstack.procs import free_port
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkHandle, ChunkTags, DeleteOutcome
+from reclaim.storage.errors import (
     AccessDeniedError,
     ChunkNotFoundError,
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage, S3Settings
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage, S3Settings
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def test_worker_refuses_to_start_with_wrong_credentials(tmp_path: Path, wrong_se
            "RECLAIM_BOOTSTRAP": f"127.0.0.1:{free_port()}", "RECLAIM_FS_CREATE_ROOT": "true"}
     (tmp_path / "state").mkdir()
     SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()
-    done = subprocess.run([sys.executable, "-m", "ops.cli", "worker"], cwd=REPO, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "reclaim", "worker"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
@@ -227,7 +227,7 @@ def test_worker_refuses_to_start_on_a_missing_bucket(tmp_path: Path, s3_endpoint
            "RECLAIM_FS_CREATE_ROOT": "true"}  # the filesystem binding is fine: only the bucket is missing
     (tmp_path / "state").mkdir()
     SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()  # the store a writer made
-    done = subprocess.run([sys.executable, "-m", "ops.cli", "worker"], cwd=REPO, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "reclaim", "worker"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (

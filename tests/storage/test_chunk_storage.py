@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from storage.base import BaseChunkStorage
-from storage.chunks import ChunkTags, ConcatArgument, DeleteOutcome, Tier
-from storage.errors import (
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.chunks import ChunkTags, ConcatArgument, DeleteOutcome, Tier
+from reclaim.storage.errors import (
     ChunkAlreadyExistsError,
     ChunkNotFoundError,
     ChunkReadOnlyError,

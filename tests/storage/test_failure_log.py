@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from ops.s3_server import S3Endpoint
-from storage.s3 import S3ChunkStorage
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.storage.s3 import S3ChunkStorage
 
 
 def test_an_unreachable_endpoint_is_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
@@ -15,7 +15,7 @@ def test_an_unreachable_endpoint_is_logged_once_per_interval(caplog: pytest.LogC
     settings = S3Endpoint(url="http://127.0.0.1:1").binding_settings("reclaim-tier2")
     binding = S3ChunkStorage(settings, name="s3-down-for-test")
     names = ["scope/stream/0.E-1-O-0.c0"]
-    with caplog.at_level(logging.INFO, logger="storage.base"):
+    with caplog.at_level(logging.INFO, logger="reclaim.storage.base"):
         for _ in range(3):
             results = binding.delete_many(names)
             assert not results[0].ok and results[0].error is not None and results[0].error.retryable

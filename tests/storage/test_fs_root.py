@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import StorageMisconfiguredError
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.errors import StorageMisconfiguredError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 from tests.cli import run_reclaim
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.errors import MetadataConflictError, MetadataUnavailableError
-from storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
-from storage.sql_store import SQLiteMetadataStore, SQLMetadataStore, open_metadata_store
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.errors import MetadataConflictError, MetadataUnavailableError
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
+from reclaim.storage.sql_store import SQLiteMetadataStore, SQLMetadataStore, open_metadata_store
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 

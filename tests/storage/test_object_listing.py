@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from storage import s3 as s3_module
-from storage import s3_listing
-from storage.base import BaseChunkStorage, StoredObject
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.errors import StorageMisconfiguredError
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import ChunkRecord
-from storage.s3 import S3ChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.storage import s3 as s3_module
+from reclaim.storage import s3_listing
+from reclaim.storage.base import BaseChunkStorage, StoredObject
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.errors import StorageMisconfiguredError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 NAMES = ["a/b/seg.E-1-O-0", "a/b/seg.E-1-O-10", "a/c/x", "a.c", "a/b.c", "top"]

@@ -16,13 +16,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ops import pg_server
-from ops.procs import free_port
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.errors import MetadataConflictError, MetadataMissingError, MetadataUnavailableError
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_base import SCHEMA_TABLE
-from storage.sql_store import MIGRATIONS, PostgresMetadataStore
+from devtools import pg_server
+from reclaim.localstack.procs import free_port
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.errors import MetadataConflictError, MetadataMissingError, MetadataUnavailableError
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.sql_base import SCHEMA_TABLE
+from reclaim.storage.sql_store import MIGRATIONS, PostgresMetadataStore
 from tests.conftest import postgres_schema_url
 
 pytestmark = pytest.mark.integration
@@ -189,7 +189,7 @@ def test_a_server_that_goes_away_is_unavailable_then_the_pool_reconnects(
 
 
 def _reclaim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "reclaim", *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})}, check=False)
 
 
@@ -206,7 +206,7 @@ def test_the_cli_names_a_missing_store_or_server_in_one_line(schema_url: str, tm
 
 
 def test_connections_time_out_on_a_silent_server_unless_the_url_says_otherwise() -> None:
-    from storage.postgres_base import SOCKET_OPTIONS, _socket_options
+    from reclaim.storage.postgres_base import SOCKET_OPTIONS, _socket_options
 
     assert _socket_options("postgresql://u:p@db.example:5432/reclaim") == SOCKET_OPTIONS
     assert SOCKET_OPTIONS["tcp_user_timeout"] <= 30_000 and SOCKET_OPTIONS["keepalives"] == 1

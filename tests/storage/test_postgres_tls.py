@@ -2,7 +2,7 @@
 
 ``RECLAIM_METADATA_URL=postgresql://u:p@host:port/db?sslmode=verify-full&sslrootcert=/path/ca.pem`` is
 handed to psycopg as it is: the probe connection and every pooled one verify the server's certificate
-and host name against that CA. A server this module starts (``ops.pg_server.start(tls=True)``) serves
+and host name against that CA. A server this module starts (``devtools.pg_server.start(tls=True)``) serves
 TLS with a certificate of a CA of its own; another CA is refused in one line that names the TLS
 settings and never the password.
 """
@@ -22,14 +22,14 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from ops import pg_server
-from ops.certs import make_ca
-from ops.procs import StackError
-from storage.errors import MetadataUnavailableError
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import SegmentRecord
-from storage.postgres_base import describe
-from storage.sql_store import PostgresMetadataStore
+from devtools import pg_server
+from reclaim.localstack.certs import make_ca
+from reclaim.localstack.procs import StackError
+from reclaim.storage.errors import MetadataUnavailableError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import SegmentRecord
+from reclaim.storage.postgres_base import describe
+from reclaim.storage.sql_store import PostgresMetadataStore
 from tests.conftest import postgres_schema_url, server_unavailable
 
 pytestmark = pytest.mark.integration
@@ -127,7 +127,7 @@ def test_the_cli_takes_the_tls_url_and_refuses_another_ca_in_one_line(tls_server
            "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_FS_ROOT": str(tmp_path / "tier2")}
 
     def audit(metadata_url: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ops.cli", "audit", "--json"], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "reclaim", "audit", "--json"], capture_output=True, text=True,
                               env={**env, "RECLAIM_METADATA_URL": metadata_url}, timeout=300, check=False)
 
     good = audit(url)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ops.s3_server import S3Endpoint, ensure_bucket, s3_client
-from storage.chunks import ChunkTags, DeleteOutcome
-from storage.errors import StorageMisconfiguredError
-from storage.filesystem import FileSystemChunkStorage
-from storage.s3 import S3ChunkStorage
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
+from reclaim.storage.chunks import ChunkTags, DeleteOutcome
+from reclaim.storage.errors import StorageMisconfiguredError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 #: Objects under big/: more than one ListObjectsV2 page.

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from ops import runtime
-from ops.s3_server import LOCAL_ACCESS_KEY, S3Endpoint
-from ops.settings import Settings
-from ops.stack import StackState
-from storage.errors import AccessDeniedError
-from storage.s3 import S3ChunkStorage
+from reclaim.localstack.s3_server import LOCAL_ACCESS_KEY, S3Endpoint
+from reclaim.localstack.stack import StackState
+from reclaim.services import runtime
+from reclaim.settings import Settings
+from reclaim.storage.errors import AccessDeniedError
+from reclaim.storage.s3 import S3ChunkStorage
 
 pytestmark = pytest.mark.s3_servers("moto")  # only moto takes keys it never issued
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from ops.s3_server import S3Endpoint, s3_client
-from storage.chunks import ChunkHandle, ChunkTags, DeleteOutcome, validate_chunk_name
-from storage.errors import ChunkTagsTooLargeError, InvalidChunkNameError, StorageMisconfiguredError
-from storage.s3 import S3ChunkStorage, S3Settings
+from reclaim.localstack.s3_server import S3Endpoint, s3_client
+from reclaim.storage.chunks import ChunkHandle, ChunkTags, DeleteOutcome, validate_chunk_name
+from reclaim.storage.errors import ChunkTagsTooLargeError, InvalidChunkNameError, StorageMisconfiguredError
+from reclaim.storage.s3 import S3ChunkStorage, S3Settings
 
 #: A name of 4 components of 250 bytes: 1003 bytes, a valid chunk name on its own.
 LONG_NAME = "/".join(["n" * 250] * 4)

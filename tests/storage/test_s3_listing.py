@@ -6,7 +6,7 @@ import bisect
 
 import pytest
 
-from storage.s3_listing import MIN_BUDGET, group_by_parent, key_just_before, present_keys
+from reclaim.storage.s3_listing import MIN_BUDGET, group_by_parent, key_just_before, present_keys
 
 
 class SortedListing:

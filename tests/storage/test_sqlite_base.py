@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
-from storage.sql_base import Migration, Outcome, Queries, StoreBase, Transaction
-from storage.sqlite_base import SQLiteDatabase
+from reclaim.storage.errors import MetadataConflictError, MetadataError, MetadataUnavailableError
+from reclaim.storage.sql_base import Migration, Outcome, Queries, StoreBase, Transaction
+from reclaim.storage.sqlite_base import SQLiteDatabase
 
 _MIGRATIONS = [Migration(1, {"sqlite": "CREATE TABLE kv (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"})]
 
@@ -71,7 +71,7 @@ def test_failing_callback_is_logged_not_raised(store: _KeyValueStore, caplog: py
     def broken() -> None:
         raise RuntimeError("observer down")
 
-    with caplog.at_level(logging.ERROR, logger="storage.sql_base"), store.transaction() as txn:
+    with caplog.at_level(logging.ERROR, logger="reclaim.storage.sql_base"), store.transaction() as txn:
         txn.put("a", 1)
         txn.on_commit(broken)
         txn.on_commit(lambda: seen.append("later"))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.chunks import ChunkLocation, ChunkTags, Tier
-from storage.metadata import ChunkRecord, SegmentRecord
-from storage.sql_store import SQLiteMetadataStore
-from storage.sqlite_base import Checkpointer
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.sqlite_base import Checkpointer
 
 SEGMENT = "scope/stream/0.#epoch.0"
 TAGS = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=1)

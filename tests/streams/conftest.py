@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import ControllerStore, open_controller_store
-from segments.garbage import RecordingGarbageSink
-from segments.streams import StreamController
-from segments.topology import RecordingTopologySink
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLMetadataStore, open_metadata_store
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import ControllerStore, open_controller_store
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.streams import StreamController
+from reclaim.segments.topology import RecordingTopologySink
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLMetadataStore, open_metadata_store
 from tests.deletion.conftest import pipeline  # noqa: F401 - the real-broker deletion pipeline
 
 #: Small enough that a few short writes roll over to new chunks.

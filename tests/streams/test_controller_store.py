@@ -6,11 +6,18 @@ from dataclasses import replace
 
 import pytest
 
-from schemas.streams import RetentionPolicy, RetentionType
-from segments.controller_store import ControllerStore
-from segments.ids import SegmentId, TxnId
-from segments.stream_model import StreamHistory, StreamRecord, TxnRecord, TxnState, duplicate_epoch, initial_epoch
-from segments.stream_plans import (
+from reclaim.schemas.streams import RetentionPolicy, RetentionType
+from reclaim.segments.controller_store import ControllerStore
+from reclaim.segments.ids import SegmentId, TxnId
+from reclaim.segments.stream_model import (
+    StreamHistory,
+    StreamRecord,
+    TxnRecord,
+    TxnState,
+    duplicate_epoch,
+    initial_epoch,
+)
+from reclaim.segments.stream_plans import (
     CommitPlan,
     DeletePlan,
     Operation,
@@ -20,7 +27,7 @@ from segments.stream_plans import (
     plan_from_json,
     plan_to_json,
 )
-from storage.errors import MetadataConflictError
+from reclaim.storage.errors import MetadataConflictError
 
 from .conftest import STREAM
 

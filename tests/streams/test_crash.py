@@ -19,17 +19,17 @@ from typing import Any
 
 import pytest
 
-from schemas import StreamCut, StreamTopology
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import StreamMetadataStore
-from segments.garbage import RecordingGarbageSink
-from segments.ids import SegmentId, TxnId
-from segments.operations import CrashHook
-from segments.stream_errors import StreamBusyError
-from segments.stream_model import TxnState
-from segments.streams import StreamController
-from storage.filesystem import FileSystemChunkStorage
-from storage.sql_store import SQLiteMetadataStore
+from reclaim.schemas import StreamCut, StreamTopology
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import StreamMetadataStore
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.ids import SegmentId, TxnId
+from reclaim.segments.operations import CrashHook
+from reclaim.segments.stream_errors import StreamBusyError
+from reclaim.segments.stream_model import TxnState
+from reclaim.segments.streams import StreamController
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
 
 from .conftest import ROLLING, STREAM
 

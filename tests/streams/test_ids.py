@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from segments.ids import (
+from reclaim.segments.ids import (
     MAX_INT32,
     MAX_TXN_COUNTER,
     SegmentId,
@@ -18,8 +18,8 @@ from segments.ids import (
     split_segment_id,
     txn_segment_name,
 )
-from segments.layout import validate_segment_name
-from segments.stream_errors import MalformedNameError
+from reclaim.segments.layout import validate_segment_name
+from reclaim.segments.stream_errors import MalformedNameError
 
 INT32 = st.integers(0, MAX_INT32)
 PART = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,20}", fullmatch=True)

@@ -6,17 +6,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from deletion.records import pending_deletes_for
-from schemas import millis_now
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import StreamMetadataStore
-from segments.errors import SegmentNotFoundError
-from segments.ids import SegmentId
-from segments.stream_errors import TxnStateError
-from segments.stream_model import TxnState
-from segments.streams import StreamController
-from segments.walkthrough import run_txn_walkthrough
-from storage.metadata import ChunkRecord
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.schemas import millis_now
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import StreamMetadataStore
+from reclaim.segments.errors import SegmentNotFoundError
+from reclaim.segments.ids import SegmentId
+from reclaim.segments.stream_errors import TxnStateError
+from reclaim.segments.stream_model import TxnState
+from reclaim.segments.streams import StreamController
+from reclaim.segments.walkthrough import run_txn_walkthrough
+from reclaim.storage.metadata import ChunkRecord
 from tests.deletion.conftest import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import ReclaimError
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import open_controller_store
-from segments.garbage import RecordingGarbageSink
-from segments.ids import TxnId
-from segments.stream_model import TxnState
-from segments.streams import StreamController
-from storage.errors import MetadataConflictError
-from storage.filesystem import FileSystemChunkStorage
-from storage.metadata import chunk_chain
-from storage.sql_store import open_metadata_store
+from reclaim.errors import ReclaimError
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import open_controller_store
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.ids import TxnId
+from reclaim.segments.stream_model import TxnState
+from reclaim.segments.streams import StreamController
+from reclaim.storage.errors import MetadataConflictError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import chunk_chain
+from reclaim.storage.sql_store import open_metadata_store
 
 from .conftest import ROLLING, STREAM
 

@@ -8,19 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.streams import LimitType, RetentionPolicy, RetentionType
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
-from segments.ids import SegmentId
-from segments.stream_errors import (
+from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.ids import SegmentId
+from reclaim.segments.stream_errors import (
     InvalidScaleError,
     StreamExistsError,
     StreamNotFoundError,
     StreamNotSealedError,
     StreamSealedError,
 )
-from segments.stream_model import KeyRange, StreamHistory, StreamSegment, StreamState, initial_epoch, plan_scale
-from segments.streams import StreamController
+from reclaim.segments.stream_model import KeyRange, StreamHistory, StreamSegment, StreamState, initial_epoch, plan_scale
+from reclaim.segments.streams import StreamController
 
 from .conftest import STREAM
 

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from schemas import SealedSegment, StreamCut, StreamTopology, TopologyState
-from segments.controller_store import ControllerStore
-from segments.ids import SegmentId
-from segments.stream_errors import StreamBusyError, StreamError, StreamNotFoundError
-from segments.stream_model import StreamHistory, StreamState, initial_epoch
-from segments.streams import StreamController
-from segments.topology import RecordingTopologySink, build_topology
+from reclaim.schemas import SealedSegment, StreamCut, StreamTopology, TopologyState
+from reclaim.segments.controller_store import ControllerStore
+from reclaim.segments.ids import SegmentId
+from reclaim.segments.stream_errors import StreamBusyError, StreamError, StreamNotFoundError
+from reclaim.segments.stream_model import StreamHistory, StreamState, initial_epoch
+from reclaim.segments.streams import StreamController
+from reclaim.segments.topology import RecordingTopologySink, build_topology
 
 from .conftest import STREAM
 

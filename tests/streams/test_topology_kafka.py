@@ -7,17 +7,17 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ops.procs import free_port
-from ops.settings import Settings
-from ops.topics import admin_client, describe_topics, topic_specs
-from producers.producer import RecordProducer
-from producers.topics import TopicNames
-from producers.topology import KafkaTopologyPublisher, TopologyPublishError
-from schemas import StreamTopology, TopologyState, build_codec
-from segments.chunked import ChunkedSegmentStorage
-from segments.controller_store import ControllerStore
-from segments.ids import SegmentId
-from segments.streams import StreamController
+from reclaim.localstack.procs import free_port
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.topics import TopicNames
+from reclaim.producers.topology import KafkaTopologyPublisher, TopologyPublishError
+from reclaim.schemas import StreamTopology, TopologyState, build_codec
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.controller_store import ControllerStore
+from reclaim.segments.ids import SegmentId
+from reclaim.segments.streams import StreamController
+from reclaim.settings import Settings
+from reclaim.tools.topics import admin_client, describe_topics, topic_specs
 from tests.integration.kafka_io import consume_from_start
 
 from .conftest import STREAM

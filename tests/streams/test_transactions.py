@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from segments.chunked import ChunkedSegmentStorage
-from segments.garbage import RecordingGarbageSink
-from segments.ids import SegmentId, TxnId
-from segments.stream_errors import StreamBusyError, TxnStateError
-from segments.stream_model import TxnRecord, TxnState
-from segments.streams import StreamController
-from segments.walkthrough import run_txn_walkthrough
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.ids import SegmentId, TxnId
+from reclaim.segments.stream_errors import StreamBusyError, TxnStateError
+from reclaim.segments.stream_model import TxnRecord, TxnState
+from reclaim.segments.streams import StreamController
+from reclaim.segments.walkthrough import run_txn_walkthrough
 
 from .conftest import STREAM
 

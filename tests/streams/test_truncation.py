@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from retention.errors import CutProblem, InvalidCutError
-from schemas.streams import StreamCut
-from segments.garbage import RecordingGarbageSink
-from segments.ids import SegmentId
-from segments.stream_errors import StreamBusyError, StreamNotFoundError
-from segments.stream_plans import Operation, SealPlan
-from segments.streams import StreamController
+from reclaim.retention.errors import CutProblem, InvalidCutError
+from reclaim.schemas.streams import StreamCut
+from reclaim.segments.garbage import RecordingGarbageSink
+from reclaim.segments.ids import SegmentId
+from reclaim.segments.stream_errors import StreamBusyError, StreamNotFoundError
+from reclaim.segments.stream_plans import Operation, SealPlan
+from reclaim.segments.streams import StreamController
 
 from .conftest import STREAM
 

@@ -1,0 +1,1 @@
+"""reclaim: safe deletion and retention for tiered stream storage, on Kafka and Spark."""

@@ -1,0 +1,214 @@
+"""``reclaim audit``: tier-2 listed against the metadata store; ``--repair`` sends orphans through phase 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reclaim.exits import ExitCode, Unavailable
+from reclaim.settings import METADATA_URL_HELP, Settings
+
+if TYPE_CHECKING:
+    from reclaim.storage.sql_store import SQLMetadataStore
+    from reclaim.tools.audit import AuditReport, OrphanRepair, Sample
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+
+
+def parse_grace(text: str) -> float:
+    """Seconds from a duration: ``90``, ``90s``, ``15m``, ``1h``, ``1.5d``; one line naming the input otherwise."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a duration, e.g. 3600, 90s, 15m, 1h or 2d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def human(seconds: float) -> str:
+    """A duration as the largest whole unit that states it exactly: 3600 -> ``1h``, 90 -> ``90s``."""
+    for unit in ("d", "h", "m"):
+        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.services import runtime
+    from reclaim.tools.audit import AuditHooks, audit, auditable
+
+    if args.metrics_file is not None:
+        metrics_target(args.metrics_file)
+    # An audit only reads: never the root of a filesystem binding, whatever RECLAIM_FS_CREATE_ROOT says.
+    settings = replace(settings, fs_create_root=False)
+    with ExitStack() as stack:
+        store = runtime.metadata_store(settings, create=False)
+        stack.callback(store.close)
+        bindings = runtime.storage_bindings(settings)
+        stack.callback(bindings.close)
+        chosen = auditable(bindings)
+        repair = stack.enter_context(_repair(settings, store, args)) if args.repair else None
+        listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))
+        report = audit(store, chosen, bindings, grace_s=args.grace, limit=args.limit,
+                       hooks=AuditHooks(listed=listed, rows=rows, orphans=repair))
+    if args.metrics_file is not None:
+        from reclaim.storage.metrics import write_textfile
+
+        write_textfile(args.metrics_file, {b.binding: b.orphans.count for b in report.bindings})
+    if args.json:
+        document = report.to_dict()
+        if repair is not None:
+            document["repair"] = repair.report.to_dict()
+        print(json.dumps(document, indent=2))
+    else:
+        _print_report(report, repair)
+    return ExitCode.OK if report.clean else ExitCode.FINDINGS
+
+
+def metrics_target(path: Path) -> None:
+    """Refuse, before anything is audited or repaired, a ``--metrics-file`` the audit could not replace
+    with a file at the end: one in no writable directory, or a path that is no regular file (a directory,
+    or a device such as /dev/null, which the atomic replace would swap for a plain file)."""
+    if path.exists() and not path.is_file():
+        raise Unavailable(f"--metrics-file {path} is not a regular file (the audit replaces it whole): name a "
+                          "file in node_exporter's textfile directory; nothing was audited")
+    directory = path.parent
+    if not directory.is_dir():
+        raise Unavailable(f"--metrics-file {path}: there is no directory {directory}; nothing was audited")
+    if not os.access(directory, os.W_OK):
+        raise Unavailable(f"--metrics-file {path}: the directory {directory} is not writable; nothing was audited")
+
+
+@contextmanager
+def _repair(settings: Settings, store: SQLMetadataStore, args: argparse.Namespace) -> Iterator[OrphanRepair]:
+    """Phase 1 on an idempotent producer, the broker and the deletion topic proven first."""
+    from reclaim.producers.producer import RecordProducer
+    from reclaim.services import preflight, runtime
+    from reclaim.tools.audit import OrphanRepair
+
+    address = preflight.broker(settings)
+    preflight.require_topics(address, [runtime.topic_names(settings).deletion])
+    producer = RecordProducer(address, "idempotent-producer")
+    try:
+        service = runtime.deletion_service(settings, store, producer)
+        on_sent = None if args.json else _print_sent
+        yield OrphanRepair(service.prepare, limit=args.limit, on_sent=on_sent)
+    finally:
+        producer.close()
+
+
+def _print_sent(binding: str, name: str) -> None:
+    print(f"sent     {binding} {name}", flush=True)
+
+
+Listed = Callable[[str, int], None] | None
+Walked = Callable[[int], None] | None
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[tuple[Listed, Walked]]:
+    """Progress on stderr while the listings and the row walk run: objects and rows counted so far."""
+    if not enabled:
+        yield None, None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,.0f}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        tasks: dict[str, TaskID] = {}
+
+        def advance(description: str, count: int) -> None:
+            if description not in tasks:
+                tasks[description] = progress.add_task(description, total=None)
+            progress.advance(tasks[description], count)
+
+        yield (lambda binding, count: advance(f"objects listed on {binding}", count),
+               lambda count: advance("chunk rows checked", count))
+
+
+def _print_report(report: AuditReport, repair: OrphanRepair | None) -> None:
+    grace = human(report.grace_s)
+    for result in report.bindings:
+        print(f"{result.binding}: {result.live} live, {result.pending} pending deletion, {result.orphans.count} "
+              f"orphans, {result.missing.count} missing, {result.dangling.count} dangling; within the {grace} "
+              f"grace: {result.recent} recent objects, {result.cleaning} rows in cleanup")
+        _print_names("orphan", result.orphans)
+        _print_names("missing", result.missing)
+        _print_names("dangling", result.dangling)
+    for where, rows in report.unconfigured.items():
+        print(f"{where}: not configured, {rows.count} chunk rows name it (dangling)")
+        _print_names("dangling", rows)
+    totals = report.totals()
+    print("total: " + ", ".join(f"{count} {name}" for name, count in totals.items()))
+    if repair is not None:
+        sent = repair.report
+        print(f"repair: {sent.sent.count} orphans sent through phase 1, {sent.unattributed.count} left (no "
+              f"readable reclaim ownership tags), {sent.failed.count} not confirmed by the broker")
+        _print_names("left", sent.unattributed)
+        _print_names("unsent", sent.failed)
+
+
+def shown(name: str) -> str:
+    """An object name as a report line shows it: quoted and escaped when it holds a newline or another
+    unprintable character, so a name cannot split into lines that read as other findings."""
+    return name if name.isprintable() else repr(name)
+
+
+def _print_names(label: str, sample: Sample) -> None:
+    for name in sample.names:
+        print(f"  {label:8} {shown(name)}")
+    if sample.count > len(sample.names):
+        print(f"  ... and {sample.count - len(sample.names)} more (--limit)")
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+    audit = sub.add_parser(
+        "audit", help="list tier-2 against the metadata store: live, pending deletion, orphans, missing, dangling",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Every configured binding is listed against the chunk rows, and every chunk row is checked\n"
+                    "against its binding:\n"
+                    "  orphan    an object no row claims, older than --grace (younger: 'recent', no finding)\n"
+                    "  missing   an active row whose object is gone\n"
+                    "  dangling  an inactive row whose object is gone and whose mark is older than --grace,\n"
+                    "            or a row naming a binding (or bucket) that is not configured\n"
+                    "Exit status: 0 clean; 1 findings; 2 a binding, the store, the --metrics-file or (--repair)\n"
+                    "the broker could not be used, and nothing is reported. The audit creates and deletes\n"
+                    "nothing; --repair publishes pending deletes for the orphans (phase 1), which the worker\n"
+                    "deletes after its checks.")
+    audit.add_argument("--limit", type=_limit, default=20, help="names listed per finding (default 20)")
+    audit.add_argument("--grace", type=parse_grace, default=3600.0, metavar="DURATION",
+                       help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "
+                            "2d (default 1h)")
+    audit.add_argument("--json", action="store_true", help="print one JSON document: per binding counts and "
+                       "names, the unconfigured bindings' rows, totals (and what --repair sent)")
+    audit.add_argument("--repair", action="store_true",
+                       help="send the orphans with reclaim ownership tags through phase 1 (needs the broker); "
+                            "nothing is deleted here")
+    audit.add_argument("--metrics-file", type=Path, metavar="PATH",
+                       help="also write reclaim_audit_orphans{binding} and reclaim_audit_last_run_timestamp_seconds "
+                            "to PATH (replaced atomically) for node_exporter's textfile collector")
+    audit.add_argument("--progress", action="store_true", help="progress on stderr even when it is no terminal")
+    audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
+    audit.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
+    common(audit)
+    audit.set_defaults(run=cmd_audit)

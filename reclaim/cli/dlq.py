@@ -1,0 +1,198 @@
+"""``reclaim dlq list | show | stats | replay | purge``: the dead-letter topic for operators.
+
+Each record is counted and shown once however often it was dead-lettered (see :mod:`reclaim.tools.dlq.selection`);
+``replay`` and ``purge`` are described in :mod:`reclaim.tools.dlq.replay` and :mod:`reclaim.tools.dlq.purge`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from reclaim.exits import ExitCode, UsageError
+from reclaim.settings import Settings
+
+if TYPE_CHECKING:
+    from reclaim.tools.dlq.reader import DlqScan
+    from reclaim.tools.dlq.selection import Filters
+
+T = TypeVar("T")
+
+_DESCRIPTION = """\
+Read the dead-letter topic by assignment (no group joined, nothing committed). list, stats, replay and
+purge take the same filters; a record dead-lettered more than once (by two consumer groups, say) is
+listed, counted and replayed once, its other copies counted as duplicates. Ages are by when a record
+was dead-lettered: 90s, 10m, 2h, 3d, 1w."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def whole(flag: str, raw: str | None, minimum: int) -> int | None:
+    """``raw`` as a whole number of at least ``minimum`` (None stays None); one usage line otherwise."""
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"{flag}: cannot read {raw!r} as a whole number") from None
+    if value < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}, got {value}")
+    return value
+
+
+def parsed(flag: str, raw: str | None, parse: Callable[[str], T]) -> T | None:
+    """``parse(raw)`` (None stays None); its ValueError as one usage line naming ``flag``."""
+    if raw is None:
+        return None
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def text_filter(flag: str, raw: str | None) -> str | None:
+    """``raw`` unless it is blank: an empty ``--reason`` would match every record (a purge of all), an
+    empty ``--stream`` none; one usage line instead."""
+    if raw is not None and not raw.strip():
+        raise UsageError(f"{flag} must not be empty: give the text to match")
+    return raw
+
+
+def filters_of(args: argparse.Namespace) -> Filters:
+    """The filters the flags ask for; one usage line for a bad value or filters no record can match."""
+    from reclaim.tools.dlq.selection import Filters, parse_age
+
+    chosen = Filters(stream=text_filter("--stream", args.stream), reason=text_filter("--outcome/--reason", args.reason),
+                     error_class=text_filter("--error-class", args.error_class),
+                     older_than_ms=parsed("--older-than", args.older_than, parse_age),
+                     newer_than_ms=parsed("--newer-than", args.newer_than, parse_age),
+                     min_attempt=whole("--attempt", args.attempt, 1),
+                     partition=whole("--partition", args.partition, 0),
+                     from_offset=whole("--from-offset", args.from_offset, 0),
+                     to_offset=whole("--to-offset", args.to_offset, 0))
+    if chosen.from_offset is not None and chosen.to_offset is not None and chosen.from_offset > chosen.to_offset:
+        raise UsageError(f"--from-offset {chosen.from_offset} is after --to-offset {chosen.to_offset}: "
+                         "no record is in that range")
+    if (chosen.newer_than_ms is not None and chosen.older_than_ms is not None
+            and chosen.newer_than_ms <= chosen.older_than_ms):
+        raise UsageError(f"--newer-than {args.newer_than} and --older-than {args.older_than}: no record is both "
+                         "(give --newer-than the larger age)")
+    return chosen
+
+
+def scan_dlq(settings: Settings, filters: Filters, *more_topics: str) -> tuple[str, DlqScan]:
+    """The broker address, once it answers with the DLQ and ``more_topics``, and every DLQ record; one
+    usage line when ``filters`` name a partition the DLQ does not have."""
+    from reclaim.services.runtime import codec, topic_names
+    from reclaim.tools.dlq.reader import connect, scan
+
+    dlq = topic_names(settings).dlq
+    address = connect(settings, [dlq, *more_topics])
+    found = scan(address, dlq, codec(settings))
+    if filters.partition is not None and filters.partition not in found.watermarks:
+        raise UsageError(f"{found.topic} has no partition {filters.partition} (it has {len(found.watermarks)})")
+    return address, found
+
+
+def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.tools.dlq.render import print_json, print_list
+    from reclaim.tools.dlq.selection import select
+
+    filters, limit = filters_of(args), whole("--limit", args.limit, 1)
+    _, found = scan_dlq(settings, filters)
+    now = now_ms()
+    chosen = select(found.letters, filters, now, newest_first=not args.oldest_first, limit=limit)
+    if args.json:
+        print_json({"topic": found.topic, **chosen.counts(), "records": [d.summary() for d in chosen.records]})
+    else:
+        print_list(found.topic, chosen, now, newest_first=not args.oldest_first)
+    return ExitCode.OK
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.services.runtime import codec, topic_names
+    from reclaim.tools.dlq.reader import connect, read_one
+    from reclaim.tools.dlq.render import print_json, print_show
+    from reclaim.tools.dlq.selection import parse_coordinates
+
+    if args.coordinates is not None:
+        if args.partition is not None or args.offset is not None:
+            raise UsageError("give PARTITION:OFFSET or --partition and --offset, not both")
+        partition, offset = parsed("PARTITION:OFFSET", args.coordinates, parse_coordinates) or (0, 0)
+    elif args.partition is not None and args.offset is not None:
+        partition, offset = whole("--partition", args.partition, 0) or 0, whole("--offset", args.offset, 0) or 0
+    else:
+        raise UsageError("name the record: PARTITION:OFFSET, or --partition P --offset O")
+    dlq = topic_names(settings).dlq
+    letter = read_one(connect(settings, [dlq]), dlq, codec(settings), partition, offset)
+    if args.json:
+        print_json(letter.detail())
+    else:
+        print_show(letter)
+    return ExitCode.OK
+
+
+def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.tools.dlq.render import print_json, print_stats
+    from reclaim.tools.dlq.selection import stats
+
+    filters = filters_of(args)
+    _, found = scan_dlq(settings, filters)
+    counted = stats(found.letters, filters, now_ms())
+    if args.json:
+        print_json({"topic": found.topic, **counted.as_json()})
+    else:
+        print_stats(found.topic, counted)
+    return ExitCode.OK
+
+
+def filter_flags(parser: argparse.ArgumentParser) -> None:
+    chosen = parser.add_argument_group("filters (all that are given must hold)")
+    chosen.add_argument("--stream", help="the record's stream, scope/stream")
+    chosen.add_argument("--outcome", "--reason", dest="reason", metavar="TEXT",
+                        help="text in the outcome or the error message (case-insensitive), e.g. fatal, injected")
+    chosen.add_argument("--error-class", help="the error class, e.g. StorageUnavailableError")
+    chosen.add_argument("--older-than", metavar="AGE", help="dead-lettered more than AGE ago, e.g. 2h")
+    chosen.add_argument("--newer-than", metavar="AGE", help="dead-lettered less than AGE ago, e.g. 10m")
+    chosen.add_argument("--attempt", metavar="N", help="dead-lettered on attempt N or later")
+    chosen.add_argument("--partition", metavar="P", help="DLQ partition")
+    chosen.add_argument("--from-offset", metavar="O", help="DLQ offsets from O (inclusive)")
+    chosen.add_argument("--to-offset", metavar="O", help="DLQ offsets up to O (inclusive)")
+
+
+def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+    from reclaim.tools.dlq.write import register_replay_purge
+
+    dlq = sub.add_parser("dlq", help="list, show, count, replay or purge dead-lettered records",
+                         description=_DESCRIPTION)
+    actions = dlq.add_subparsers(dest="dlq_action", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="dead letters, newest first, with counts",
+                                 description=_DESCRIPTION)
+    filter_flags(listing)
+    listing.add_argument("--oldest-first", action="store_true", help="oldest first instead")
+    listing.add_argument("--limit", default="100", metavar="N", help="records to show, at least 1 (default 100)")
+    listing.add_argument("--json", action="store_true", help="one JSON document: the records and the counts")
+    common(listing)
+    listing.set_defaults(run=cmd_list)
+
+    show = actions.add_parser("show", help="one dead letter fully decoded, with every header")
+    show.add_argument("coordinates", nargs="?", metavar="PARTITION:OFFSET", help="where it sits in the DLQ, e.g. 0:42")
+    show.add_argument("--partition", metavar="P", help="its DLQ partition (with --offset)")
+    show.add_argument("--offset", metavar="O", help="its DLQ offset (with --partition)")
+    show.add_argument("--json", action="store_true", help="print it as JSON")
+    common(show)
+    show.set_defaults(run=cmd_show)
+
+    counting = actions.add_parser("stats", help="counts by outcome, error class, stream and age",
+                                  description=_DESCRIPTION)
+    filter_flags(counting)
+    counting.add_argument("--json", action="store_true", help="print the counts as JSON")
+    common(counting)
+    counting.set_defaults(run=cmd_stats)
+
+    register_replay_purge(actions, common)

@@ -1,0 +1,1 @@
+"""``reclaim demo``: the end-to-end run on the local stack."""

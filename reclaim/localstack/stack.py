@@ -1,0 +1,229 @@
+"""``reclaim local up | down | status``: the local Kafka broker and S3 endpoint, tracked by pid."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from reclaim.localstack.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
+from reclaim.localstack.kafka_security import ADMIN_CONFIG, ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
+from reclaim.localstack.procs import StackError, pid_runs, stop_pid
+from reclaim.localstack.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
+from reclaim.settings import AWS_S3, Settings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+
+log = logging.getLogger(__name__)
+STATE_FILE = "stack.json"
+#: Under the state directory: the secured broker's data, its CA and the admin's properties (``local up --secure``).
+SECURE_DIR = "kafka-secure"
+
+
+@dataclass
+class StackState:
+    """What ``up`` started: pids and addresses, persisted in the state directory."""
+
+    kafka_pid: int | None = None
+    kafka_client_port: int | None = None
+    kafka_controller_port: int | None = None
+    s3_pid: int | None = None
+    s3_url: str | None = None
+    s3_bucket: str | None = None
+    kafka_secure: bool = False
+    """The broker ``up`` started is the secured one (SASL_SSL, ACLs): see :func:`secure_files`."""
+
+    @property
+    def bootstrap(self) -> str | None:
+        return f"127.0.0.1:{self.kafka_client_port}" if self.kafka_client_port else None
+
+    @classmethod
+    def load(cls, state_dir: Path) -> StackState:
+        if state_dir.exists() and not state_dir.is_dir():
+            raise StackError(f"the state directory {state_dir} is not a directory: check --state-dir / "
+                             "RECLAIM_STATE_DIR")
+        path = state_dir / STATE_FILE
+        if not path.exists():
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise _unreadable(path, str(exc)) from exc
+        if not isinstance(data, dict):
+            raise _unreadable(path, "not a JSON object")
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key, value in fields.items():
+            wanted = str if key in ("s3_url", "s3_bucket") else bool if key == "kafka_secure" else int
+            if value is not None and (type(value) is not wanted):
+                raise _unreadable(path, f"{key} is {value!r}")
+        return cls(**fields)
+
+    def save(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        (state_dir / STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+
+def _unreadable(path: Path, why: str) -> StackError:
+    return StackError(f"cannot read the local stack's state {path} ({why}): stop any server it started by its "
+                      "pid, then remove the file")
+
+
+def _kafka_ours(state: StackState, state_dir: Path) -> bool:
+    """The state's broker pid still runs the broker ``up`` started from this state directory (a pid in a
+    stale state file may belong to another process by now, which reclaim must never signal)."""
+    if not state.kafka_pid:
+        return False
+    config = _kafka_dir(state_dir, state.kafka_secure) / "server.properties"
+    return any(pid_runs(state.kafka_pid, "kafka.Kafka", path) for path in {str(config), str(config.resolve())})
+
+
+def _s3_ours(state: StackState) -> bool:
+    """The state's S3 pid still runs the moto server ``up`` started on the state's port."""
+    if not (state.s3_pid and state.s3_url):
+        return False
+    return pid_runs(state.s3_pid, "moto.server", state.s3_url.rpartition(":")[2])
+
+
+def _kafka_dir(state_dir: Path, secure: bool) -> Path:
+    return state_dir / SECURE_DIR / "kafka" if secure else state_dir / "kafka"
+
+
+def secure_files(state_dir: Path) -> tuple[Path, Path, Path]:
+    """The secured local broker's CA certificate, the admin's librdkafka properties file and the same as a
+    reclaim config file (``reclaim --config``; both mode 0600, the password in them)."""
+    secure = state_dir / SECURE_DIR
+    return secure / "tls" / "ca.crt", secure / ADMIN_PROPERTIES, secure / ADMIN_CONFIG
+
+
+def _admin_properties(state: StackState, state_dir: Path) -> dict[str, str] | None:
+    """How ``up``'s broker is asked whether it answers: as the admin when it is the secured one."""
+    if not state.kafka_secure:
+        return None
+    _, properties, _ = secure_files(state_dir)
+    found = read_properties(properties) if properties.exists() else {}
+    found.pop("bootstrap.servers", None)
+    return found
+
+
+def _kafka_running(state: StackState, state_dir: Path) -> bool:
+    return bool(_kafka_ours(state, state_dir) and state.bootstrap
+                and broker_answers(state.bootstrap, properties=_admin_properties(state, state_dir)))
+
+
+def _s3_running(state: StackState) -> bool:
+    # An HTTP answer, not an open port: a stopped or hung server still accepts connections.
+    return bool(_s3_ours(state) and state.s3_url and answers(state.s3_url))
+
+
+def up(settings: Settings, secure: bool = False) -> StackState:
+    """Start whatever of the stack is not running; idempotent.
+
+    With ``secure``, the broker is the secured one (SASL_SSL with SCRAM-SHA-512, the StandardAuthorizer,
+    nothing allowed that no ACL grants), its data, CA and admin credentials under ``<state-dir>/kafka-secure``.
+    """
+    state = StackState.load(settings.state_dir)
+    if _kafka_running(state, settings.state_dir) and state.kafka_secure != secure:
+        running, asked = ("secured", "PLAINTEXT") if state.kafka_secure else ("PLAINTEXT", "secured")
+        raise StackError(f"the local Kafka broker runs {running}, not {asked}: run `reclaim local down`, then "
+                         f"`reclaim local up{' --secure' if secure else ''}`")
+    # A server of ours that runs but does not answer is not replaced: a second one would be left untracked
+    # (or, for the broker, fail on the same data directory), and the first would hang whoever uses it.
+    stuck = []
+    if _kafka_ours(state, settings.state_dir) and not _kafka_running(state, settings.state_dir):
+        stuck.append(f"Kafka broker (pid {state.kafka_pid}) at {state.bootstrap}")
+    if _s3_ours(state) and not _s3_running(state):
+        stuck.append(f"S3 endpoint (pid {state.s3_pid}) at {state.s3_url}")
+    if stuck:
+        raise StackError(f"the local {' and '.join(stuck)} runs but does not answer: run `reclaim local down`, "
+                         "then `reclaim local up`")
+    if not _kafka_running(state, settings.state_dir):
+        previous = None
+        if state.kafka_client_port and state.kafka_controller_port:
+            previous = BrokerPorts(state.kafka_client_port, state.kafka_controller_port)
+        ports = choose_ports(previous)
+        security: BrokerSecurity | None = prepare(settings.state_dir / SECURE_DIR, ports.bootstrap) if secure else None
+        proc = start_broker(_kafka_dir(settings.state_dir, secure), settings.cache_dir, ports, security=security)
+        state.kafka_pid, state.kafka_client_port, state.kafka_controller_port = proc.pid, ports.client, ports.controller
+        state.kafka_secure = secure
+        state.save(settings.state_dir)
+        log.info("kafka broker started: pid=%s bootstrap=%s", proc.pid, ports.bootstrap)
+    if not _s3_running(state):
+        s3_proc, endpoint = start_s3(settings.state_dir / "s3.log")
+        state.s3_pid, state.s3_url = s3_proc.pid, endpoint.url
+        state.save(settings.state_dir)
+        log.info("s3 endpoint started: pid=%s url=%s", s3_proc.pid, endpoint.url)
+    assert state.s3_url is not None
+    ensure_bucket(S3Endpoint(url=state.s3_url), settings.s3_bucket)
+    FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2").close()  # the filesystem tier-2 root, as the bucket
+    state.s3_bucket = settings.s3_bucket
+    state.save(settings.state_dir)
+    return state
+
+
+def down(settings: Settings) -> StackState:
+    """Stop the processes ``up`` started (by pid) and forget them; data stays for the next ``up``."""
+    state = StackState.load(settings.state_dir)
+    if not (settings.state_dir / STATE_FILE).exists():
+        return state  # nothing was started from here: create no state directory either
+    for pid, ours in ((state.kafka_pid, _kafka_ours(state, settings.state_dir)), (state.s3_pid, _s3_ours(state))):
+        if pid and ours:
+            stop_pid(pid)
+        elif pid:
+            log.info("pid %s from %s is not a server reclaim started (gone, or reused): left alone",
+                     pid, settings.state_dir / STATE_FILE)
+    state.kafka_pid = state.s3_pid = None
+    state.s3_url = None
+    state.save(settings.state_dir)
+    return state
+
+
+def status(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Bootstrap address, pid and health of each local server."""
+    state = StackState.load(settings.state_dir)
+    kafka: dict[str, Any] = {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
+                             "healthy": _kafka_running(state, settings.state_dir)}
+    if state.kafka_secure:
+        ca, admin, config = secure_files(settings.state_dir)
+        kafka.update({"security": "SASL_SSL", "ca": str(ca), "admin_properties": str(admin),
+                      "admin_config": str(config)})
+    return {
+        "kafka": kafka,
+        "s3": {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
+               "healthy": _s3_running(state)},
+    }
+
+
+def require_bootstrap(settings: Settings) -> str:
+    """The broker address to use: the configured one, else the local stack's running broker."""
+    if settings.bootstrap:
+        return settings.bootstrap
+    state = StackState.load(settings.state_dir)
+    if not _kafka_running(state, settings.state_dir):
+        raise StackError("no Kafka broker: set RECLAIM_BOOTSTRAP (or --bootstrap), or run `reclaim local up`")
+    assert state.bootstrap is not None
+    return state.bootstrap
+
+
+def configured_s3(settings: Settings) -> S3Endpoint | None:
+    """The S3 endpoint reclaim is configured with: ``RECLAIM_S3_ENDPOINT``, else the one the local stack's
+    state names (running or not), else None."""
+    if settings.s3_endpoint:
+        return require_s3(settings)
+    state = StackState.load(settings.state_dir)
+    return S3Endpoint(url=state.s3_url) if state.s3_url else None
+
+
+def require_s3(settings: Settings) -> S3Endpoint:
+    """The S3 endpoint to use: the configured one with the configured credentials (none: boto3's chain),
+    else the local stack's running endpoint with the local stack's keys."""
+    if settings.s3_endpoint == AWS_S3:
+        raise StackError(f"s3_endpoint {AWS_S3!r} is AWS S3 itself: this needs an endpoint URL")
+    if settings.s3_endpoint:
+        return S3Endpoint(url=settings.s3_endpoint, access_key=settings.s3_access_key,
+                          secret_key=settings.s3_secret_key, session_token=settings.s3_session_token,
+                          region=settings.s3_region)
+    state = StackState.load(settings.state_dir)
+    if not _s3_running(state) or state.s3_url is None:
+        raise StackError("no S3 endpoint: set RECLAIM_S3_ENDPOINT, or run `reclaim local up`")
+    return S3Endpoint(url=state.s3_url)

@@ -1,0 +1,68 @@
+"""How reclaim logs: a command's log lines (text, or one JSON object a line, on stderr), and lines about a
+condition that repeats (a server down) written at most once per interval.
+
+Every logger of reclaim is under ``reclaim.`` (``logging.getLogger("reclaim")`` reaches them all); the
+limiter is shared by every package that reports a dependency failing over and over: the Kafka clients'
+error callbacks and the storage bindings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Hashable
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, and the exception when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"), "level": record.levelname.lower(),
+                "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(*, verbose: bool = False, quiet: bool = False, json_lines: bool = False) -> None:
+    """Root logging for a command: debug with ``verbose``, warnings only with ``quiet``, else info."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines() if json_lines else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+#: Least seconds between two lines about the same condition.
+LOG_INTERVAL_S = 30.0
+
+
+class LogLimiter:
+    """Says whether a line about ``key`` is written now, and how many were held back since the last one."""
+
+    def __init__(self, interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if interval_s < 0:
+            raise ValueError(f"interval_s must not be negative, got {interval_s}")
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[Hashable, float] = {}
+        self._held: dict[Hashable, int] = {}
+
+    def admit(self, key: Hashable) -> int | None:
+        """The lines held back for ``key`` since its last one when this one is written, else ``None``."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                self._held[key] = self._held.get(key, 0) + 1
+                return None
+            self._last[key] = now
+            return self._held.pop(key, 0)
+
+    def suffix(self, held: int) -> str:
+        """What a written line adds about the lines held back before it."""
+        return f" ({held} more like it in the last {self.interval_s:g}s)" if held else ""

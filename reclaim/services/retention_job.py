@@ -1,0 +1,230 @@
+"""``reclaim retention-job``: the Spark retention query as a process, with metrics and a clean stop on signals."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from reclaim.exits import Unavailable, UsageError
+from reclaim.localstack.procs import stop_on_signals
+from reclaim.retention.spark_auth import JobKeys, job_keys
+from reclaim.security.errors import SigningError
+from reclaim.security.signing import AuthMode
+from reclaim.services import client_security, preflight, runtime
+from reclaim.settings import Settings
+
+if TYPE_CHECKING:
+    from reclaim.retention.spark_job import RetentionJob, RetentionJobConfig
+    from reclaim.retention.spark_metrics import BatchSummary
+
+log = logging.getLogger(__name__)
+
+MAX_STATE_BUCKETS = 2**31 - 1
+SHORTEST_PERIOD_S = 0.001  # Spark counts both periods in whole milliseconds: below this they are 0
+LONGEST_PERIOD_S = 366 * 86400.0
+# The master URLs Spark accepts (``SparkContext``): anything else failed only once Spark had started, in a traceback.
+MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]"
+                    r"|(spark|mesos|k8s)://\S+|yarn")
+
+DESCRIPTION = """\
+Read the retention inputs (stream topology, stream config, subscribers, subscriber cuts, recorded
+stream cuts) from the earliest offsets, keep one retention state per stream in Spark's state store,
+and write a TruncationEvent to the truncation topic whenever a stream's truncation cut advances;
+inputs that cannot be decoded or are refused go to the retention-rejects topic. The job resumes from
+its checkpoint. With --once it processes what is on the topics now (and any stream whose
+re-evaluation is due) and exits; otherwise it runs until SIGTERM/SIGINT (a batch cut short is redone
+on restart; the truncation applier ignores the duplicate events that can cause).
+"""
+
+
+@dataclass(frozen=True)
+class RetentionJobSettings(Settings):
+    """Settings of ``reclaim retention-job``: the common ones plus the job's, each read from ``RECLAIM_<NAME>``."""
+
+    checkpoint: str | None = None
+    master: str = "local[*]"
+    trigger_interval_s: float = 5.0
+    reevaluate_s: float = 30.0
+    state_buckets: int = 64
+
+    @property
+    def checkpoint_location(self) -> str:
+        """A path or URI Spark can write; by default under the state directory."""
+        return self.checkpoint or str(self.state_dir / "retention-checkpoint")
+
+    def validate(self) -> None:
+        super().validate()
+        periods = (self.trigger_interval_s, self.reevaluate_s)
+        if not all(math.isfinite(period) and period > 0 for period in periods) or self.state_buckets <= 0:
+            raise ValueError("trigger_interval_s, reevaluate_s and state_buckets must be positive")
+        for name, period in (("trigger_interval_s", self.trigger_interval_s), ("reevaluate_s", self.reevaluate_s)):
+            if not SHORTEST_PERIOD_S <= period <= LONGEST_PERIOD_S:
+                raise ValueError(f"{name} must be between {SHORTEST_PERIOD_S:g} and {LONGEST_PERIOD_S:.0f} seconds, "
+                                 f"got {period:g}")
+        if self.state_buckets > MAX_STATE_BUCKETS:  # Spark casts a row's bucket to INT: above, buckets wrapped
+            raise ValueError(f"state_buckets must be at most {MAX_STATE_BUCKETS}, got {self.state_buckets}")
+        if not MASTER.fullmatch(self.master):
+            raise ValueError(f"master must be a Spark master URL (local, local[N], local[*], spark://host:port, "
+                             f"yarn, k8s://..., mesos://...), got {self.master!r}")
+
+    @classmethod
+    def of(cls, base: Settings, args: argparse.Namespace) -> RetentionJobSettings:
+        """``base`` (flags and environment already merged) with the job's own flags and variables."""
+        common = {f.name: getattr(base, f.name) for f in fields(Settings)}
+        own = {name: getattr(args, name, None) for name in ("checkpoint", "master", "trigger_interval_s",
+                                                            "reevaluate_s", "state_buckets", "metrics_port")}
+        settings = cls.from_env(**{**common, **{k: v for k, v in own.items() if v is not None}})
+        assert isinstance(settings, RetentionJobSettings)
+        return settings
+
+
+BUCKETS_FILE = "reclaim-state-buckets"
+
+
+def pin_checkpoint(location: str, buckets: int) -> None:
+    """Check a local checkpoint before Spark starts: a directory, writable, made with ``buckets`` state buckets.
+
+    A stream's state lives in the bucket its name hashes to, so another bucket count would start streams
+    over with no state while their old state still decides in the old bucket. The count a new local
+    checkpoint is made with is written beside Spark's files; a checkpoint elsewhere (hdfs://, s3a://) or
+    made before that file existed is not checked.
+    """
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        return
+    path = Path(parsed.path if parsed.scheme else location)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"checkpoint {location} is a file, not a directory")
+    pinned = path / BUCKETS_FILE
+    try:
+        if pinned.is_file():
+            made_with = pinned.read_text().strip()
+            if made_with != str(buckets):
+                raise UsageError(f"state_buckets {buckets} differs from the {made_with} the checkpoint {location} "
+                                 f"was made with: keep {made_with}, or start from a new checkpoint")
+        elif not (path / "offsets").exists():  # a new checkpoint: the count it is made with
+            path.mkdir(parents=True, exist_ok=True)
+            pinned.write_text(f"{buckets}\n")
+    except OSError as exc:
+        raise Unavailable(f"checkpoint {location} cannot be used: {exc}") from exc
+
+
+def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig:
+    from reclaim.retention.spark_io import RetentionTopics
+    from reclaim.retention.spark_job import RetentionJobConfig
+
+    registry_url, registry_config = client_security.registry_connection(settings)
+    return RetentionJobConfig(
+        bootstrap=client_security.spark_bootstrap(preflight.bootstrap(settings)),
+        topics=RetentionTopics.from_names(runtime.topic_names(settings)),
+        checkpoint=settings.checkpoint_location, trigger_interval_s=settings.trigger_interval_s,
+        reevaluate_ms=round(settings.reevaluate_s * 1000), once=once, registry_url=registry_url,
+        registry_config=tuple(sorted(registry_config.items())), state_buckets=settings.state_buckets,
+        kafka_options=client_security.spark_kafka_options(), keys=executor_keys(settings))
+
+
+def executor_keys(settings: Settings) -> JobKeys | None:
+    """What the job's executors verify inputs by and sign truncation events with, from the keyring read here,
+    on the driver: executors read no file, the keys travel inside the job (``reclaim.retention.spark_auth``).
+
+    None without a keyring. A keyring without an ed25519 key of the retention-job role is a
+    :class:`~reclaim.security.errors.SigningError` (one line), unless record_auth is off or in rollout, where
+    the events go unsigned (and an applier with a keyring refuses them).
+    """
+    keyring = runtime.keyring(settings)
+    mode = None if keyring is None or settings.record_auth == "off" else AuthMode(settings.record_auth or "enforce")
+    if mode is None:
+        log.warning("record authentication is off (no keyring, or record_auth=off): the retention job obeys inputs "
+                    "from anyone who can write its topics")
+    if keyring is None:
+        return None
+    try:
+        return job_keys(keyring, mode)
+    except SigningError as exc:
+        if mode is AuthMode.ENFORCE:
+            raise
+        log.warning("%s: the job's truncation events go unsigned", exc)
+    return None if mode is None else job_keys(keyring, mode, sign=False)
+
+
+def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
+    """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (exit 0)."""
+    from reclaim.retention.spark_job import RetentionJobError, run_available, start_retention_job
+    from reclaim.retention.spark_session import build_spark_session
+
+    stop = stop_on_signals("stopping the retention query", log.info)
+    pin_checkpoint(settings.checkpoint_location, settings.state_buckets)
+    preflight.broker(settings)  # bounded and in one line, before Spark starts
+    config = job_config(settings, once)
+    if settings.metrics_port is not None:
+        preflight.serve_metrics(settings.metrics_port, metrics_addr)
+    spark = build_spark_session("reclaim-retention-job", settings.cache_dir, master=settings.master,
+                                shuffle_partitions=settings.partitions)
+    try:
+        if once:
+            return _report(run_available(spark, config, stop=stop), failure=None)
+        return _supervise(start_retention_job(spark, config), stop)
+    except RetentionJobError as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        spark.stop()
+
+
+def _supervise(job: RetentionJob, stop: threading.Event) -> int:
+    """Wait for the query to end or for ``stop``; 1 if the query failed."""
+    try:
+        while job.query.isActive and not stop.wait(0.5):
+            pass
+        failure = job.query.exception()
+    finally:
+        batches = job.stop()
+    return _report(batches, None if failure is None else str(failure))
+
+
+def _report(batches: list[BatchSummary], failure: str | None) -> int:
+    """Log the run's totals (and its failure): the process's exit code."""
+    log.info("retention job stopped after %d batch(es): %d input rows, %d event(s), %d reject(s)", len(batches),
+             sum(b.input_rows for b in batches), sum(b.events for b in batches),
+             sum(b.reject_count for b in batches))
+    if failure is not None:
+        log.error("retention query failed: %s", failure.splitlines()[0])
+        return 1
+    return 0
+
+
+def cmd_retention_job(args: argparse.Namespace, settings: Settings) -> int:
+    return run_retention_job(RetentionJobSettings.of(settings, args), once=args.once, metrics_addr=args.metrics_addr)
+
+
+def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+    """Add ``reclaim retention-job`` to the command line."""
+    job = sub.add_parser("retention-job", help="run the Spark retention job: truncation events from subscribers' "
+                                               "cuts, policies and recorded cuts", description=DESCRIPTION,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    job.add_argument("--checkpoint", help="Spark checkpoint path or URI; holds the offsets read and every stream's "
+                                          "state (RECLAIM_CHECKPOINT, default <state-dir>/retention-checkpoint)")
+    job.add_argument("--master", help="Spark master URL, e.g. local[4], spark://host:7077, yarn "
+                                      "(RECLAIM_MASTER, default local[*])")
+    job.add_argument("--trigger-interval-s", type=float,
+                     help="seconds between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5)")
+    job.add_argument("--reevaluate-s", type=float,
+                     help="longest wait before a stream whose time limits can fire is decided again without new "
+                          "input (it is also decided at the instant one fires) (RECLAIM_REEVALUATE_S, default 30)")
+    job.add_argument("--state-buckets", type=int,
+                     help="state buckets the streams are spread over; fixed by the first checkpoint "
+                          "(RECLAIM_STATE_BUCKETS, default 64)")
+    job.add_argument("--once", action="store_true",
+                     help="process what is on the input topics now, then exit (e.g. from cron)")
+    job.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
+    job.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    common(job)
+    job.set_defaults(run=cmd_retention_job)

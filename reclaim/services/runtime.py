@@ -1,0 +1,151 @@
+"""Builds a process's long-lived parts from its settings: metadata store, bindings, codec, pipeline."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.mark import LedgerDeletionService
+from reclaim.exits import Unavailable
+from reclaim.localstack import stack
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.topics import TopicNames
+from reclaim.schemas.codec import RecordCodec, build_codec
+from reclaim.security.keyring import Algorithm, Keyring, load_keyring
+from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
+from reclaim.services import client_security
+from reclaim.settings import AWS_S3, Settings
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.errors import MetadataError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.s3 import S3ChunkStorage, S3Settings
+from reclaim.storage.sql_store import SQLMetadataStore, is_postgres_url, open_metadata_store
+
+log = logging.getLogger(__name__)
+
+
+def topic_names(settings: Settings) -> TopicNames:
+    return TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays)
+
+
+def metadata_store(settings: Settings, *, create: bool = True) -> SQLMetadataStore:
+    """The metadata store (SQLite file or PostgreSQL database); a writer (``create``) makes or migrates it,
+    a reader or a worker never does: for them a missing, foreign or corrupt store, or a server that does
+    not answer, is one :class:`~reclaim.exits.Unavailable` line."""
+    location = settings.metadata_location
+    if create and not is_postgres_url(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return open_metadata_store(location, create=create, pool_size=settings.metadata_pool_size)
+    except MetadataError as exc:
+        raise Unavailable(f"{exc}: check --metadata-url / RECLAIM_METADATA_URL, or --metadata-path / "
+                          "RECLAIM_METADATA_PATH (or --state-dir); only writers create the store") from exc
+
+
+def s3_settings(settings: Settings) -> S3Settings | None:
+    """The S3 tier-2 binding's settings when one is configured, else None.
+
+    ``RECLAIM_S3_ENDPOINT`` (a URL, or ``aws`` for AWS S3 in ``s3_region``) with the configured
+    credentials, or boto3's credential chain when no access key is set; else the endpoint the local
+    stack's state names (whether or not it answers right now), with the local stack's own keys.
+    """
+    if settings.s3_endpoint:
+        binding = S3Settings(
+            bucket=settings.s3_bucket, endpoint_url=None if settings.s3_endpoint == AWS_S3 else settings.s3_endpoint,
+            access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
+            session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style)
+    else:
+        endpoint = stack.configured_s3(settings)
+        if endpoint is None:
+            return None
+        binding = endpoint.binding_settings(settings.s3_bucket)
+    return replace(binding, count_missing=settings.s3_count_missing)
+
+
+def s3_binding(settings: Settings) -> S3ChunkStorage | None:
+    """The S3 tier-2 binding when one is configured (see :func:`s3_settings`), else None."""
+    binding = s3_settings(settings)
+    return None if binding is None else S3ChunkStorage(binding, name="s3-tier2")
+
+
+def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBindings:
+    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is configured).
+
+    What is configured decides, never what happens to answer: a binding that is down stays registered,
+    so its records wait in the retry tiers instead of being dead-lettered as unknown.
+
+    Only a ``writer`` (or ``RECLAIM_FS_CREATE_ROOT``) creates the filesystem root when it is missing;
+    a worker or an audit refuses a missing root (an unmounted volume) instead of taking it for empty.
+    """
+    bindings = StorageBindings([FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2",
+                                                       delete_workers=settings.delete_parallelism,
+                                                       create=writer or settings.fs_create_root)])
+    s3 = s3_binding(settings)
+    if s3 is not None:
+        bindings.register(s3)
+    return bindings
+
+
+def codec(settings: Settings) -> RecordCodec:
+    """Single-object encoding, or the Confluent wire format through the configured registry (its
+    credentials and CA from the settings, never in the URL the client keeps)."""
+    url, registry_config = client_security.registry_connection(settings)
+    return build_codec(url, registry_config=registry_config)
+
+
+def keyring(settings: Settings) -> Keyring | None:
+    """The keyring of this process (``RECLAIM_KEYRING``), or None when it has none."""
+    return None if settings.keyring is None else load_keyring(settings.keyring)
+
+
+def record_verifier(settings: Settings) -> RecordVerifier | None:
+    """What checks the signatures of the records this process obeys; None when record authentication is
+    off (no keyring, or ``record_auth=off``), which is logged once as a warning."""
+    keys = keyring(settings) if settings.record_auth != "off" else None
+    if keys is None:
+        log.warning("record authentication is off (no keyring: set RECLAIM_KEYRING): records from anyone who can "
+                    "write reclaim's topics are obeyed")
+        return None
+    return RecordVerifier(keys, AuthMode(settings.record_auth or AuthMode.ENFORCE.value))
+
+
+def record_signer(settings: Settings, role: str, subject: str | None = None,
+                  prefer: Algorithm | None = None) -> RecordSigner | None:
+    """What signs the records this process writes as ``role``: None without a keyring; a keyring without
+    a key for the role is a :class:`~reclaim.security.errors.SigningError` (one line), unless record_auth is
+    off or in rollout, where the records go unsigned."""
+    keys = keyring(settings)
+    if keys is None:
+        return None
+    if keys.signing_key(role, subject) is None and settings.record_auth in ("off", "rollout"):
+        log.warning("the keyring has no key for role %s: its records go unsigned", role)
+        return None
+    return RecordSigner(keys, role, subject, prefer)
+
+
+def deletion_service(settings: Settings, store: SQLMetadataStore,
+                     producer: RecordProducer) -> LedgerDeletionService:
+    """Phase 1 wired to the deletion topic through ``producer`` (an idempotent one), signing its records
+    with the controller's key when there is a keyring."""
+    topics = topic_names(settings)
+    publisher = KafkaPendingDeletePublisher(producer, codec(settings), topics.deletion,
+                                            signer=record_signer(settings, "controller", prefer=Algorithm.HMAC_SHA256))
+    return LedgerDeletionService(store, publisher, commit_within_s=settings.mark_timeout_s / 2)
+
+
+def deletion_worker(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,
+                    index: int = 0) -> DeletionWorker:
+    """Phase 2: consumer ``index`` of the configured group over the deletion topic and its retry tiers."""
+    instance_id = f"{settings.instance_id}-{index}" if settings.instance_id else None
+    config = WorkerConfig(
+        bootstrap=stack.require_bootstrap(settings), topics=topic_names(settings), group_id=settings.group_id,
+        batch_size=settings.batch_size, poll_timeout_s=settings.poll_timeout_s,
+        max_attempts=settings.max_attempts, instance_id=instance_id,
+        consumer_overrides={"auto.commit.interval.ms": settings.commit_interval_ms},
+    )
+    executor = DeletionExecutor(store, bindings, mark_timeout_s=settings.mark_timeout_s)
+    return DeletionWorker(config, executor, codec(settings), verifier=record_verifier(settings))

@@ -1,0 +1,111 @@
+"""``reclaim worker``: the phase-2 process, with clean shutdown on signals and optional metrics over HTTP."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from reclaim.consumers.deletion_worker import DeletionWorker, tune_interpreter
+from reclaim.consumers.lag import estimated_inflight
+from reclaim.deletion import metrics
+from reclaim.exits import Unavailable
+from reclaim.localstack import stack
+from reclaim.localstack.procs import stop_on_signals
+from reclaim.services import health, preflight, runtime
+from reclaim.settings import Settings
+from reclaim.storage import metrics as storage_metrics
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.sql_store import SQLMetadataStore
+
+log = logging.getLogger(__name__)
+INFLIGHT_REFRESH_S = 15.0
+
+
+def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
+    """Keep the estimated-inflight gauge current while the worker runs, from its start: the estimate
+    ``reclaim deletions inflight`` prints (same function, group and topics)."""
+    bootstrap = stack.require_bootstrap(settings)
+    topics = runtime.topic_names(settings).deletion_inputs
+    while not stop.is_set():
+        try:
+            metrics.INFLIGHT.set(estimated_inflight(bootstrap, settings.group_id, topics))
+        except Exception as exc:  # noqa: BLE001 - a failed estimate must never stop the worker
+            log.warning("could not estimate in-flight deletions: %s", exc)
+        stop.wait(INFLIGHT_REFRESH_S)
+
+
+def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threading.Event) -> None:
+    """Create the zero series of the worker's topics and bindings, serve every metric, and keep the
+    in-flight estimate and the dependency gauges current until ``stop``."""
+    topics = runtime.topic_names(settings)
+    probes, binding_names = health.worker_probes(settings)
+    metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
+    storage_metrics.initialise(binding_names)
+    preflight.serve_metrics(port, metrics_addr)
+    threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
+    health.HealthMonitor(probes).start(stop)
+
+
+def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
+    """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed."""
+    stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
+    tune_interpreter()
+    if settings.metrics_port is not None:
+        _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
+    store, bindings = _checked_dependencies(settings)
+    log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
+             settings.metadata_shown, settings.consumers)
+    try:
+        return _run_consumers(settings, store, bindings, stop)
+    finally:
+        bindings.close()
+        store.close()
+
+
+def _checked_dependencies(settings: Settings) -> tuple[SQLMetadataStore, StorageBindings]:
+    """Everything a worker needs, proven before it joins its group, each in bounded time: the metadata
+    store (never created here), every configured binding and every binding the store's rows name, the
+    broker and every topic the worker reads or writes. The first that fails stops it in one line."""
+    store = runtime.metadata_store(settings, create=False)
+    bindings = runtime.storage_bindings(settings)
+    try:
+        unconfigured = sorted(store.binding_names() - set(bindings.names()))
+        if unconfigured:
+            raise Unavailable(f"the metadata store has chunks on storage binding {unconfigured[0]!r}, which is not "
+                              "configured: set its endpoint (RECLAIM_S3_ENDPOINT / --s3-endpoint) so its records "
+                              "are deleted, not dead-lettered")
+        bindings.check()
+        topics = runtime.topic_names(settings)
+        address = preflight.bootstrap(settings)
+        preflight.require_topics(address, [*topics.deletion_inputs, topics.dlq])
+        preflight.require_deleting(address, [*topics.deletion_inputs, topics.dlq])
+    except BaseException:
+        bindings.close()
+        store.close()
+        raise
+    return store, bindings
+
+
+def _run_consumers(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,
+                   stop: threading.Event) -> int:
+    """One consumer per thread, all in one group: while one waits on storage, another decodes and judges."""
+    workers = [runtime.deletion_worker(settings, store, bindings, index=i) for i in range(settings.consumers)]
+    failures: list[BaseException] = []
+
+    def consume(worker: DeletionWorker) -> None:
+        try:
+            worker.run(stop)
+        except BaseException as exc:  # a dead consumer stops the whole worker: nothing runs half-staffed
+            failures.append(exc)
+            stop.set()
+            raise
+
+    threads = [threading.Thread(target=consume, args=(w,), name=f"consumer-{i}") for i, w in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        stop.wait(0.5)  # the main thread stays free to take SIGTERM/SIGINT
+    if failures:
+        log.error("worker stopped after a consumer failed: %s", failures[0])
+        return 1
+    return 0

@@ -1,0 +1,215 @@
+"""reclaim's process settings: read once from the environment (``RECLAIM_*``), overridden by CLI flags."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_RETRY_DELAYS = (10, 60, 600)
+MAX_BATCH_SIZE = 1_000_000
+"""The most records librdkafka's ``consume`` returns at once."""
+MAX_COMMIT_INTERVAL_MS = 86_400_000
+"""librdkafka's bound on ``auto.commit.interval.ms``."""
+
+RECORD_AUTH_MODES = ("enforce", "rollout", "off")
+
+AWS_S3 = "aws"
+"""The ``s3_endpoint`` that means AWS S3 itself: no endpoint URL, the region's endpoint chosen by boto3."""
+
+METADATA_URL_HELP = ("a metadata store shared by hosts: postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
+                     "(RECLAIM_METADATA_URL; wins over --metadata-path)")
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "reclaim"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a reclaim process is configured with. Build it with :meth:`from_env`.
+
+    Each field ``name`` is read from ``RECLAIM_<NAME>``; a CLI flag that is given wins.
+    """
+
+    state_dir: Path = Path(".reclaim")
+    cache_dir: Path = field(default_factory=_default_cache)
+    bootstrap: str | None = None
+    topic_prefix: str = "reclaim."
+    partitions: int = 4
+    replication_factor: int = 1
+    deletion_retention_ms: int = 7 * 24 * 3600 * 1000
+    dlq_retention_ms: int = 30 * 24 * 3600 * 1000
+    retry_delays: tuple[int, ...] = DEFAULT_RETRY_DELAYS
+    s3_endpoint: str | None = None
+    s3_bucket: str = "reclaim-tier2"
+    # No access key: boto3's credential chain (profile, environment, web identity, instance role).
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    s3_session_token: str | None = None
+    s3_region: str = "us-east-1"
+    # None: path-style for an endpoint URL, virtual-hosted on AWS S3.
+    s3_path_style: bool | None = None
+    s3_count_missing: bool = True
+    schema_registry_url: str | None = None
+    schema_registry_basic_auth: str | None = None
+    schema_registry_basic_auth_file: Path | None = None
+    schema_registry_ca_location: Path | None = None
+    # The metadata store: a SQLite file (``metadata_path``, default ``<state_dir>/metadata.db``) or, for
+    # processes on several hosts, a PostgreSQL database (``metadata_url``, which wins when set).
+    metadata_path: Path | None = None
+    metadata_url: str | None = None
+    metadata_pool_size: int = 8
+    # Phase-2 worker.
+    fs_root: Path | None = None
+    fs_create_root: bool = False
+    group_id: str = "reclaim-deletion"
+    instance_id: str | None = None
+    consumers: int = 1
+    batch_size: int = 1000
+    poll_timeout_s: float = 1.0
+    delete_parallelism: int = 8
+    max_attempts: int = 10
+    mark_timeout_s: float = 300.0
+    commit_interval_ms: int = 1000
+    metrics_port: int | None = None
+    # Retention, controller side.
+    truncation_group_id: str = "reclaim-truncation"
+    record_every_s: float = 60.0
+    stream_binding: str = "fs-tier2"
+    # Authenticated records: the keyring file this process signs with and verifies by, and whether an
+    # unsigned record is refused (enforce, the default with a keyring), accepted while signing is rolled
+    # out (rollout), or nothing is verified (off, the default without a keyring).
+    keyring: Path | None = None
+    record_auth: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``RECLAIM_<FIELD>`` variables, then ``overrides`` (CLI flags) that are not None."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"RECLAIM_{f.name.upper()}")
+            if raw:
+                values[f.name] = _parse(f.name, str(f.type), raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        for f in fields(cls):
+            if "Path" in str(f.type) and values.get(f.name) is not None:
+                values[f.name] = Path(values[f.name])
+        settings = replace(cls(), **values)
+        settings.validate()
+        return settings
+
+    @property
+    def metadata_file(self) -> Path:
+        return self.metadata_path or self.state_dir / "metadata.db"
+
+    @property
+    def metadata_location(self) -> str:
+        """Where the metadata store is: a ``postgresql://`` URL, else the SQLite file's path."""
+        if self.metadata_url:
+            return self.metadata_url.removeprefix("sqlite://") if self.metadata_url.startswith("sqlite://") \
+                else self.metadata_url
+        return str(self.metadata_file)
+
+    @property
+    def metadata_shown(self) -> str:
+        """The metadata location as logs and messages show it (a URL without its password)."""
+        if self.metadata_url and self.metadata_url.startswith(("postgresql://", "postgres://")):
+            from reclaim.storage.postgres_base import describe
+
+            return f"PostgreSQL {describe(self.metadata_url)}"
+        return self.metadata_location
+
+    @property
+    def fs_tier2_root(self) -> Path:
+        return self.fs_root or self.state_dir / "tier2"
+
+    def validate(self) -> None:
+        positive = {"partitions": self.partitions, "batch_size": self.batch_size, "max_attempts": self.max_attempts,
+                    "delete_parallelism": self.delete_parallelism, "metadata_pool_size": self.metadata_pool_size,
+                    "consumers": self.consumers, "replication_factor": self.replication_factor}
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} (librdkafka's limit), got {self.batch_size}")
+        # NaN compares false with everything, so "not > 0" and isfinite keep it (and infinity) out.
+        if not all(math.isfinite(value) and value > 0 for value in (self.poll_timeout_s, self.mark_timeout_s)):
+            raise ValueError("poll_timeout_s and mark_timeout_s must be positive, got "
+                             f"{self.poll_timeout_s} and {self.mark_timeout_s}")
+        if not 0 <= self.commit_interval_ms <= MAX_COMMIT_INTERVAL_MS:
+            raise ValueError(f"commit_interval_ms must be between 0 and {MAX_COMMIT_INTERVAL_MS}, "
+                             f"got {self.commit_interval_ms}")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be between 1 and 65535, got {self.metrics_port}")
+        for name in ("group_id", "truncation_group_id"):
+            if not getattr(self, name).strip():  # librdkafka aborts the process on an empty group.id
+                raise ValueError(f"{name} must not be empty")
+        endpoint = urlsplit(self.s3_endpoint or "")
+        if self.s3_endpoint and self.s3_endpoint != AWS_S3 and (endpoint.scheme not in ("http", "https")
+                                                                or not endpoint.hostname):
+            # botocore's own refusal came only at the first request, after a logged traceback.
+            raise ValueError(f"s3_endpoint must be an http:// or https:// URL with a host, or {AWS_S3!r} for AWS S3, "
+                             f"got {self.s3_endpoint!r}")
+        if bool(self.s3_access_key) != bool(self.s3_secret_key):
+            raise ValueError("s3_access_key and s3_secret_key go together (leave both out for boto3's credential "
+                             "chain: AWS_PROFILE, AWS_ACCESS_KEY_ID, web identity, instance role)")
+        if self.s3_session_token and not self.s3_access_key:
+            raise ValueError("s3_session_token needs s3_access_key and s3_secret_key")
+        if self.schema_registry_basic_auth and self.schema_registry_basic_auth_file:
+            raise ValueError("schema_registry_basic_auth and schema_registry_basic_auth_file are both set: keep one")
+        if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):
+            raise ValueError(f"retry_delays must be whole seconds >= 1, e.g. 10,60,600; got {self.retry_delays}")
+        if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):
+            raise ValueError("metadata_url must be a postgresql://user:password@host:port/database URL "
+                             f"(or sqlite://PATH), got {self.metadata_url.split('://')[0]!r}...")
+        if self.record_auth is not None and self.record_auth not in RECORD_AUTH_MODES:
+            raise ValueError(f"record_auth must be one of {', '.join(RECORD_AUTH_MODES)}, got {self.record_auth!r}")
+        if self.record_auth in ("enforce", "rollout") and self.keyring is None:
+            raise ValueError(f"record_auth={self.record_auth} needs a keyring (RECLAIM_KEYRING, a keyring file)")
+        if not math.isfinite(self.record_every_s) or self.record_every_s < 0:
+            raise ValueError(f"record_every_s must be a number of seconds >= 0, got {self.record_every_s}")
+
+
+def redact_password(url: str) -> str:
+    """``url`` with the password of its user part masked (``postgresql://u:********@host/db``), and any
+    ``password=`` / ``sslpassword=`` query parameter (libpq takes both); each URL of a comma-separated
+    list (a Schema Registry's) too."""
+    return ",".join(_QUERY_PASSWORD.sub(r"\1********", re.sub(r"^(\s*[a-z][a-z0-9+.-]*://[^:/@]*:)[^@]*@",
+                                                              r"\1********@", part))
+                    for part in url.split(","))
+
+
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _bool(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise ValueError(raw)
+    return word in _TRUE
+
+
+def _parse(name: str, type_name: str, raw: str) -> Any:
+    variable = f"RECLAIM_{name.upper()}"
+    try:
+        if type_name.startswith("bool"):
+            return _bool(raw)
+        if "tuple" in type_name:
+            return tuple(int(part) for part in raw.split(",") if part.strip())
+        if type_name.startswith("int"):
+            return int(raw)
+        if type_name.startswith("float"):
+            return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{variable}: cannot read {raw!r} as {type_name}") from exc
+    return raw

@@ -1,0 +1,1 @@
+"""The dead-letter topic for operators: reading, selecting, rendering, replaying and purging."""

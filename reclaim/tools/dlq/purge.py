@@ -1,0 +1,124 @@
+"""``reclaim dlq purge``: dead letters dropped with the Admin API's delete-records.
+
+Kafka can only drop the oldest records of a partition: delete-records moves the partition's start
+(its low watermark) forward. So with filters, each partition loses the longest run of records, from
+its start, that all match; the first record that does not match stays, and so does every record
+after it, matching or not (the plan says which and how many). ``--up-to P:O`` drops partition P's
+records up to and including offset O. The plan is made from the records read; nothing newer is ever
+dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from reclaim.exits import Unavailable
+from reclaim.producers.config import kafka_config, quiet_logger
+from reclaim.producers.kafka_errors import kafka_error_of
+from reclaim.tools.dlq.records import DeadLetter
+from reclaim.tools.dlq.selection import Filters
+
+PURGE_TIMEOUT_S = 30.0
+
+_QUIET = quiet_logger("dlq-purge")
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """What a purge does to one partition: offsets ``low`` to ``drop_to - 1`` go, the rest stay.
+
+    ``kept_because`` says why the first record kept is kept (empty when nothing read is kept);
+    ``matching_kept`` counts the records that match but stay behind it.
+    """
+
+    partition: int
+    low: int
+    high: int
+    drop_to: int
+    dropped: int
+    kept: int
+    kept_because: str = ""
+    matching_kept: int = 0
+
+    def describe(self) -> str:
+        """The plan of this partition in one line."""
+        gone = (f"drop offsets {self.low}..{self.drop_to - 1} ({self.dropped} record(s))" if self.dropped
+                else "drop nothing")
+        if not self.kept:
+            return f"partition {self.partition}: {gone}; nothing stays"
+        stays = f"keep offsets {self.drop_to}..{self.high - 1} ({self.kept} record(s))"
+        why = f": {self.kept_because}" if self.kept_because else ""
+        behind = (f"; {self.matching_kept} matching record(s) after it stay too, since delete-records can only "
+                  "drop a partition's oldest records") if self.matching_kept else ""
+        return f"partition {self.partition}: {gone}; {stays}{why}{behind}"
+
+
+def _by_partition(letters: Sequence[DeadLetter]) -> dict[int, list[DeadLetter]]:
+    found: dict[int, list[DeadLetter]] = {}
+    for letter in sorted(letters, key=lambda d: (d.partition, d.offset)):
+        found.setdefault(letter.partition, []).append(letter)
+    return found
+
+
+def plan_filtered(letters: Sequence[DeadLetter], watermarks: Mapping[int, tuple[int, int]], filters: Filters,
+                  now_ms: int) -> list[PartitionPlan]:
+    """Per partition, drop the longest run of records from its start that all match ``filters``."""
+    read = _by_partition(letters)
+    plans = []
+    for partition, (low, high) in sorted(watermarks.items()):
+        records = read.get(partition, [])
+        drop_to, because, kept_from = high, "", len(records)
+        for index, letter in enumerate(records):
+            why = filters.mismatch(letter, now_ms)
+            if why is not None:
+                drop_to, because, kept_from = letter.offset, f"offset {letter.offset} does not match ({why})", index
+                break
+        matching_kept = sum(1 for letter in records[kept_from + 1:] if filters.matches(letter, now_ms))
+        plans.append(PartitionPlan(partition, low, high, drop_to, kept_from, len(records) - kept_from,
+                                   because, matching_kept))
+    return plans
+
+
+def plan_up_to(letters: Sequence[DeadLetter], watermarks: Mapping[int, tuple[int, int]], partition: int,
+               offset: int) -> list[PartitionPlan]:
+    """Drop ``partition``'s records up to and including ``offset``; ValueError when it holds no such offset."""
+    if partition not in watermarks:
+        raise ValueError(f"the DLQ has no partition {partition} (it has {len(watermarks)})")
+    low, high = watermarks[partition]
+    if not low <= offset < high:
+        held = f"offsets {low} to {high - 1}" if high > low else "no records"
+        raise ValueError(f"--up-to {partition}:{offset}: partition {partition} holds {held}")
+    records = _by_partition(letters).get(partition, [])
+    dropped = sum(1 for letter in records if letter.offset <= offset)
+    because = f"only offsets up to {offset} were asked for" if offset + 1 < high else ""
+    return [PartitionPlan(partition, low, high, offset + 1, dropped, len(records) - dropped, because)]
+
+
+def plan_json(topic: str, plans: Sequence[PartitionPlan]) -> dict[str, object]:
+    return {"topic": topic, "dropped": sum(p.dropped for p in plans), "kept": sum(p.kept for p in plans),
+            "partitions": [asdict(p) for p in plans]}
+
+
+def purge(address: str, topic: str, plans: Sequence[PartitionPlan],
+          timeout_s: float = PURGE_TIMEOUT_S) -> dict[int, int]:
+    """Carry out ``plans``; each partition's start offset afterwards, as the broker reports it."""
+    requests = [TopicPartition(topic, plan.partition, plan.drop_to) for plan in plans if plan.dropped]
+    if not requests:
+        return {}
+    seen: list[KafkaError] = []
+    admin = AdminClient(kafka_config(address, "admin", {"logger": _QUIET, "error_cb": seen.append}))
+    starts: dict[int, int] = {}
+    futures = admin.delete_records(requests, request_timeout=timeout_s, operation_timeout=timeout_s)
+    for tp, future in futures.items():
+        try:
+            starts[tp.partition] = future.result(timeout=timeout_s).low_watermark
+        except KafkaException as exc:
+            error = kafka_error_of(exc)
+            cause = error.str() if error is not None else str(exc)
+            raise Unavailable(f"delete-records on {topic} partition {tp.partition} failed: {cause} "
+                              f"({len(starts)} partition(s) purged before it)") from exc
+    return starts

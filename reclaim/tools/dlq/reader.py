@@ -1,0 +1,154 @@
+"""Reading the dead-letter topic for ``reclaim dlq``: by assignment, no group joined, nothing committed.
+
+Every command reads the whole topic from each partition's low to its high watermark, so counts are of
+every record there. Duplicates (one record dead-lettered by two groups, or twice) are kept as read;
+:mod:`reclaim.tools.dlq.selection` counts them and shows each record once (see its docstring).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from reclaim.exits import Unavailable, UsageError
+from reclaim.producers.config import kafka_config, quiet_logger
+from reclaim.schemas.codec import RecordCodec
+from reclaim.services import preflight
+from reclaim.settings import Settings
+from reclaim.tools.dlq.records import DeadLetter, dead_letter
+
+READ_TIMEOUT_S = 10.0
+"""How long a read may go without a record before it gives up with one line."""
+
+READER_GROUP = "reclaim-dlq-reader"
+"""The group id librdkafka requires of a consumer; never joined (records are read by assignment)."""
+
+_QUIET = quiet_logger("dlq")
+
+
+@dataclass(frozen=True)
+class DlqScan:
+    """Every record of the DLQ as read, and each partition's ``(low, high)`` watermarks at the start."""
+
+    topic: str
+    letters: tuple[DeadLetter, ...]
+    watermarks: dict[int, tuple[int, int]]
+
+
+def connect(settings: Settings, topics: Iterable[str]) -> str:
+    """The broker address, once the broker has answered (bounded) and has every topic in ``topics``."""
+    address = preflight.bootstrap(settings)
+    preflight.require_topics(address, list(topics))
+    return address
+
+
+class Reader:
+    """A consumer that reads by assignment; librdkafka's log and error events are kept off the terminal,
+    the error events in :attr:`errors` for the message of a read that fails."""
+
+    def __init__(self, address: str) -> None:
+        self.errors: list[KafkaError] = []
+        self.consumer = Consumer(kafka_config(address, "consumer", {
+            "group.id": READER_GROUP, "enable.auto.commit": False, "logger": _QUIET,
+            "error_cb": self.errors.append}))
+
+    def cause(self) -> str:
+        """`` (the last error librdkafka reported)``, or nothing."""
+        return f" ({self.errors[-1].str()})" if self.errors else ""
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+    """Each partition's ``(low, high)`` watermarks."""
+    metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        raise Unavailable(f"DLQ topic {topic} does not exist: run `reclaim topics create`")
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            for p in sorted(metadata.partitions)}
+
+
+def scan(address: str, topic: str, codec: RecordCodec, timeout_s: float = READ_TIMEOUT_S) -> DlqScan:
+    """Read every record of the DLQ ``topic`` present when the read starts."""
+    messages, marks = read_all(address, topic, timeout_s)
+    return DlqScan(topic, tuple(_letter(msg, codec, topic) for msg in messages), marks)
+
+
+def read_all(address: str, topic: str, timeout_s: float = READ_TIMEOUT_S
+             ) -> tuple[list[Message], dict[int, tuple[int, int]]]:
+    """Every record of ``topic`` present when the read starts, and the watermarks it read between."""
+    reading = Reader(address)
+    try:
+        marks = watermarks(reading.consumer, topic, timeout_s)
+        return _read(reading, topic, marks, timeout_s), marks
+    finally:
+        reading.close()
+
+
+def _read(reading: Reader, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float) -> list[Message]:
+    pending = {p: high for p, (low, high) in marks.items() if high > low}
+    reading.consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in pending])
+    read: list[Message] = []
+    last_progress = time.monotonic()
+    while pending:
+        messages = reading.consumer.consume(500, 0.5)
+        if messages:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > timeout_s:
+            where = ", ".join(f"partition {p} up to offset {end}" for p, end in sorted(pending.items()))
+            raise Unavailable(f"reading {topic} stalled for {timeout_s:g} s before {where}{reading.cause()}: "
+                              "is the broker up?")
+        for msg in messages:
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if _failed(msg) or partition not in pending:
+                continue
+            if offset < pending[partition]:
+                read.append(msg)
+            if offset + 1 >= pending[partition]:
+                del pending[partition]  # records that arrive after the read started are left out
+    return read
+
+
+def _failed(msg: Message) -> bool:
+    error = msg.error()
+    if error is None:
+        return False
+    if error.fatal():
+        raise KafkaException(error)
+    return True
+
+
+def _letter(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
+    return dead_letter(topic, msg.partition() or 0, msg.offset() or 0, msg.timestamp()[1], msg.key(), msg.value(),
+                       msg.headers(), codec)
+
+
+def read_one(address: str, topic: str, codec: RecordCodec, partition: int, offset: int,
+             timeout_s: float = READ_TIMEOUT_S) -> DeadLetter:
+    """The record at ``partition:offset``; one usage line when the DLQ holds no record there."""
+    reading = Reader(address)
+    try:
+        marks = watermarks(reading.consumer, topic, timeout_s)
+        if partition not in marks:
+            raise UsageError(f"{topic} has no partition {partition} (it has {len(marks)})")
+        low, high = marks[partition]
+        if not low <= offset < high:
+            held = f"offsets {low} to {high - 1}" if high > low else "no records"
+            raise UsageError(f"no record at {partition}:{offset}: partition {partition} of {topic} holds {held}")
+        reading.consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = reading.consumer.poll(0.5)
+            if msg is None or _failed(msg):
+                continue
+            if msg.offset() != offset:
+                raise UsageError(f"no record at {partition}:{offset} of {topic} (the next is at offset {msg.offset()})")
+            return _letter(msg, codec, topic)
+        raise Unavailable(f"no answer reading {topic} at {partition}:{offset} within {timeout_s:g} s"
+                          f"{reading.cause()}")
+    finally:
+        reading.close()
