@@ -1,16 +1,14 @@
-"""``reclaim streams …``, ``reclaim truncation-applier``: streams, retention policies and truncation by hand."""
+"""``reclaim streams …``: streams, retention policies and truncation by hand."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 
-from reclaim.consumers.truncation_applier import ApplierConfig, TruncationApplier
+from reclaim.cli.common import Common
 from reclaim.exits import Unavailable, UsageError
-from reclaim.localstack.procs import stop_on_signals
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.producers.subscribers import SubscriberClient
@@ -174,31 +172,7 @@ def print_history(controller: StreamController, stream: str, *, as_json: bool) -
               f"from {row['source']}{applying}")
 
 
-def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
-    topics, address = runtime.topic_names(settings), preflight.bootstrap(settings)
-    # A topic that is not there (another --topic-prefix) left the applier polling nothing, without end.
-    preflight.require_topics(address, [topics.truncation] + ([topics.stream_cuts] if settings.record_every_s > 0
-                                                             else []))
-    stop = stop_on_signals("finishing the event in hand, then stopping", log.info)
-    if settings.metrics_port is not None:
-        preflight.serve_metrics(settings.metrics_port, args.metrics_addr)
-    with stream_controller(settings) as (controller, publisher):
-        config = ApplierConfig(address, topics.truncation, settings.truncation_group_id,
-                               poll_timeout_s=settings.poll_timeout_s)
-        applier = TruncationApplier(config, controller, runtime.codec(settings),
-                                    verifier=runtime.record_verifier(settings))
-        tick: Callable[[], object] | None = None
-        if settings.record_every_s > 0:
-            period_ms = int(settings.record_every_s * 1000)
-            tick = RetentionRecorder(controller, publisher, topics.stream_cuts, period_ms).tick
-        log.info("truncation applier on %s (group %s); recording cuts %s", topics.truncation,
-                 settings.truncation_group_id,
-                 f"every {settings.record_every_s:g} s" if settings.record_every_s > 0 else "never")
-        applier.run(stop, on_idle=tick)
-    return 0
-
-
-def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
     streams = sub.add_parser(
         "streams", help="create streams, set retention policies, read tail cuts, record cuts, truncate by hand",
         description="create: a stream over N segments. set-policy: store and publish a retention policy "
@@ -226,21 +200,3 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
     streams.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
     common(streams)
     streams.set_defaults(run=cmd_streams)
-
-    applier = sub.add_parser(
-        "truncation-applier", help="apply truncation events to streams, and record retention cuts",
-        description="Consume the truncation topic as a consumer group and truncate each stream at its event's "
-                    "cut (duplicates and cuts behind the head are no-ops; offsets stored once the truncation is "
-                    "durable). Every --record-every-s it also records each stream's tail cut and size onto the "
-                    "stream-cuts topic: both are the controller's side of retention and need its store.")
-    applier.add_argument("--record-every-s", type=float,
-                         help="retention period of the recorder (RECLAIM_RECORD_EVERY_S, default 60; 0: never)")
-    applier.add_argument("--truncation-group-id", help="consumer group (default reclaim-truncation)")
-    applier.add_argument("--poll-timeout-s", type=float, help="poll timeout (default 1.0)")
-    applier.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
-    applier.add_argument("--metadata-url", help=METADATA_URL_HELP)
-    applier.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
-    applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
-    common(applier)
-    applier.set_defaults(run=cmd_applier)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import re
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,17 +31,6 @@ LONGEST_PERIOD_S = 366 * 86400.0
 # The master URLs Spark accepts (``SparkContext``): anything else failed only once Spark had started, in a traceback.
 MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]"
                     r"|(spark|mesos|k8s)://\S+|yarn")
-
-DESCRIPTION = """\
-Read the retention inputs (stream topology, stream config, subscribers, subscriber cuts, recorded
-stream cuts) from the earliest offsets, keep one retention state per stream in Spark's state store,
-and write a TruncationEvent to the truncation topic whenever a stream's truncation cut advances;
-inputs that cannot be decoded or are refused go to the retention-rejects topic. The job resumes from
-its checkpoint. With --once it processes what is on the topics now (and any stream whose
-re-evaluation is due) and exits; otherwise it runs until SIGTERM/SIGINT (a batch cut short is redone
-on restart; the truncation applier ignores the duplicate events that can cause).
-"""
-
 
 @dataclass(frozen=True)
 class RetentionJobSettings(Settings):
@@ -76,10 +63,11 @@ class RetentionJobSettings(Settings):
                              f"yarn, k8s://..., mesos://...), got {self.master!r}")
 
     @classmethod
-    def of(cls, base: Settings, args: argparse.Namespace) -> RetentionJobSettings:
-        """``base`` (flags and environment already merged) with the job's own flags and variables."""
+    def of(cls, base: Settings, flags: object) -> RetentionJobSettings:
+        """``base`` (flags and environment already merged) with the job's own flags (attributes of ``flags``,
+        None when not given) and variables."""
         common = {f.name: getattr(base, f.name) for f in fields(Settings)}
-        own = {name: getattr(args, name, None) for name in ("checkpoint", "master", "trigger_interval_s",
+        own = {name: getattr(flags, name, None) for name in ("checkpoint", "master", "trigger_interval_s",
                                                             "reevaluate_s", "state_buckets", "metrics_port")}
         settings = cls.from_env(**{**common, **{k: v for k, v in own.items() if v is not None}})
         assert isinstance(settings, RetentionJobSettings)
@@ -199,32 +187,3 @@ def _report(batches: list[BatchSummary], failure: str | None) -> int:
         log.error("retention query failed: %s", failure.splitlines()[0])
         return 1
     return 0
-
-
-def cmd_retention_job(args: argparse.Namespace, settings: Settings) -> int:
-    return run_retention_job(RetentionJobSettings.of(settings, args), once=args.once, metrics_addr=args.metrics_addr)
-
-
-def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
-    """Add ``reclaim retention-job`` to the command line."""
-    job = sub.add_parser("retention-job", help="run the Spark retention job: truncation events from subscribers' "
-                                               "cuts, policies and recorded cuts", description=DESCRIPTION,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    job.add_argument("--checkpoint", help="Spark checkpoint path or URI; holds the offsets read and every stream's "
-                                          "state (RECLAIM_CHECKPOINT, default <state-dir>/retention-checkpoint)")
-    job.add_argument("--master", help="Spark master URL, e.g. local[4], spark://host:7077, yarn "
-                                      "(RECLAIM_MASTER, default local[*])")
-    job.add_argument("--trigger-interval-s", type=float,
-                     help="seconds between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5)")
-    job.add_argument("--reevaluate-s", type=float,
-                     help="longest wait before a stream whose time limits can fire is decided again without new "
-                          "input (it is also decided at the instant one fires) (RECLAIM_REEVALUATE_S, default 30)")
-    job.add_argument("--state-buckets", type=int,
-                     help="state buckets the streams are spread over; fixed by the first checkpoint "
-                          "(RECLAIM_STATE_BUCKETS, default 64)")
-    job.add_argument("--once", action="store_true",
-                     help="process what is on the input topics now, then exit (e.g. from cron)")
-    job.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
-    job.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
-    common(job)
-    job.set_defaults(run=cmd_retention_job)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from reclaim.cli.dlq import confirmed
 from reclaim.consumers import retry
 from reclaim.consumers.retry import Delivery, RetryTiers
 from reclaim.consumers.routing import route
@@ -20,7 +21,6 @@ from reclaim.tools.dlq.purge import plan_filtered, plan_up_to
 from reclaim.tools.dlq.records import DeadLetter, dead_letter
 from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
 from reclaim.tools.dlq.selection import Filters, dedupe
-from reclaim.tools.dlq.write import confirmed
 
 from .test_dlq_units import NOW, letter
 

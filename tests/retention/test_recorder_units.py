@@ -16,7 +16,7 @@ from reclaim.producers.publisher import PublishError
 from reclaim.schemas.base import AvroRecord
 from reclaim.schemas.streams import RetentionPolicy, RetentionType
 from reclaim.segments.streams import StreamController
-from reclaim.services import preflight
+from reclaim.services import applier, preflight
 from reclaim.services.recorder import RetentionRecorder
 from tests.streams.orders import SEGMENTS, STREAM, orders_stream
 
@@ -121,11 +121,11 @@ def test_the_applier_without_its_topics_stops_in_one_line(monkeypatch: pytest.Mo
         raise AssertionError("nothing is opened before the topics are checked")
         yield
 
-    monkeypatch.setattr(streams_cli, "stream_controller", unreached)
+    monkeypatch.setattr(applier, "stream_controller", unreached)
     args = build_parser().parse_args(["truncation-applier", "--bootstrap", "h:1", "--topic-prefix", "p.",
                                       "--state-dir", str(tmp_path / "state"), *flags])
     with pytest.raises(Unavailable, match=missing):
-        streams_cli.cmd_applier(args, settings_from(args))
+        args.run(args, settings_from(args))
 
 
 def test_streams_record_naming_a_stream_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

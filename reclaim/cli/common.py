@@ -1,0 +1,54 @@
+"""What every command module shares: the options every command takes, and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from reclaim.exits import ExitCode
+from reclaim.settings import Settings
+
+#: What a command runs: its parsed arguments and the settings of this run in, an exit status out.
+Command = Callable[[argparse.Namespace, Settings], int]
+#: Adds the options every command takes to a command's parser.
+Common = Callable[[argparse.ArgumentParser], None]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with reclaim's exit status for bad usage (64) instead of 2, which means "could not run"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes; on a command they only override what was given before it."""
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="log at debug level")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="log warnings and errors only")
+    parser.add_argument("--log-format", choices=["text", "json"], default=default,
+                        help="log lines as text (default) or one JSON object each (RECLAIM_LOG_FORMAT)")
+    parser.add_argument("--config", type=Path, default=default, metavar="FILE",
+                        help="TOML config file with the same keys as the environment (RECLAIM_CONFIG)")
+
+
+def common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", type=Path, help="local stack data and logs (default .reclaim)")
+    parser.add_argument("--cache-dir", type=Path, help="downloaded Kafka jars (default ~/.cache/reclaim)")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
+    parser.add_argument("--topic-prefix", help="prefix of every topic name (default 'reclaim.')")
+    parser.add_argument("--s3-endpoint", help="S3 endpoint URL, or 'aws' for AWS S3 itself (default: the local "
+                        "stack's endpoint)")
+    parser.add_argument("--s3-bucket", help="tier-2 bucket (default reclaim-tier2)")
+    global_options(parser, top=False)
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, default=str))

@@ -1,0 +1,49 @@
+"""``reclaim local up | down | status``: the local stack (:mod:`reclaim.localstack.stack`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from reclaim.cli.common import Common, print_json
+from reclaim.exits import ExitCode
+from reclaim.localstack import stack
+from reclaim.settings import Settings
+
+
+def cmd_local(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "up":
+        state = stack.up(settings, secure=args.secure)
+        print(f"kafka  bootstrap={state.bootstrap} pid={state.kafka_pid}"
+              + (" SASL_SSL (SCRAM-SHA-512), ACLs enforced" if state.kafka_secure else
+                 " PLAINTEXT: no authentication, no ACLs (`reclaim local up --secure` for SASL_SSL)"))
+        if state.kafka_secure:
+            ca, admin, config = stack.secure_files(settings.state_dir)
+            print(f"       CA certificate: {ca}")
+            print(f"       the admin (a super user), password included, mode 0600: librdkafka properties {admin}, "
+                  f"reclaim config file {config} (reclaim --config {config} ...)")
+        print(f"s3     endpoint={state.s3_url} bucket={state.s3_bucket} pid={state.s3_pid}")
+    elif args.action == "down":
+        stack.down(settings)
+        print("local stack stopped")
+    else:
+        report = stack.status(settings)
+        if args.json:
+            print_json(report)
+        else:
+            for part, facts in report.items():
+                health = "healthy" if facts["healthy"] else "NOT HEALTHY"
+                details = " ".join(f"{key}={value}" for key, value in facts.items() if key != "healthy")
+                print(f"{part:6} {health:12} {details}")
+        return ExitCode.OK if all(part["healthy"] for part in report.values()) else ExitCode.UNHEALTHY
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+    local = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 endpoint")
+    local.add_argument("action", choices=["up", "down", "status"])
+    local.add_argument("--json", action="store_true", help="status: print the report as JSON")
+    local.add_argument("--secure", action="store_true",
+                       help="up: run the broker with SASL_SSL (SCRAM-SHA-512), a CA of its own and ACLs enforced; "
+                            "the default stack is PLAINTEXT")
+    common(local)
+    local.set_defaults(run=cmd_local)

@@ -1,0 +1,54 @@
+"""``reclaim topics create | describe``: reclaim's topics (:mod:`reclaim.tools.topics`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reclaim.cli.common import Common, print_json
+from reclaim.exits import ExitCode
+from reclaim.services import preflight
+from reclaim.settings import Settings
+
+
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from reclaim.tools.topics import admin_client, create_topics, describe_topics, mismatches, topic_specs
+
+    admin = admin_client(preflight.broker(settings))
+    specs = topic_specs(settings)
+    if args.action == "create":
+        outcomes = create_topics(admin, specs, settings.replication_factor)
+    rows = describe_topics(admin, specs)
+    differ = mismatches(specs, rows)
+    if args.json:
+        if args.action == "create":
+            rows = [{**row, "outcome": outcomes.get(str(row["topic"]))} for row in rows]
+        print_json([{**row, "mismatch": differ.get(str(row["topic"]))} for row in rows])
+    elif args.action == "create":
+        for topic, outcome in outcomes.items():
+            print(f"{outcome:8} {topic}" + (f"  MISMATCH: {differ[topic]}" if topic in differ else ""))
+    else:
+        table = Table("topic", "partitions", "cleanup.policy", "retention.ms", "mismatch", box=None)
+        for row in rows:
+            if not row["exists"]:
+                table.add_row(str(row["topic"]), "(missing)", "", "", "")
+                continue
+            table.add_row(str(row["topic"]), str(row["partitions"]), str(row["cleanup.policy"]),
+                          str(row["retention.ms"]), differ.get(str(row["topic"]), ""))
+        Console(width=200).print(table)
+    for topic, problem in differ.items():
+        print(f"reclaim: topic {topic} differs from its configuration: {problem} (an existing topic is never "
+              "changed by reclaim: alter or recreate it)", file=sys.stderr)
+    return ExitCode.FINDINGS if differ else ExitCode.OK
+
+
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+    topics = sub.add_parser("topics", help="create or describe reclaim's topics (idempotent)")
+    topics.add_argument("action", choices=["create", "describe"])
+    topics.add_argument("--partitions", type=int, help="partitions per topic (default 4)")
+    topics.add_argument("--json", action="store_true", help="print the topics as JSON")
+    common(topics)
+    topics.set_defaults(run=cmd_topics)

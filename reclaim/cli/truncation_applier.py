@@ -1,0 +1,33 @@
+"""``reclaim truncation-applier``: the process of :mod:`reclaim.services.applier`."""
+
+from __future__ import annotations
+
+import argparse
+
+from reclaim.cli.common import Common
+from reclaim.services.applier import run_applier
+from reclaim.settings import METADATA_URL_HELP, Settings
+
+
+def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
+    return run_applier(settings, metrics_addr=args.metrics_addr)
+
+
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+    applier = sub.add_parser(
+        "truncation-applier", help="apply truncation events to streams, and record retention cuts",
+        description="Consume the truncation topic as a consumer group and truncate each stream at its event's "
+                    "cut (duplicates and cuts behind the head are no-ops; offsets stored once the truncation is "
+                    "durable). Every --record-every-s it also records each stream's tail cut and size onto the "
+                    "stream-cuts topic: both are the controller's side of retention and need its store.")
+    applier.add_argument("--record-every-s", type=float,
+                         help="retention period of the recorder (RECLAIM_RECORD_EVERY_S, default 60; 0: never)")
+    applier.add_argument("--truncation-group-id", help="consumer group (default reclaim-truncation)")
+    applier.add_argument("--poll-timeout-s", type=float, help="poll timeout (default 1.0)")
+    applier.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
+    applier.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    applier.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
+    applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
+    common(applier)
+    applier.set_defaults(run=cmd_applier)

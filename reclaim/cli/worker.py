@@ -1,0 +1,48 @@
+"""``reclaim worker``: phase 2 as a process (:mod:`reclaim.services.worker`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from reclaim.cli.common import Common
+from reclaim.settings import METADATA_URL_HELP, Settings
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.services.worker import run_worker
+
+    return run_worker(settings, metrics_addr=args.metrics_addr)
+
+
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+    worker = sub.add_parser(
+        "worker", help="run phase 2: delete pending chunks from the deletion topic and its retry tiers",
+        description="Consume the deletion topic and its retry tiers as one consumer group, verify ownership, "
+                    "delete chunks from tier-2 in batches, route failures to retry tiers and the DLQ. "
+                    "Stops cleanly on SIGTERM/SIGINT: the batch in flight finishes and its offsets are committed.")
+    common(worker)
+    worker.add_argument("--group-id", help="consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
+    worker.add_argument("--instance-id", help="static group membership id (RECLAIM_INSTANCE_ID)")
+    worker.add_argument("--consumers", type=int,
+                        help="consumer threads in this process, one group (RECLAIM_CONSUMERS, default 1)")
+    worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 1000)")
+    worker.add_argument("--poll-timeout-s", type=float, help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1.0)")
+    worker.add_argument("--delete-parallelism", type=int,
+                        help="filesystem unlink threads (RECLAIM_DELETE_PARALLELISM, default 8)")
+    worker.add_argument("--retry-delays", help="retry tier delays in seconds, e.g. 10,60,600 (RECLAIM_RETRY_DELAYS)")
+    worker.add_argument("--max-attempts", type=int, help="attempts before the DLQ (RECLAIM_MAX_ATTEMPTS, default 10)")
+    worker.add_argument("--mark-timeout-s", type=float,
+                        help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 300)")
+    worker.add_argument("--commit-interval-ms", type=int,
+                        help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")
+    worker.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
+    worker.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2); it must "
+                        "exist (an unmounted volume is refused), see --create-fs-root")
+    worker.add_argument("--create-fs-root", dest="fs_create_root", action="store_true", default=None,
+                        help="create the filesystem tier-2 root when missing (a first start on a fresh volume; "
+                        "env RECLAIM_FS_CREATE_ROOT)")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
+    worker.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    worker.set_defaults(run=cmd_worker)
