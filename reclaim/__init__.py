@@ -1,1 +1,109 @@
-"""reclaim: safe deletion and retention for tiered stream storage, on Kafka and Spark."""
+"""reclaim: safe deletion and retention for tiered stream storage, on Kafka and Spark.
+
+The names a program builds with are here; each is imported on first use, so ``import reclaim`` loads
+neither Spark nor a database driver (those come with the ``reclaim[spark]`` and ``reclaim[postgres]``
+extras). The command line (:mod:`reclaim.cli`) and the processes it runs (:mod:`reclaim.services`)
+are built from the same names.
+
+Deletion (the two phases):
+    :class:`LedgerDeletionService` marks chunks deleted in the metadata store and publishes one
+    ``PendingDeleteLedgerInfo`` a chunk (phase 1); :class:`DeletionWorker` (configured by
+    :class:`WorkerConfig`) consumes them, verifies ownership and deletes the chunks from tier-2 (phase 2).
+Tier-2 storage:
+    :class:`FileSystemChunkStorage`, :class:`S3ChunkStorage` (with :class:`S3Settings`), and
+    :class:`StorageBindings`, the bindings a deployment has, by tier.
+Metadata:
+    :func:`open_metadata_store` opens :class:`SQLiteMetadataStore` or :class:`PostgresMetadataStore` by
+    location (a path or a ``postgresql://`` URL).
+Streams and retention:
+    :class:`StreamController` (streams over segments, scaling, truncation), :class:`RetentionJob` and
+    :class:`RetentionJobConfig` (the Spark Structured Streaming job, started by
+    :func:`start_retention_job`).
+Records:
+    :class:`Keyring`, :class:`RecordSigner` and :class:`RecordVerifier` sign and check reclaim's records.
+Errors:
+    :class:`ReclaimError` is the root of every error reclaim raises on purpose.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
+    from reclaim.deletion.mark import LedgerDeletionService
+    from reclaim.errors import ReclaimError
+    from reclaim.retention.spark_job import RetentionJob, RetentionJobConfig, start_retention_job
+    from reclaim.security.keyring import Keyring
+    from reclaim.security.signing import RecordSigner, RecordVerifier
+    from reclaim.segments.streams import StreamController
+    from reclaim.storage.bindings import StorageBindings
+    from reclaim.storage.filesystem import FileSystemChunkStorage
+    from reclaim.storage.s3 import S3ChunkStorage, S3Settings
+    from reclaim.storage.sql_store import PostgresMetadataStore, SQLiteMetadataStore, open_metadata_store
+
+#: Where each public name is defined: its module under reclaim.
+_MODULES = {
+    "DeletionWorker": "consumers.deletion_worker",
+    "WorkerConfig": "consumers.deletion_worker",
+    "LedgerDeletionService": "deletion.mark",
+    "ReclaimError": "errors",
+    "RetentionJob": "retention.spark_job",
+    "RetentionJobConfig": "retention.spark_job",
+    "start_retention_job": "retention.spark_job",
+    "Keyring": "security.keyring",
+    "RecordSigner": "security.signing",
+    "RecordVerifier": "security.signing",
+    "StreamController": "segments.streams",
+    "StorageBindings": "storage.bindings",
+    "FileSystemChunkStorage": "storage.filesystem",
+    "S3ChunkStorage": "storage.s3",
+    "S3Settings": "storage.s3",
+    "PostgresMetadataStore": "storage.sql_store",
+    "SQLiteMetadataStore": "storage.sql_store",
+    "open_metadata_store": "storage.sql_store",
+}
+
+__all__ = [
+    "DeletionWorker",
+    "FileSystemChunkStorage",
+    "Keyring",
+    "LedgerDeletionService",
+    "PostgresMetadataStore",
+    "ReclaimError",
+    "RecordSigner",
+    "RecordVerifier",
+    "RetentionJob",
+    "RetentionJobConfig",
+    "S3ChunkStorage",
+    "S3Settings",
+    "SQLiteMetadataStore",
+    "StorageBindings",
+    "StreamController",
+    "WorkerConfig",
+    "open_metadata_store",
+    "start_retention_job",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Each public name imported on first use (PEP 562)."""
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reclaim' has no attribute {name!r}")
+    try:
+        value = getattr(import_module(f"reclaim.{module}"), name)
+    except ModuleNotFoundError as exc:
+        from reclaim.extras import missing_extra
+
+        missing = missing_extra(exc, f"reclaim.{name}")
+        if missing is None:
+            raise
+        raise missing from exc
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

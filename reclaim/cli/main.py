@@ -20,6 +20,7 @@ from reclaim import config_file
 from reclaim.cli.common import Command, Parser, common_options, global_options
 from reclaim.errors import ReclaimError
 from reclaim.exits import EXIT_CODES_HELP, CommandError, ExitCode, UsageError
+from reclaim.extras import missing_extra
 from reclaim.localstack.procs import StackError
 from reclaim.logs import configure_logging
 from reclaim.services import client_security
@@ -116,6 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc), exc.exit_code)
     except ValueError as exc:  # input that does not parse (a cut, a policy), raised where it is read
         return _fail(_one_line(exc), ExitCode.USAGE)
+    except ModuleNotFoundError as exc:  # an optional part whose extra is not installed: one line naming it
+        missing = missing_extra(exc, f"reclaim {args.command}")
+        if missing is None:
+            raise
+        return _fail(str(missing), ExitCode.UNAVAILABLE)
     except (StackError, ReclaimError, KafkaException, OSError) as exc:
         return _fail(_one_line(exc), ExitCode.UNAVAILABLE)
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reclaim.extras import require
 from reclaim.localstack.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
 from reclaim.localstack.kafka_security import ADMIN_CONFIG, ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
 from reclaim.localstack.procs import StackError, pid_runs, stop_pid
@@ -122,6 +123,7 @@ def up(settings: Settings, secure: bool = False) -> StackState:
     With ``secure``, the broker is the secured one (SASL_SSL with SCRAM-SHA-512, the StandardAuthorizer,
     nothing allowed that no ACL grants), its data, CA and admin credentials under ``<state-dir>/kafka-secure``.
     """
+    require("local", "the local stack")  # before anything starts: its S3 endpoint is moto's server
     state = StackState.load(settings.state_dir)
     if _kafka_running(state, settings.state_dir) and state.kafka_secure != secure:
         running, asked = ("secured", "PLAINTEXT") if state.kafka_secure else ("PLAINTEXT", "secured")
