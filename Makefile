@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test test-unit test-pythons lint venv clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,26 @@ test: $(STAMP)
 	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The tests that need no server, nor Java, Go or root: only Python.
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# reclaim on the other Python versions it supports: each gets a virtualenv of its own (.venv-3.N) with
+# every extra, and runs the server-free tests. An interpreter under pyenv is found by its version.
+OTHER_PYTHONS ?= 3.12 3.13
+test-pythons:
+	@for version in $(OTHER_PYTHONS); do \
+	  venv=.venv-$$version; \
+	  pyenv=$$(pyenv versions --bare 2>/dev/null | grep "^$$version" | tail -1); \
+	  test -x $$venv/bin/python || PYENV_VERSION=$${pyenv:-$$version} python$$version -m venv $$venv || exit 1; \
+	  $$venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,dev]' || exit 1; \
+	  echo "Python $$version: $$($$venv/bin/python --version)"; \
+	  $$venv/bin/python -m pytest -q tests/unit $(PYTEST_ARGS) || exit 1; \
+	done
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m devtools.typecheck
 
 clean:
-	rm -rf $(VENV) .reclaim .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* .typecheck .reclaim .pytest_cache .mypy_cache .ruff_cache
