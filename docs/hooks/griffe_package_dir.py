@@ -7,11 +7,15 @@ package is loaded, this reads ``[tool.setuptools.package-dir]`` from the pyproje
 loads each folder mapped under the package as its sub-package, by reading the source (nothing is
 imported). Then every name in the package's ``__all__`` must lead to an object: mkdocstrings leaves out
 an export it cannot resolve without a word, so this warns (and ``--strict`` fails) instead.
+
+reclaim's docstrings are numpydoc with Sphinx roles (``:class:`ReclaimError```), which Markdown shows
+as they are written; the extension turns each role into inline code of the name.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,14 @@ import griffe
 
 # Under mkdocs' logger, so that `mkdocs build --strict` fails on a warning of this extension.
 logger = logging.getLogger("mkdocs.plugins.reclaim.package_dir")
+
+# :class:`Name`, :py:func:`~pkg.mod.name` and the like; "~" shows only the last part, as Sphinx does.
+_SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|exc|data|obj|const):`(~?)([^`]+)`")
+
+
+def plain_roles(text: str) -> str:
+    """``text`` with each Sphinx cross-reference role written as inline code of its target."""
+    return _SPHINX_ROLE.sub(lambda m: f"`{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}`", text)
 
 
 def package_dirs(pyproject: Path) -> dict[str, Path]:
@@ -43,7 +55,13 @@ def _pyproject_of(pkg: griffe.Module) -> Path | None:
 class PackageDirExtension(griffe.Extension):
     """Loads ``reclaim.<name>`` from the folder pyproject's ``package-dir`` gives it."""
 
+    def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = plain_roles(obj.docstring.value)
+
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        # griffe fires on_object for a package's members, not for the package itself.
+        self.on_object(obj=pkg, loader=loader)
         pyproject = _pyproject_of(pkg)
         if pyproject is None:
             return
