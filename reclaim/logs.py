@@ -14,6 +14,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
+from pathlib import Path
+
+#: How a log line reads as text.
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 class JsonLines(logging.Formatter):
@@ -27,11 +31,30 @@ class JsonLines(logging.Formatter):
         return json.dumps(line)
 
 
+def log_to_file(path: Path, *, level: int = logging.INFO) -> Path:
+    """Send the full log to ``path`` (appended, text lines); the terminal keeps warnings and errors only.
+
+    For a command that tells a story of its own on stdout (``reclaim demo``): what its parts log at info
+    level is kept, in the file, instead of drowning the story.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(max(handler.level, logging.WARNING))
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setFormatter(logging.Formatter(TEXT_FORMAT))
+    to_file.setLevel(level)
+    root.addHandler(to_file)
+    root.setLevel(min(root.level, level) if root.level else level)
+    return path
+
+
 def configure_logging(*, verbose: bool = False, quiet: bool = False, json_lines: bool = False) -> None:
     """Root logging for a command: debug with ``verbose``, warnings only with ``quiet``, else info."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if json_lines else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+                         logging.Formatter(TEXT_FORMAT))
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, handlers=[handler], force=True)
 

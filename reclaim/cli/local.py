@@ -22,6 +22,8 @@ def cmd_local(args: argparse.Namespace, settings: Settings) -> int:
             print(f"       the admin (a super user), password included, mode 0600: librdkafka properties {admin}, "
                   f"reclaim config file {config} (reclaim --config {config} ...)")
         print(f"s3     endpoint={state.s3_url} bucket={state.s3_bucket} pid={state.s3_pid}")
+        print(f"settings: reclaim --config {stack.local_config(settings.state_dir)} <command> (or RECLAIM_CONFIG): "
+              "every command finds the stack through this file only")
     elif args.action == "down":
         stack.down(settings)
         print("local stack stopped")

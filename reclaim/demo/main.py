@@ -1,23 +1,26 @@
-"""``reclaim demo``: the end-to-end run on the embedded default stack, printed as it goes."""
+"""``reclaim demo``: the end-to-end run on the embedded default stack, told as it goes: a few lines a step on
+stdout, the full log of every part in ``<state-dir>/demo.log`` (its path printed first)."""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from prometheus_client import REGISTRY
 
 from reclaim.deletion.mark import LedgerDeletionService
 from reclaim.deletion.records import pending_deletes_for
-from reclaim.demo.output import demo_keyring, demo_settings, drain, say
+from reclaim.demo.output import CONSOLE, demo_keyring, demo_settings, drain, say, stack_settings, step
 from reclaim.demo.retention import show_retention
 from reclaim.demo.roundtrip import round_trip_every_record
 from reclaim.localstack import stack
+from reclaim.logs import log_to_file
 from reclaim.producers.producer import RecordProducer
 from reclaim.schemas.base import millis_now
 from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.streams import StreamController
 from reclaim.segments.walkthrough import run_txn_walkthrough
-from reclaim.services import runtime
+from reclaim.services import preflight, runtime
 from reclaim.settings import Settings
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkStorage
@@ -52,22 +55,27 @@ def counter(name: str, labels: dict[str, str] | None) -> float:
 
 def run_demo(settings: Settings, keep_stack: bool = False) -> int:
     """Start the stack, provision topics, round-trip every record, then garbage-collect real segments."""
-    say("== reclaim demo ==")
+    log_file = log_to_file(settings.state_dir / "demo.log")
+    CONSOLE.rule("[bold]reclaim demo")
+    say(f"the full log of every part: {log_file}")
     state = stack.up(settings)
+    settings = stack_settings(settings, state)
     try:
         say(f"stack up: kafka {state.bootstrap} (PLAINTEXT: no authentication, no ACLs), s3 {state.s3_url} "
             f"(bucket {state.s3_bucket})")
-        bootstrap = stack.require_bootstrap(settings)
+        bootstrap = preflight.bootstrap(settings)  # the local stack's (stack_settings)
         keyring = demo_keyring(settings)
         say(f"  records signed and verified with the demo's keyring {keyring} (every role's keys in one file)")
-        for topic, outcome in create_topics(admin_client(bootstrap), topic_specs(settings)).items():
-            say(f"  topic {topic}: {outcome}")
-        say("\n-- every record type through the broker (Avro single-object encoding) --")
+        outcomes = create_topics(admin_client(bootstrap), topic_specs(settings))
+        by_outcome = Counter(outcomes.values())
+        say(f"  {len(outcomes)} topics under {settings.topic_prefix!r}: "
+            + ", ".join(f"{count} {outcome}" for outcome, count in sorted(by_outcome.items())))
+        step("every record type through the broker (Avro single-object encoding)")
         for name, size in round_trip_every_record(bootstrap, runtime.codec(settings), settings.topic_prefix):
             say(f"  {name:28} {size:5d} bytes  round trip ok")
-        say("\n-- segments on tier-2, truncated and deleted, collected by the two-phase pipeline --")
+        step("segments on tier-2, truncated and deleted, collected by the two-phase pipeline")
         collect_garbage(settings, bootstrap)
-        say("\n-- retention: subscribers, the Spark retention job, the truncation applier --")
+        step("retention: subscribers, the Spark retention job, the truncation applier")
         show_retention(settings, bootstrap)
     finally:
         if not keep_stack:
@@ -91,7 +99,7 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
         if not bindings.get("fs-tier2").exists(victim):
             raise AssertionError(f"a forged pending delete deleted {victim}")
         say("  dead-lettered as unauthenticated before any check; the chunk is still on tier-2")
-        say("\n-- a stream: scaled, one transaction committed across the scale, another aborted --")
+        step("a stream: scaled, one transaction committed across the scale, another aborted")
         aborted = show_stream(demo, store, bindings.get("fs-tier2"), bindings, service)
         drain(demo, store, bindings)
         fs = bindings.get("fs-tier2")
@@ -106,7 +114,7 @@ def collect_garbage(settings: Settings, bootstrap: str) -> None:
         producer.close()
         bindings.close()
         store.close()
-    say("\n-- counters --")
+    step("counters")
     for name, labels in SHOWN_COUNTERS:
         say(f"  {name:44} {counter(name, labels):8.0f}")
 
@@ -123,7 +131,7 @@ def show_forgery(settings: Settings, store: SQLMetadataStore, binding: ChunkStor
         forger.producer.flush(10)
     finally:
         forger.close()
-    say(f"\n-- a forged pending delete (unsigned) for the live chunk {victim} --")
+    step(f"a forged pending delete (unsigned) for the live chunk {victim}")
     return victim
 
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
+
 from reclaim.consumers.lag import estimated_inflight
-from reclaim.localstack import stack
+from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.localstack.stack import StackState
 from reclaim.security.keyring import Algorithm, Keyring, new_key
-from reclaim.services import runtime
+from reclaim.services import preflight, runtime
 from reclaim.settings import Settings
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.sql_store import SQLMetadataStore
@@ -37,6 +42,16 @@ def demo_keyring(settings: Settings) -> Path:
     return path
 
 
+def stack_settings(settings: Settings, state: StackState) -> Settings:
+    """``settings`` pointed at the local stack ``state`` describes: its broker, its S3 endpoint with the local
+    endpoint's keys, its bucket (what ``<state-dir>/local.toml`` holds for a command run by hand)."""
+    assert state.bootstrap is not None and state.s3_url is not None
+    endpoint = S3Endpoint(url=state.s3_url)
+    return replace(settings, bootstrap=state.bootstrap, s3_endpoint=endpoint.url, s3_access_key=endpoint.access_key,
+                   s3_secret_key=endpoint.secret_key, s3_region=endpoint.region,
+                   s3_bucket=state.s3_bucket or settings.s3_bucket)
+
+
 def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
     """Settings for one part of the demo: a fresh store and tier-2 under ``<state-dir>/<part>``, and the demo's
     keyring, so every record is signed and verified.
@@ -48,12 +63,29 @@ def demo_settings(settings: Settings, bootstrap: str, part: str) -> Settings:
     shutil.rmtree(work, ignore_errors=True)
     return Settings.from_env(state_dir=settings.state_dir, metadata_path=work / "metadata.db",
                              fs_root=work / "tier2", bootstrap=bootstrap, topic_prefix=settings.topic_prefix,
+                             s3_endpoint=settings.s3_endpoint, s3_access_key=settings.s3_access_key,
+                             s3_secret_key=settings.s3_secret_key, s3_region=settings.s3_region,
+                             s3_bucket=settings.s3_bucket,
                              retry_delays=settings.retry_delays, group_id="reclaim-demo",
                              batch_size=200, poll_timeout_s=0.5, keyring=settings.state_dir / "demo-keyring.toml")
 
 
+#: The demo's story on stdout: never wrapped (a line is one fact, whatever the terminal's width), no
+#: highlighting of numbers inside the lines; colour only on a terminal.
+CONSOLE = Console(soft_wrap=True, highlight=False)
+
+
 def say(text: str) -> None:
-    print(text, flush=True)
+    """One line of the story, as it is (no markup); a leading newline is a blank line before it."""
+    if text.startswith("\n"):
+        CONSOLE.print()
+    CONSOLE.print(text.lstrip("\n"), markup=False)
+
+
+def step(title: str) -> None:
+    """The start of one step of the story: a blank line and the step's title, ruled."""
+    CONSOLE.print()
+    CONSOLE.rule(f"[bold]{escape(title)}", align="left")
 
 
 def drain(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings,
@@ -72,7 +104,7 @@ def drain(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings
                     f"{report.stored} offsets stored")
                 continue
             worker.commit()
-            inflight = estimated_inflight(stack.require_bootstrap(settings), settings.group_id, topics)
+            inflight = estimated_inflight(preflight.bootstrap(settings), settings.group_id, topics)
             if inflight == 0:
                 say("  estimated in-flight deletions: 0")
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from reclaim.demo.output import demo_settings, drain, say
+from reclaim.demo.output import demo_settings, drain, say, step
 from reclaim.demo.walkthrough import Retention, consumption, max_limit
 from reclaim.retention.spark_session import build_spark_session
 from reclaim.services import runtime
@@ -27,9 +27,9 @@ def show_retention(settings: Settings, bootstrap: str) -> None:
             retention = Retention(demo, controller, publisher, spark, work, say,
                                   stream=f"demo/events-{uuid.uuid4().hex[:6]}",
                                   drained=lambda: drain(demo, store, bindings))
-            say(f"\n-- consumption-based retention on {retention.stream}: subscribers 'fast' and 'slow' --")
+            step(f"consumption-based retention on {retention.stream}: subscribers 'fast' and 'slow'")
             consumption(retention)
-            say("\n-- a size maximum overrides a stalled subscriber --")
+            step("a size maximum overrides a stalled subscriber")
             max_limit(retention, max_bytes=512)
             result = audit_binding(store, bindings, "fs-tier2")
             say(f"  audit: {result.live} live chunks, {result.pending} pending, {len(result.orphans)} orphans, "

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reclaim.consumers.truncation_applier import Applied, ApplierConfig, TruncationApplier
-from reclaim.localstack import stack
 from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.producers.subscribers import SubscriberClient, SubscriberReader
 from reclaim.retention.spark_io import RetentionTopics
@@ -18,7 +17,7 @@ from reclaim.schemas.base import LONG_MAX
 from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCut
 from reclaim.segments.ids import SegmentId
 from reclaim.segments.streams import StreamController
-from reclaim.services import runtime
+from reclaim.services import preflight, runtime
 from reclaim.services.recorder import RetentionRecorder
 from reclaim.services.retention_job import executor_keys
 from reclaim.settings import Settings
@@ -51,7 +50,7 @@ class Retention:
         admin = runtime.record_signer(self.settings, "admin")
         self.client = SubscriberClient(self.publisher.signed_by(admin), topics, keyring=runtime.keyring(self.settings))
         self.recorder = RetentionRecorder(self.controller, self.publisher, topics.stream_cuts, 0)
-        bootstrap = stack.require_bootstrap(self.settings)
+        bootstrap = preflight.bootstrap(self.settings)
         self.job = RetentionJobConfig(bootstrap, RetentionTopics.from_names(topics), str(self.work / "checkpoint"),
                                       reevaluate_ms=1000, keys=executor_keys(self.settings))
         applier = ApplierConfig(bootstrap, topics.truncation, "reclaim-demo-truncation", poll_timeout_s=0.5)

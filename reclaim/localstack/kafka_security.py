@@ -93,10 +93,13 @@ def prepare(directory: Path, bootstrap: str) -> BrokerSecurity:
     return security
 
 
-def reclaim_config(bootstrap: str, properties: dict[str, str]) -> str:
-    """A reclaim config file (TOML) naming ``bootstrap`` with ``properties`` as its ``[kafka]`` table."""
-    lines = [f"bootstrap = {json.dumps(bootstrap)}", "", "[kafka]"]
-    lines += [f"{json.dumps(key)} = {json.dumps(value)}" for key, value in properties.items()]
+def reclaim_config(bootstrap: str, properties: dict[str, str], **settings: str) -> str:
+    """A reclaim config file (TOML) naming ``bootstrap`` and the other ``settings``, with ``properties`` (if
+    any) as its ``[kafka]`` table."""
+    lines = [f"{name} = {json.dumps(value)}" for name, value in {"bootstrap": bootstrap, **settings}.items()]
+    if properties:
+        lines += ["", "[kafka]"]
+        lines += [f"{json.dumps(key)} = {json.dumps(value)}" for key, value in properties.items()]
     return "\n".join(lines) + "\n"
 
 

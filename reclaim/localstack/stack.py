@@ -10,7 +10,15 @@ from typing import Any
 
 from reclaim.extras import require
 from reclaim.localstack.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
-from reclaim.localstack.kafka_security import ADMIN_CONFIG, ADMIN_PROPERTIES, BrokerSecurity, prepare, read_properties
+from reclaim.localstack.kafka_security import (
+    ADMIN_CONFIG,
+    ADMIN_PROPERTIES,
+    BrokerSecurity,
+    prepare,
+    read_properties,
+    reclaim_config,
+    write_private,
+)
 from reclaim.localstack.procs import StackError, pid_runs, stop_pid
 from reclaim.localstack.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
 from reclaim.settings import AWS_S3, Settings
@@ -20,6 +28,8 @@ log = logging.getLogger(__name__)
 STATE_FILE = "stack.json"
 #: Under the state directory: the secured broker's data, its CA and the admin's properties (``local up --secure``).
 SECURE_DIR = "kafka-secure"
+#: The config file `up` writes for the stack it started (see :func:`local_config`).
+LOCAL_CONFIG = "local.toml"
 
 
 @dataclass
@@ -160,7 +170,26 @@ def up(settings: Settings, secure: bool = False) -> StackState:
     FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2").close()  # the filesystem tier-2 root, as the bucket
     state.s3_bucket = settings.s3_bucket
     state.save(settings.state_dir)
+    write_private(local_config(settings.state_dir), _local_config_text(settings, state))
     return state
+
+
+def local_config(state_dir: Path) -> Path:
+    """The config file ``up`` writes for the stack it started: every command pointed at it with
+    ``reclaim --config <file>`` (or ``RECLAIM_CONFIG``) uses this broker, S3 endpoint and bucket, as the
+    admin of a secured broker. Nothing else finds the local stack: a command told of no broker says so."""
+    return state_dir / LOCAL_CONFIG
+
+
+def _local_config_text(settings: Settings, state: StackState) -> str:
+    assert state.bootstrap is not None and state.s3_url is not None
+    admin = read_properties(secure_files(settings.state_dir)[1]) if state.kafka_secure else {}
+    endpoint = S3Endpoint(url=state.s3_url)
+    s3 = {"s3_endpoint": endpoint.url, "s3_bucket": settings.s3_bucket, "s3_region": endpoint.region,
+          "s3_access_key": endpoint.access_key or "", "s3_secret_key": endpoint.secret_key or ""}
+    header = (f"# reclaim's settings for the local stack `reclaim local up` started in {settings.state_dir}:\n"
+              f"#   reclaim --config {local_config(settings.state_dir)} <command>\n")
+    return header + reclaim_config(state.bootstrap, admin, state_dir=str(settings.state_dir), **s3)
 
 
 def down(settings: Settings) -> StackState:
@@ -196,36 +225,18 @@ def status(settings: Settings) -> dict[str, dict[str, Any]]:
     }
 
 
-def require_bootstrap(settings: Settings) -> str:
-    """The broker address to use: the configured one, else the local stack's running broker."""
-    if settings.bootstrap:
-        return settings.bootstrap
-    state = StackState.load(settings.state_dir)
-    if not _kafka_running(state, settings.state_dir):
-        raise StackError("no Kafka broker: set RECLAIM_BOOTSTRAP (or --bootstrap), or run `reclaim local up`")
-    assert state.bootstrap is not None
-    return state.bootstrap
-
-
 def configured_s3(settings: Settings) -> S3Endpoint | None:
-    """The S3 endpoint reclaim is configured with: ``RECLAIM_S3_ENDPOINT``, else the one the local stack's
-    state names (running or not), else None."""
-    if settings.s3_endpoint:
-        return require_s3(settings)
-    state = StackState.load(settings.state_dir)
-    return S3Endpoint(url=state.s3_url) if state.s3_url else None
+    """The S3 endpoint reclaim is configured with (``RECLAIM_S3_ENDPOINT``), else None."""
+    return require_s3(settings) if settings.s3_endpoint else None
 
 
 def require_s3(settings: Settings) -> S3Endpoint:
-    """The S3 endpoint to use: the configured one with the configured credentials (none: boto3's chain),
-    else the local stack's running endpoint with the local stack's keys."""
+    """The configured S3 endpoint with the configured credentials (none: boto3's chain)."""
     if settings.s3_endpoint == AWS_S3:
         raise StackError(f"s3_endpoint {AWS_S3!r} is AWS S3 itself: this needs an endpoint URL")
-    if settings.s3_endpoint:
-        return S3Endpoint(url=settings.s3_endpoint, access_key=settings.s3_access_key,
-                          secret_key=settings.s3_secret_key, session_token=settings.s3_session_token,
-                          region=settings.s3_region)
-    state = StackState.load(settings.state_dir)
-    if not _s3_running(state) or state.s3_url is None:
-        raise StackError("no S3 endpoint: set RECLAIM_S3_ENDPOINT, or run `reclaim local up`")
-    return S3Endpoint(url=state.s3_url)
+    if not settings.s3_endpoint:
+        raise StackError("no S3 endpoint configured: set --s3-endpoint or RECLAIM_S3_ENDPOINT (for the local stack, "
+                         f"reclaim --config {local_config(settings.state_dir)} ...)")
+    return S3Endpoint(url=settings.s3_endpoint, access_key=settings.s3_access_key,
+                      secret_key=settings.s3_secret_key, session_token=settings.s3_session_token,
+                      region=settings.s3_region)

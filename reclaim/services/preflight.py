@@ -13,8 +13,6 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ResourceType
 
 from reclaim.exits import Unavailable
-from reclaim.localstack import stack
-from reclaim.localstack.procs import StackError
 from reclaim.producers.config import kafka_config, quiet_logger
 from reclaim.producers.kafka_errors import kafka_error_of
 from reclaim.settings import Settings
@@ -27,11 +25,13 @@ _QUIET = quiet_logger("preflight")
 
 
 def bootstrap(settings: Settings) -> str:
-    """The broker address a command uses, without contacting it (the configured one or the local stack's)."""
-    try:
-        return stack.require_bootstrap(settings)
-    except StackError as exc:
-        raise Unavailable(str(exc)) from exc
+    """The configured broker address, without contacting it. None configured is one line: a process is
+    told where its broker is (flag, environment or config file), it never goes looking for a local stack."""
+    if settings.bootstrap:
+        return settings.bootstrap
+    raise Unavailable("no Kafka broker configured: set --bootstrap, RECLAIM_BOOTSTRAP or a config file's "
+                      f"bootstrap (for the local stack: reclaim --config {settings.state_dir / 'local.toml'} ..., "
+                      "which `reclaim local up` writes)")
 
 
 def broker(settings: Settings, timeout_s: float = BROKER_TIMEOUT_S) -> str:

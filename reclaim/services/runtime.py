@@ -10,14 +10,13 @@ from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
 from reclaim.deletion.executor import DeletionExecutor
 from reclaim.deletion.mark import LedgerDeletionService
 from reclaim.exits import Unavailable
-from reclaim.localstack import stack
 from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.topics import TopicNames
 from reclaim.schemas.codec import RecordCodec, build_codec
 from reclaim.security.keyring import Algorithm, Keyring, load_keyring
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
-from reclaim.services import client_security
+from reclaim.services import client_security, preflight
 from reclaim.settings import AWS_S3, Settings
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.errors import MetadataError
@@ -50,19 +49,15 @@ def s3_settings(settings: Settings) -> S3Settings | None:
     """The S3 tier-2 binding's settings when one is configured, else None.
 
     ``RECLAIM_S3_ENDPOINT`` (a URL, or ``aws`` for AWS S3 in ``s3_region``) with the configured
-    credentials, or boto3's credential chain when no access key is set; else the endpoint the local
-    stack's state names (whether or not it answers right now), with the local stack's own keys.
+    credentials, or boto3's credential chain when no access key is set. The local stack's endpoint is
+    used only when configured (``reclaim --config <state-dir>/local.toml``), like any other.
     """
-    if settings.s3_endpoint:
-        binding = S3Settings(
-            bucket=settings.s3_bucket, endpoint_url=None if settings.s3_endpoint == AWS_S3 else settings.s3_endpoint,
-            access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
-            session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style)
-    else:
-        endpoint = stack.configured_s3(settings)
-        if endpoint is None:
-            return None
-        binding = endpoint.binding_settings(settings.s3_bucket)
+    if not settings.s3_endpoint:
+        return None
+    binding = S3Settings(
+        bucket=settings.s3_bucket, endpoint_url=None if settings.s3_endpoint == AWS_S3 else settings.s3_endpoint,
+        access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
+        session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style)
     return replace(binding, count_missing=settings.s3_count_missing)
 
 
@@ -142,7 +137,7 @@ def deletion_worker(settings: Settings, store: SQLMetadataStore, bindings: Stora
     """Phase 2: consumer ``index`` of the configured group over the deletion topic and its retry tiers."""
     instance_id = f"{settings.instance_id}-{index}" if settings.instance_id else None
     config = WorkerConfig(
-        bootstrap=stack.require_bootstrap(settings), topics=topic_names(settings), group_id=settings.group_id,
+        bootstrap=preflight.bootstrap(settings), topics=topic_names(settings), group_id=settings.group_id,
         batch_size=settings.batch_size, poll_timeout_s=settings.poll_timeout_s,
         max_attempts=settings.max_attempts, instance_id=instance_id,
         consumer_overrides={"auto.commit.interval.ms": settings.commit_interval_ms},

@@ -9,7 +9,6 @@ from reclaim.consumers.deletion_worker import DeletionWorker, tune_interpreter
 from reclaim.consumers.lag import estimated_inflight
 from reclaim.deletion import metrics
 from reclaim.exits import Unavailable
-from reclaim.localstack import stack
 from reclaim.localstack.procs import stop_on_signals
 from reclaim.services import health, preflight, runtime
 from reclaim.settings import Settings
@@ -24,7 +23,7 @@ INFLIGHT_REFRESH_S = 15.0
 def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
     """Keep the estimated-inflight gauge current while the worker runs, from its start: the estimate
     ``reclaim deletions inflight`` prints (same function, group and topics)."""
-    bootstrap = stack.require_bootstrap(settings)
+    bootstrap = preflight.bootstrap(settings)
     topics = runtime.topic_names(settings).deletion_inputs
     while not stop.is_set():
         try:
@@ -48,6 +47,7 @@ def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threa
 
 def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed."""
+    preflight.bootstrap(settings)  # told where its broker is, or one line saying how to tell it, before anything
     stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
     tune_interpreter()
     if settings.metrics_port is not None:
