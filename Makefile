@@ -8,12 +8,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-pythons lint venv clean
+.PHONY: demo test test-unit test-pythons lint docs venv clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,dev,docs]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -47,5 +47,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m devtools.typecheck
 
+# The documentation site, built strict (a broken link or a name the API page cannot resolve fails it) into
+# .site/ (not committed). The CLI reference is generated from the parser, the performance page from
+# benchmarks/results/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet -d .site
+
 clean:
-	rm -rf $(VENV) .venv-3.* .typecheck .reclaim .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* .typecheck .site .reclaim .pytest_cache .mypy_cache .ruff_cache

@@ -19,7 +19,7 @@ A keyring file lists keys as ``[[key]]`` tables::
 A key with a secret or private half can sign; every key can verify. Several keys of one role may be
 active at once (rotation): a signer signs with the last active one listed that it can sign with. The
 controller signs pending deletes with an hmac-sha256 key when it has one (the worker verifies every
-record, so the cheaper check; see the README's Security section) and everything else with an ed25519
+record, so the cheaper check; see docs/operations/security.md) and everything else with an ed25519
 key, so that the retention job, which verifies topologies and recorded cuts, holds no secret of it.
 """
 

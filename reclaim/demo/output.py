@@ -29,7 +29,7 @@ def demo_keyring(settings: Settings) -> Path:
     """A keyring for every part of the demo, made fresh under the state directory (mode 0600).
 
     One file holds every role's keys because one process plays every role; a deployment gives each
-    process only its own keys and the public halves of those it verifies (see the README's Security).
+    process only its own keys and the public halves of those it verifies (see docs/operations/security.md).
     """
     keys = [new_key(f"demo-{role}" + (f"-{subject}" if subject else ""), role, Algorithm.ED25519, subject)
             for role, subject in DEMO_ROLES]
