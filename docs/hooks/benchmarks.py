@@ -1,9 +1,10 @@
 """mkdocs hook: renders the recorded benchmark runs (``benchmarks/results/*.json``) into the page that holds the marker.
 
-Each file is one run: a JSON object with ``date``, ``commit``, ``benchmark`` (its name), ``machine`` (a
-description) and ``figures`` (a flat object of name -> number or string). Runs are grouped by benchmark,
-newest first. A file that does not have that shape stops the build with its name, rather than showing a
-table that leaves figures out.
+Each file is one ``make bench`` (``benchmarks/results.py`` writes it): a JSON object with ``date``,
+``commit``, ``machine`` (a description) and ``runs``, each run an object with ``benchmark`` (its name),
+``args`` (what it ran with) and ``figures`` (a flat object of name -> number or string). Runs are grouped
+by benchmark, newest first. A file that does not have that shape stops the build with its name, rather
+than showing a table that leaves figures out.
 """
 
 from __future__ import annotations
@@ -46,23 +47,30 @@ def _text(document: dict[str, Any], key: str, path: Path) -> str:
     return value
 
 
-def load_run(path: Path) -> Run:
-    """One run from its file, its shape checked."""
+def load_runs(path: Path) -> list[Run]:
+    """The runs of one file, its shape checked."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PluginError(f"benchmarks: cannot read {path}: {exc}") from exc
     if not isinstance(document, dict):
         raise PluginError(f"benchmarks: {path}: expected a JSON object")
-    figures = document.get("figures")
+    runs = document.get("runs")
+    if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
+        raise PluginError(f"benchmarks: {path}: 'runs' must be a list of objects")
+    date, commit, machine = (_text(document, key, path) for key in ("date", "commit", "machine"))
+    return [Run(path, date, commit, _text(run, "benchmark", path), machine, _figures(run, path)) for run in runs]
+
+
+def _figures(run: dict[str, Any], path: Path) -> dict[str, int | float | str]:
+    figures = run.get("figures")
     if not isinstance(figures, dict):
         raise PluginError(f"benchmarks: {path}: 'figures' must be an object of name -> number or string")
     for name, value in figures.items():
         # bool is an int in Python, but true/false is not a figure.
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise PluginError(f"benchmarks: {path}: figure '{name}' must be a number or a string, got {value!r}")
-    return Run(path, _text(document, "date", path), _text(document, "commit", path),
-               _text(document, "benchmark", path), _text(document, "machine", path), figures)
+    return figures
 
 
 def _cell(value: int | float | str) -> str:
@@ -96,7 +104,7 @@ def on_page_markdown(markdown: str, /, *, page: Page, config: MkDocsConfig, file
     if MARKER not in markdown:
         return markdown
     results = _results_dir(config)
-    runs = [load_run(path) for path in sorted(results.glob("*.json"))] if results.is_dir() else []
+    runs = [run for path in sorted(results.glob("*.json")) for run in load_runs(path)] if results.is_dir() else []
     return markdown.replace(MARKER, render(runs))
 
 
