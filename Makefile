@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-pythons lint docs venv clean
+.PHONY: demo test test-unit test-pythons lint docs venv clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,24 @@ lint: $(STAMP)
 # benchmarks/results/.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet -d .site
+
+# The benchmarks that run on one machine without root, at sizes that take about 20 minutes on 2 cores
+# (the full sizes, each benchmark's defaults, take hours: deletion 5000 objects on moto and on MinIO,
+# worker backlogs and audits of 10k/100k/1M, retention 10000 streams x 10 subscribers in 3 rounds).
+# benchmarks/multihost.py is left out: it needs root, for its network namespaces. Each benchmark prints
+# its figures and appends them to one results file, pinned here so that the whole run writes one file.
+BENCH_DELETION  ?= --parts s3,phase1,fs --objects 2000 --rounds 3 --minio
+BENCH_WORKER    ?= --sizes 10000,50000
+BENCH_AUDIT     ?= --sizes 10000,100000
+BENCH_RETENTION ?= --streams 2000 --subscribers 10 --latency-streams 200 --latency-subscribers 5 --latency-cuts 10 --rounds 2
+bench: $(STAMP)
+	$(PY) -m devtools.gotools minio  # the S3 part runs on MinIO (--minio), built from its Go module once
+	export RECLAIM_BENCH_RESULTS_FILE=$${RECLAIM_BENCH_RESULTS_FILE:-$$($(PY) -m benchmarks.results path)} && \
+	$(PY) -m benchmarks.deletion_throughput $(BENCH_DELETION) && \
+	$(PY) -m benchmarks.worker_memory $(BENCH_WORKER) && \
+	$(PY) -m benchmarks.audit_memory $(BENCH_AUDIT) && \
+	$(PY) -m benchmarks.retention_job $(BENCH_RETENTION) && \
+	echo "results: $$RECLAIM_BENCH_RESULTS_FILE"
 
 clean:
 	rm -rf $(VENV) .venv-3.* .typecheck .site .reclaim .pytest_cache .mypy_cache .ruff_cache

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.deletion_setup import counts
+from benchmarks.results import Figures, record
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord
@@ -130,35 +132,29 @@ def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
     return out, b"".join(err)
 
 
-def counts(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma list of counts: {text!r}") from None
-    if any(value <= 0 for value in values):
-        raise argparse.ArgumentTypeError(f"counts must be positive: {text!r}")
-    return values
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=counts, default=[10_000, 100_000, 1_000_000],
                         help="objects per audit (default 10000,100000,1000000)")
     parser.add_argument("--work", type=Path, help="where the roots and stores go (default a temporary directory)")
     args = parser.parse_args()
+    begun, figures = time.time(), Figures()
     work = args.work or Path(tempfile.mkdtemp(prefix="reclaim-audit-memory-"))
     print("reclaim audit --json over a filesystem tier-2 root (one directory; 1% orphans, 10 missing):")
-    runs = []
+    peaks = []
     for size in args.sizes:
         run = audit_once(size, work)
-        runs.append(run)
+        peaks.append(run.peak_mb)
+        figures.add(f"audit_{size}_s", run.seconds)
+        figures.add(f"audit_{size}_objects_per_s", run.objects / run.seconds)
+        figures.add(f"audit_{size}_peak_rss_mb", run.peak_mb)
         print(f"  {run.objects:>9,} objects  {run.seconds:7.1f} s  ({run.objects / run.seconds:7.0f} objects/s)  "
               f"peak RSS {run.peak_mb:6.1f} MB", flush=True)
-    peaks = [run.peak_mb for run in runs]
-    print(f"  peak RSS {min(peaks):.1f} .. {max(peaks):.1f} MB ({max(peaks) - peaks[0]:+.1f} MB from the smallest "
-          "listing to the largest)")
+    low, high, growth = figures.spread("audit_peak_rss", peaks, "mb")
+    print(f"  peak RSS {low:.1f} .. {high:.1f} MB ({growth:+.1f} MB from the smallest listing to the largest)")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
+    record("audit_memory", vars(args), figures, begun)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import time
@@ -13,6 +14,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reclaim.consumers.lag import estimated_inflight
+from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
+from reclaim.localstack.procs import free_port
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
 from reclaim.producers.config import kafka_config
 from reclaim.producers.kafka_errors import ErrorKind, classify, kafka_error_of
@@ -28,6 +31,26 @@ from reclaim.tools.topics import TopicSpec, admin_client, create_topics, topic_s
 PAYLOAD = b"c" * 64
 STREAM = "bench/stream"
 PARTITIONS = 4
+
+
+def counts(text: str) -> list[int]:
+    """A comma list of positive counts, e.g. ``5000,50000``."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of counts: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be positive: {text!r}")
+    return values
+
+
+def own_broker(settings: Settings, work: Path, started: list[int]) -> str:
+    """The configured broker's bootstrap, or one started here (its pid appended to ``started``)."""
+    if settings.bootstrap:
+        return settings.bootstrap
+    ports = BrokerPorts(free_port(), free_port())
+    started.append(start_broker(work / "kafka", settings.cache_dir, ports).pid)
+    return ports.bootstrap
 
 
 def put_objects(endpoint: S3Endpoint, bucket: str, keys: Sequence[str]) -> None:

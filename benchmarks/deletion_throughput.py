@@ -51,10 +51,12 @@ from confluent_kafka import Producer  # noqa: E402
 from benchmarks.deletion_setup import (  # noqa: E402
     chunk_files,
     connect,
+    counts,
     create_topic,
     filled_bucket,
     fresh_topics,
     new_chunks,
+    own_broker,
     read_back,
     release_and_drain,
     stop_workers,
@@ -63,13 +65,13 @@ from benchmarks.deletion_setup import (  # noqa: E402
     write_chunks,
 )
 from benchmarks.minio import start_minio  # noqa: E402
+from benchmarks.results import Figures, record  # noqa: E402
 from benchmarks.worker_memory import STALL_S, run_memory  # noqa: E402
 from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig, tune_interpreter  # noqa: E402
 from reclaim.deletion.executor import DeletionExecutor  # noqa: E402
 from reclaim.deletion.mark import LedgerDeletionService, new_mark_id  # noqa: E402
 from reclaim.deletion.records import pending_deletes_for  # noqa: E402
-from reclaim.localstack.kafka_broker import BrokerPorts, start_broker  # noqa: E402
-from reclaim.localstack.procs import free_port, stop_pid  # noqa: E402
+from reclaim.localstack.procs import stop_pid  # noqa: E402
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client, start_s3  # noqa: E402
 from reclaim.localstack.stack import require_s3  # noqa: E402
 from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
@@ -299,31 +301,14 @@ def phase1_round(bootstrap: str, n: int, work: Path) -> tuple[float, float, floa
     return marking, producing, building, committing
 
 
-def report(label: str, n: int, seconds: float | list[float]) -> float:
-    """Print the rate of ``n`` objects in ``seconds`` (the median of rounds, listed too); return it."""
-    runs = seconds if isinstance(seconds, list) else [seconds]
-    middle = statistics.median(runs)
-    rounds = f"  (rounds: {', '.join(f'{s:.3f}' for s in runs)})" if len(runs) > 1 else ""
-    print(f"  {label:48} {middle:8.3f} s  {n / middle:10.0f} objects/s{rounds}")
-    return n / middle
-
-
-def ratio(label: str, ours: list[float], theirs: list[float], target: float | None = None, note: str = "") -> None:
-    """Print the median of per-round ratios of rates: ``theirs`` seconds over ``ours`` seconds."""
-    per_round = [b / a for a, b in zip(ours, theirs, strict=True)]
-    middle = statistics.median(per_round)
-    goal = f"   (target >= {target:g}x: {'met' if middle >= target else 'not met'})" if target is not None else note
-    rounds = f"  (rounds: {', '.join(f'{r:.2f}' for r in per_round)})" if len(per_round) > 1 else ""
-    print(f"  ratio {label:32} {middle:6.2f}x{goal}{rounds}")
-
-
-def s3_part(bootstrap: str, endpoint: S3Endpoint, server: str, n: int, work: Path, rounds: int,
+def s3_part(bootstrap: str, endpoint: S3Endpoint, server: str, n: int, work: Path, rounds: int, figures: Figures,
             skip_naive_above: int | None, skip_listed_above: int | None = None) -> float:
     """The S3 pipeline as configured by default — records read for the first time, deleted without a
     listing — and with every record read again (a worker joining after the records were written, as
     after a restart: each key listed first), each side by side with raw ``DeleteObjects``; and the
     default pipeline with its records signed and verified (HMAC-SHA256) side by side with it unsigned.
     Returns the unsigned pipeline's median seconds per record."""
+    key = f"s3_{server.lower()}_{n}"
     bucket = f"pipe-{n}-{os.urandom(4).hex()}"
     ensure_bucket(endpoint, bucket)
     counting = S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2")
@@ -349,41 +334,42 @@ def s3_part(bootstrap: str, endpoint: S3Endpoint, server: str, n: int, work: Pat
         raw.append(raw_batched(endpoint, n))
         if skip_listed_above is None or n <= skip_listed_above:
             listed.append(pipeline(bootstrap, counting, n, work, rejoin=True)[1])
-    report("phase 1: publish + one metadata transaction", n, marking)
-    report("pipeline: produced -> gone + committed", n, deleting)
-    report("phase 1 signed (HMAC-SHA256), same rounds", n, signed_marking)
-    report("pipeline signed + verified (HMAC-SHA256)", n, signed)
-    report("  the worker's CPU in phase 2, unsigned", n, cpu)
-    report("  the worker's CPU in phase 2, signed + verified", n, signed_cpu)
+    figures.rate(f"{key}_phase1", "phase 1: publish + one metadata transaction", n, marking)
+    figures.rate(f"{key}_pipeline", "pipeline: produced -> gone + committed", n, deleting)
+    figures.rate(f"{key}_phase1_signed", "phase 1 signed (HMAC-SHA256), same rounds", n, signed_marking)
+    figures.rate(f"{key}_pipeline_signed", "pipeline signed + verified (HMAC-SHA256)", n, signed)
+    figures.rate(f"{key}_worker_cpu", "  the worker's CPU in phase 2, unsigned", n, cpu)
+    figures.rate(f"{key}_worker_cpu_signed", "  the worker's CPU in phase 2, signed + verified", n, signed_cpu)
     if listed:
-        report("pipeline, every record read again (listed)", n, listed)
+        figures.rate(f"{key}_listed", "pipeline, every record read again (listed)", n, listed)
     else:
         print(f"  {'pipeline, every record read again (listed)':48} skipped (--skip-listed-above {skip_listed_above})")
     s3_env = {"RECLAIM_S3_ENDPOINT": endpoint.url, "RECLAIM_S3_BUCKET": bucket, "RECLAIM_S3_REGION": endpoint.region,
               "RECLAIM_S3_ACCESS_KEY": endpoint.access_key, "RECLAIM_S3_SECRET_KEY": endpoint.secret_key}
     procs = worker_processes(bootstrap, counting, s3_env, n, work)
-    report("pipeline, 2 worker processes (one round)", n, procs)
-    report("raw DeleteObjects, 1000 keys/request", n, raw)
+    figures.rate(f"{key}_two_processes", "pipeline, 2 worker processes (one round)", n, procs)
+    figures.rate(f"{key}_raw", "raw DeleteObjects, 1000 keys/request", n, raw)
     hand = None if skip_naive_above is not None and n > skip_naive_above else naive(endpoint, n)
     if hand is None:
         print(f"  {'naive delete_object loop':48} skipped (--skip-naive-above {skip_naive_above})")
     else:
-        report("naive delete_object loop (one round)", n, hand)
+        figures.rate(f"{key}_naive", "naive delete_object loop (one round)", n, hand)
     target = S3_TARGETS.get(server)
     note = "" if target else "   (target >= 0.8x on moto, >= 0.9x on MinIO)"
-    ratio("pipeline / raw DeleteObjects:", deleting, raw, target, note)
+    figures.ratio(f"{key}_pipeline_over_raw", "pipeline / raw DeleteObjects:", deleting, raw, target, note)
     if listed:
-        ratio("every record read again / raw:", listed, raw)
-    ratio("2 processes / raw:", [procs], [statistics.median(raw)])
+        figures.ratio(f"{key}_listed_over_raw", "every record read again / raw:", listed, raw)
+    figures.ratio(f"{key}_two_processes_over_raw", "2 processes / raw:", [procs], [statistics.median(raw)])
     if hand is not None:
-        ratio("pipeline / naive loop:", [statistics.median(deleting)], [hand], 10)
-    ratio("signed / unsigned pipeline:", signed, deleting, 0.95)
-    ratio("signed / unsigned, worker CPU:", signed_cpu, cpu)
-    ratio("signed / unsigned phase 1:", signed_marking, marking)
+        figures.ratio(f"{key}_pipeline_over_naive", "pipeline / naive loop:", [statistics.median(deleting)], [hand], 10)
+    figures.ratio(f"{key}_signed_over_unsigned", "signed / unsigned pipeline:", signed, deleting, 0.95)
+    figures.ratio(f"{key}_signed_over_unsigned_worker_cpu", "signed / unsigned, worker CPU:", signed_cpu, cpu)
+    figures.ratio(f"{key}_phase1_signed_over_unsigned", "signed / unsigned phase 1:", signed_marking, marking)
     return statistics.median(deleting) / n
 
 
-def signature_costs(endpoint: S3Endpoint, drain_s: float | None, n: int = 5000, repeats: int = 5) -> None:
+def signature_costs(endpoint: S3Endpoint, drain_s: float | None, figures: Figures, n: int = 5000,
+                    repeats: int = 5) -> None:
     """Microseconds per record to sign a pending delete (phase 1) and to verify it as the worker does
     (pick the signature headers, then verify), HMAC-SHA256 against Ed25519 (the verifier holding only the
     public key); the median of ``repeats`` passes over ``n`` encoded records. ``drain_s``: the unsigned
@@ -410,24 +396,30 @@ def signature_costs(endpoint: S3Endpoint, drain_s: float | None, n: int = 5000, 
             verifies.append((time.perf_counter() - started) / n)
             assert all(isinstance(signed, Signer) for signed in who), f"{algorithm.value}: a record did not verify"
         sign_us, verify_us = statistics.median(signs) * 1e6, statistics.median(verifies) * 1e6
+        name = f"signature_{algorithm.value.lower().replace('-', '_')}"
+        figures.add(f"{name}_sign_us_per_record", sign_us)
+        figures.add(f"{name}_verify_us_per_record", verify_us)
+        if drain_s:
+            figures.add(f"{name}_verify_over_s3_drain_ratio", verify_us / (drain_s * 1e6))
         share = f"; verify = {verify_us / (drain_s * 1e6):.1%} of the unsigned S3 drain's " \
                 f"{drain_s * 1e6:.0f} µs/record" if drain_s else ""
         print(f"  {algorithm.value:12} sign {sign_us:7.1f} µs/record   verify {verify_us:7.1f} µs/record{share}")
 
 
-def phase1_part(bootstrap: str, n: int, work: Path, rounds: int) -> None:
+def phase1_part(bootstrap: str, n: int, work: Path, rounds: int, figures: Figures) -> None:
     print(f"phase 1, {n} chunks (one pending delete each), 4 partitions:")
     phase1_round(bootstrap, min(n, 1000), work)  # warm-up
     runs = [phase1_round(bootstrap, n, work) for _ in range(rounds)]
     marking, producing, building, committing = ([run[i] for run in runs] for i in range(4))
-    report("phase 1: LedgerDeletionService.mark", n, marking)
-    report("plain idempotent produce + flush, same records", n, producing)
-    report("  of phase 1: build + encode the records", n, building)
-    report("  of phase 1: the metadata transaction alone", n, committing)
-    ratio("phase 1 / plain produce:", marking, producing, 0.3)
+    key = f"phase1_{n}"
+    figures.rate(f"{key}_mark", "phase 1: LedgerDeletionService.mark", n, marking)
+    figures.rate(f"{key}_plain_produce", "plain idempotent produce + flush, same records", n, producing)
+    figures.rate(f"{key}_build_encode", "  of phase 1: build + encode the records", n, building)
+    figures.rate(f"{key}_metadata_transaction", "  of phase 1: the metadata transaction alone", n, committing)
+    figures.ratio(f"{key}_mark_over_plain_produce", "phase 1 / plain produce:", marking, producing, 0.3)
 
 
-def fs_part(bootstrap: str, n: int, work: Path, rounds: int) -> None:
+def fs_part(bootstrap: str, n: int, work: Path, rounds: int, figures: Figures) -> None:
     print(f"filesystem, {n} chunks (each a data file and a tag sidecar):")
     fs = FileSystemChunkStorage(work / "fs-tier2", name="fs-tier2", delete_workers=8)
     pipeline(bootstrap, fs, min(n, 1000), work)
@@ -437,21 +429,11 @@ def fs_part(bootstrap: str, n: int, work: Path, rounds: int) -> None:
         marking.append(phase1)
         deleting.append(phase2)
         unlink.append(unlink_loop(FileSystemChunkStorage(work / f"unlink-{n}-{i}", name="fs-raw"), n))
-    report("phase 1: publish + one metadata transaction", n, marking)
-    report("pipeline: produced -> gone + committed", n, deleting)
-    report("raw os.unlink loop, data file + sidecar", n, unlink)
-    ratio("pipeline / raw unlink:", deleting, unlink, 0.6)
-
-
-def counts(text: str) -> list[int]:
-    """A comma list of positive counts, e.g. ``5000,50000``."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma list of counts: {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"counts must be positive: {text!r}")
-    return values
+    key = f"fs_{n}"
+    figures.rate(f"{key}_phase1", "phase 1: publish + one metadata transaction", n, marking)
+    figures.rate(f"{key}_pipeline", "pipeline: produced -> gone + committed", n, deleting)
+    figures.rate(f"{key}_raw_unlink", "raw os.unlink loop, data file + sidecar", n, unlink)
+    figures.ratio(f"{key}_pipeline_over_raw_unlink", "pipeline / raw unlink:", deleting, unlink, 0.6)
 
 
 def parts(text: str) -> list[str]:
@@ -485,16 +467,13 @@ def main() -> None:
     if args.minio and settings.s3_endpoint:
         parser.error("--minio starts an S3 endpoint, but RECLAIM_S3_ENDPOINT names one already; choose one")
     chosen = args.parts + (["memory"] if args.memory and "memory" not in args.parts else [])
+    begun, figures = time.time(), Figures()
     tune_interpreter()  # as ``reclaim worker`` does: the in-process pipeline below runs as one would
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         started: list[int] = []
         try:
-            bootstrap = settings.bootstrap
-            if not bootstrap:
-                ports = BrokerPorts(free_port(), free_port())
-                started.append(start_broker(work / "kafka", settings.cache_dir, ports).pid)
-                bootstrap = ports.bootstrap
+            bootstrap = own_broker(settings, work, started)
             endpoint, server = None, ""
             if "s3" in chosen:
                 endpoint, server = start_endpoint(settings, args.minio, work, started)
@@ -504,19 +483,20 @@ def main() -> None:
             drain_s = None
             for n in args.objects:
                 if endpoint is not None:
-                    drain_s = s3_part(bootstrap, endpoint, server, n, work, args.rounds, args.skip_naive_above,
-                                      args.skip_listed_above)
+                    drain_s = s3_part(bootstrap, endpoint, server, n, work, args.rounds, figures,
+                                      args.skip_naive_above, args.skip_listed_above)
                 if "phase1" in chosen:
-                    phase1_part(bootstrap, n, work, args.rounds)
+                    phase1_part(bootstrap, n, work, args.rounds, figures)
                 if "fs" in chosen:
-                    fs_part(bootstrap, n, work, args.rounds)
+                    fs_part(bootstrap, n, work, args.rounds, figures)
             if endpoint is not None:
-                signature_costs(endpoint, drain_s)
+                signature_costs(endpoint, drain_s, figures)
             if "memory" in chosen:
-                run_memory(bootstrap, args.memory_sizes, work)
+                run_memory(bootstrap, args.memory_sizes, work, figures)
         finally:
             for pid in started:
                 stop_pid(pid)
+    record("deletion_throughput", {**vars(args), "parts": chosen}, figures, begun)
 
 
 def start_endpoint(settings: Settings, minio: bool, work: Path, started: list[int]) -> tuple[S3Endpoint, str]:

@@ -33,7 +33,7 @@ if not __package__:  # run as a file: the sibling modules are imported as ``benc
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.deletion_setup import release_and_drain, stop_workers  # noqa: E402
-from benchmarks.deletion_throughput import ratio, report  # noqa: E402
+from benchmarks.results import Figures, record  # noqa: E402
 from devtools.multihost import CHUNK_BYTES, MultiHostStack, object_count, wait_members, write_chunks  # noqa: E402
 from reclaim.consumers.deletion_worker import WorkerConfig  # noqa: E402
 from reclaim.deletion.mark import LedgerDeletionService  # noqa: E402
@@ -104,6 +104,7 @@ def main() -> None:
     if args.rounds < 1 or args.objects < 1:
         parser.error("--rounds and --objects must be at least 1")
     one, two = WORKER_HOSTS[:1], WORKER_HOSTS
+    begun, figures = time.time(), Figures()
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         stack = MultiHostStack(work / "servers", Settings.from_env().cache_dir, WORKER_HOSTS)
@@ -122,14 +123,17 @@ def main() -> None:
                     elapsed, stopped = drain(stack, hosts, args.objects, work)
                     times.append(elapsed)
                     held.append(stopped)
-            report("1 worker host: SIGCONT -> lag 0", args.objects, alone)
-            report("2 worker hosts: SIGCONT -> lag 0", args.objects, paired)
-            ratio("2 worker hosts / 1:", paired, alone)
+            key = f"multihost_{args.objects}"
+            figures.rate(f"{key}_one_host", "1 worker host: SIGCONT -> lag 0", args.objects, alone)
+            figures.rate(f"{key}_two_hosts", "2 worker hosts: SIGCONT -> lag 0", args.objects, paired)
+            figures.ratio(f"{key}_two_hosts_over_one", "2 worker hosts / 1:", paired, alone)
+            figures.add(f"{key}_workers_stopped_max_s", max(held))
             note = (f" (over the workers' {SESSION_TIMEOUT_S} s session timeout: a drain may include a rebalance)"
                     if max(held) >= SESSION_TIMEOUT_S else "")
             print(f"  workers stopped while phase 1 ran: at most {max(held):.1f} s{note}")
         finally:
             stack.close()
+    record("multihost", vars(args), figures, begun)
 
 
 if __name__ == "__main__":

@@ -35,12 +35,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from pyspark.sql import SparkSession
 
+from benchmarks.results import Figures, record, verdict
 from benchmarks.retention_inputs import (
     CutOf,
     Input,
@@ -434,10 +435,6 @@ def own_memory_now() -> dict[str, int]:
 # --- the report -----------------------------------------------------------------------------------------------
 
 
-def rounds_of(values: Sequence[float]) -> str:
-    return f"  (rounds: {', '.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""
-
-
 def describe_batches(batches: Sequence[BatchSummary]) -> str:
     if not batches:
         return "no batches counted"
@@ -447,37 +444,60 @@ def describe_batches(batches: Sequence[BatchSummary]) -> str:
             f"batch ms median {statistics.median(durations):.0f}, max {max(durations)}")
 
 
-def report_latency(sizes: Sizes, result: Latency) -> None:
+def add_batches(figures: Figures, name: str, batches: Sequence[BatchSummary]) -> None:
+    """What :func:`describe_batches` prints, as figures named ``<name>_...``."""
+    figures.add(f"{name}_batches", len(batches))
+    if batches:
+        durations = [b.duration_ms for b in batches]
+        figures.add(f"{name}_input_rows", sum(b.input_rows for b in batches))
+        figures.add(f"{name}_events", sum(b.events for b in batches))
+        figures.add(f"{name}_rejects", sum(b.reject_count for b in batches))
+        figures.add(f"{name}_batch_median_ms", statistics.median(durations))
+        figures.add(f"{name}_batch_max_ms", max(durations))
+
+
+def report_latency(sizes: Sizes, result: Latency, figures: Figures) -> None:
     waits, target = result.waits, sizes.trigger_interval_s + 2
     p95 = sorted(waits)[max(0, math.ceil(0.95 * len(waits)) - 1)]  # nearest rank
     print(f"  start -> first truncation of all {sizes.latency_streams} streams read: {result.first_s:.2f} s")
     print(f"  last cut confirmed -> TruncationEvent read, {len(waits)} cuts: median {statistics.median(waits):.3f} s, "
           f"p95 {p95:.3f} s, max {max(waits):.3f} s")
-    print(f"    target p95 <= trigger + 2 s = {target:g} s: {'met' if p95 <= target else 'NOT met'}")
+    print(f"    target p95 <= trigger + 2 s = {target:g} s: {verdict(p95 <= target)}")
     print(f"    each: {', '.join(f'{w:.2f}' for w in waits)}")
     print(f"  the job meanwhile: {describe_batches(result.batches)}")
+    key = f"latency_{sizes.latency_streams}"
+    figures.add(f"{key}_first_truncation_s", result.first_s)
+    figures.add(f"{key}_cut_to_event_median_s", statistics.median(waits))
+    figures.add(f"{key}_cut_to_event_p95_s", p95)
+    figures.add(f"{key}_cut_to_event_max_s", max(waits))
+    figures.add(f"{key}_cut_to_event_p95_target_s", target)
+    figures.add(f"{key}_cut_to_event_each_s", ", ".join(f"{w:.2f}" for w in waits))
+    add_batches(figures, f"{key}_job", result.batches)
 
 
-def report_throughput(sizes: Sizes, result: Throughput) -> None:
-    for label, runs in (("job: availableNow, fresh checkpoint", result.job_s),
-                        ("plain single-process consumer", result.plain_s)):
-        middle = statistics.median(runs)
-        print(f"  {label:38} {middle:8.2f} s {sizes.streams / middle:8.0f} streams/s{rounds_of(runs)}")
-    ratios = [plain / job for job, plain in zip(result.job_s, result.plain_s, strict=True)]
-    verdict = "met" if statistics.median(ratios) >= 0.5 else "NOT met"
-    print(f"  ratio job / plain (streams/s)          {statistics.median(ratios):8.2f}x "
-          f"  (target >= 0.5x: {verdict}){rounds_of(ratios)}")
+def report_throughput(sizes: Sizes, result: Throughput, figures: Figures) -> None:
+    key = f"throughput_{sizes.streams}"
+    figures.rate(f"{key}_job", "job: availableNow, fresh checkpoint", sizes.streams, result.job_s,
+                 unit="streams", width=38)
+    figures.rate(f"{key}_plain", "plain single-process consumer", sizes.streams, result.plain_s,
+                 unit="streams", width=38)
+    figures.ratio(f"{key}_job_over_plain", "job / plain (streams/s):", result.job_s, result.plain_s, 0.5)
     print(f"  both: one event per stream, the same (stream, cut) set, at the bound {result.bound.as_dict()}")
     print(f"  the job's runs: {describe_batches(result.batches)}")
+    add_batches(figures, f"{key}_job", result.batches)
     for r, stages in enumerate(result.stages):
         print(f"    round {r} Spark stages (seen active): {stages}")
 
 
-def report_memory(result: Throughput) -> None:
-    for peaks in (result.job_memory, result.plain_memory):
+def report_memory(result: Throughput, figures: Figures) -> None:
+    for method, peaks in (("job", result.job_memory), ("plain", result.plain_memory)):
         for name, value in peaks.items():
-            shown = f"{value:8d}" if "processes" in name else f"{value / 1024:8.0f} MiB"
+            counted = "processes" in name
+            shown = f"{value:8d}" if counted else f"{value / 1024:8.0f} MiB"
             print(f"  peak {name:58} {shown}")
+            slug = "_".join("".join(c if c.isalnum() else " " for c in name.split(" (")[0].lower()).split())
+            figures.add(f"memory_{method}_peak_{slug}" + ("" if counted else "_mib"),
+                        value if counted else value / 1024)
 
 
 NOTE = """note: the job runs on local[2] with 2 shuffle partitions: the streams' folds run in two Python workers
@@ -517,6 +537,7 @@ def parse_sizes(argv: Sequence[str] | None = None) -> tuple[Sizes, str | None]:
 
 def main() -> None:
     sizes, bootstrap = parse_sizes()
+    begun, figures = time.time(), Figures()
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         started: list[int] = []
@@ -527,11 +548,12 @@ def main() -> None:
         spark = build_spark_session("reclaim-bench-retention", Settings.from_env().cache_dir)
         spark.sparkContext.setLogLevel("ERROR")  # stopping the continuous query interrupts a batch: not news
         try:
-            run(spark, bootstrap, sizes, work)
+            run(spark, bootstrap, sizes, work, figures)
         finally:
             spark.stop()
             for pid in started:
                 stop_pid(pid)
+    record("retention_job", asdict(sizes), figures, begun)
 
 
 def load() -> str:
@@ -539,20 +561,22 @@ def load() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
-def run(spark: SparkSession, bootstrap: str, sizes: Sizes, work: Path) -> None:
+def run(spark: SparkSession, bootstrap: str, sizes: Sizes, work: Path, figures: Figures) -> None:
     print(f"retention job, {load()}, Spark {spark.version} {spark.sparkContext.master}, "
           f"{spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions, {sizes.partitions} partitions a topic")
     print(f"(a) latency: {sizes.latency_streams} streams x {sizes.latency_subscribers} subscribers, job running "
           f"with trigger interval {sizes.trigger_interval_s:g} s, re-evaluation every "
           f"{RetentionJobConfig.reevaluate_ms / 1000:g} s; at the start {load()}")
-    report_latency(sizes, latency(spark, bootstrap, sizes, work))
+    figures.add("load_average_1min_at_start", os.getloadavg()[0])
+    report_latency(sizes, latency(spark, bootstrap, sizes, work), figures)
     print(f"(b) throughput: {sizes.streams} streams x {sizes.subscribers} subscribers at once, "
           f"{sizes.rounds} round(s) of job then plain consumer; at the start {load()}")
     result = throughput(spark, bootstrap, sizes, work)
-    report_throughput(sizes, result)
+    report_throughput(sizes, result, figures)
     print("(c) memory, sampled every 0.5 s during (b): the job's runs, then the plain consumer's")
-    report_memory(result)
+    report_memory(result, figures)
     print(f"at the end {load()}")
+    figures.add("load_average_1min_at_end", os.getloadavg()[0])
     print(NOTE)
 
 

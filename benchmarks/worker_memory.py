@@ -9,15 +9,21 @@ confluent-kafka producer, all before the worker starts. Every record therefore t
 path (row found inactive, ownership checked against it, file and sidecar deleted, row removed); the
 run checks afterwards that no file and no row is left. The worker's peak RSS is the kernel's
 high-water mark (``VmHWM`` in ``/proc/<pid>/status``), read until the group's lag is 0.
+
+Run: ``.venv/bin/python -m benchmarks.worker_memory [--sizes 10000,100000,1000000]`` (or as the memory
+part of ``benchmarks.deletion_throughput``). It starts its own Kafka broker unless RECLAIM_BOOTSTRAP
+names a running one.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,10 +32,13 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from benchmarks.deletion_setup import PAYLOAD, fresh_topics, group_lag, new_chunks, store_rows
+from benchmarks.deletion_setup import PAYLOAD, counts, fresh_topics, group_lag, new_chunks, own_broker, store_rows
+from benchmarks.results import Figures, record, verdict
 from reclaim.deletion.mark import new_mark_id
 from reclaim.deletion.records import pending_deletes_for
+from reclaim.localstack.procs import stop_pid
 from reclaim.schemas.codec import build_codec
+from reclaim.settings import Settings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
 from reclaim.storage.sql_store import SQLiteMetadataStore
@@ -83,11 +92,11 @@ def build_backlog(bootstrap: str, topic: str, store: SQLiteMetadataStore, bindin
         chunks = new_chunks(binding, min(SLICE, size - start), active=False, mark_id=mark_id)
         lay_out(binding, chunks)
         store_rows(store, chunks)
-        for record in pending_deletes_for(chunks, mark_id, int(time.time() * 1000)):
-            value = codec.encode(record, topic)
+        for pending in pending_deletes_for(chunks, mark_id, int(time.time() * 1000)):
+            value = codec.encode(pending, topic)
             while True:
                 try:
-                    producer.produce(topic, value, record.chunk_name.encode(), on_delivery=on_delivery)
+                    producer.produce(topic, value, pending.chunk_name.encode(), on_delivery=on_delivery)
                     break
                 except BufferError:
                     producer.poll(0.1)
@@ -142,17 +151,44 @@ def drain(bootstrap: str, size: int, work: Path) -> MemoryRun:
     return MemoryRun(size, elapsed, peak, final)
 
 
-def run_memory(bootstrap: str, sizes: Sequence[int], work: Path) -> None:
+def run_memory(bootstrap: str, sizes: Sequence[int], work: Path, figures: Figures) -> None:
     print("reclaim worker draining a backlog (filesystem chunks, one process, settings as deployed):")
-    runs = []
+    peaks = []
     for size in sizes:
         run = drain(bootstrap, size, work)
-        runs.append(run)
+        peaks.append(run.peak_mb)
+        key = f"worker_{size}"
+        figures.add(f"{key}_drain_s", run.seconds)
+        figures.add(f"{key}_records_per_s", run.records / run.seconds)
+        figures.add(f"{key}_peak_rss_mb", run.peak_mb)
+        figures.add(f"{key}_final_rss_mb", run.final_mb)
         print(f"  backlog {run.records:>9,} records  worker start -> lag 0 {run.seconds:8.1f} s  "
               f"({run.records / run.seconds:7.0f} records/s)  peak RSS {run.peak_mb:6.1f} MB  "
               f"RSS at the end {run.final_mb:6.1f} MB")
-    peaks = [run.peak_mb for run in runs]
-    growth = max(peaks) - peaks[0]
-    print(f"  peak RSS {min(peaks):.1f} .. {max(peaks):.1f} MB over {len(runs)} backlog(s)   "
-          f"(target <= {CEILING_MB} MB: {'met' if max(peaks) <= CEILING_MB else 'not met'}; flat, within "
-          f"{FLAT_MB} MB of the first backlog's peak: {'met' if growth <= FLAT_MB else 'not met'}, {growth:+.1f} MB)")
+    low, high, growth = figures.spread("worker_peak_rss", peaks, "mb")
+    figures.add("worker_peak_rss_ceiling_mb", CEILING_MB)
+    figures.add("worker_peak_rss_flat_within_mb", FLAT_MB)
+    print(f"  peak RSS {low:.1f} .. {high:.1f} MB over {len(peaks)} backlog(s)   "
+          f"(target <= {CEILING_MB} MB: {verdict(high <= CEILING_MB)}; flat, within "
+          f"{FLAT_MB} MB of the first backlog's peak: {verdict(growth <= FLAT_MB)}, {growth:+.1f} MB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=counts, default=[10_000, 100_000, 1_000_000],
+                        help="backlogs to drain, a comma list (default 10000,100000,1000000)")
+    args = parser.parse_args()
+    begun, figures, settings = time.time(), Figures(), Settings.from_env()
+    with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
+        work = Path(tmp)
+        started: list[int] = []
+        try:
+            run_memory(own_broker(settings, work, started), args.sizes, work, figures)
+        finally:
+            for pid in started:
+                stop_pid(pid)
+    record("worker_memory", vars(args), figures, begun)
+
+
+if __name__ == "__main__":
+    main()
