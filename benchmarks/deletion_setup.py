@@ -1,4 +1,4 @@
-"""Setup for the deletion benchmarks (never timed): buckets, chunks and their rows, topics, read-backs."""
+"""Setup for the deletion benchmarks (never timed): the broker, buckets, chunks and their rows, topics, read-backs."""
 
 from __future__ import annotations
 
