@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-pythons lint docs venv clean bench
+.PHONY: demo test test-unit test-integration chaos test-pythons lint docs venv clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,14 +21,28 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/reclaim demo
 
+# Everything (tests/unit, tests/integration, tests/chaos: the testpaths) in one pytest run, so that each
+# session server starts once.
 test: $(STAMP)
 	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
 	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)  # testpaths: tests
 
 # The tests that need no server, nor Java, Go or root: only Python.
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The tests against real servers: Kafka, S3 endpoints, PostgreSQL, Spark, Prometheus.
+test-integration: $(STAMP)
+	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
+	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# The chaos suite: servers of each test's own, killed and cut off while a backlog drains.
+chaos: $(STAMP)
+	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
+	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
+	$(PY) -m pytest tests/chaos $(PYTEST_ARGS)
 
 # reclaim on the other Python versions it supports: each gets a virtualenv of its own (.venv-3.N) with
 # every extra, and runs the server-free tests. An interpreter under pyenv is found by its version.

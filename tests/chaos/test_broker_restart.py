@@ -16,9 +16,8 @@ from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
 from reclaim.tools.topics import admin_client, create_topics, topic_specs
-from tests.deletion.conftest import Pipeline
-
-from .conftest import Backlog, RestartableBroker, spawn_worker, stopped
+from tests.support.chaos import Backlog, RestartableBroker, spawn_worker, stopped
+from tests.support.pipeline import Pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,9 +14,8 @@ from reclaim.producers.topics import TopicNames
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
-from tests.deletion.conftest import Pipeline
-
-from .conftest import Backlog, RestartablePostgres, spawn_worker, stopped
+from tests.support.chaos import Backlog, RestartablePostgres, spawn_worker, stopped
+from tests.support.pipeline import Pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

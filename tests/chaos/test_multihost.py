@@ -30,11 +30,9 @@ from reclaim.storage.metadata import ChunkRecord
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
 from reclaim.tools.topics import admin_client, create_topics, topic_specs
-from tests.conftest import server_unavailable
-from tests.deletion.conftest import Pipeline
-from tests.deletion.test_crash import inflight
-
-from .conftest import Backlog, stopped
+from tests.support.chaos import Backlog, stopped
+from tests.support.pipeline import Pipeline, inflight
+from tests.support.servers import server_unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,18 +22,15 @@ from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
-from tests.deletion.conftest import Pipeline
-
-from .conftest import Backlog, RestartableMinio, RestartablePostgres, spawn_worker, stopped
-from .toxi import (  # noqa: F401 - toxiproxy and proxied_broker are fixtures
+from tests.support.chaos import Backlog, RestartableMinio, RestartablePostgres, spawn_worker, stopped
+from tests.support.pipeline import Pipeline
+from tests.support.toxiproxy import (
     Phase,
     ProxiedBroker,
     described,
     on,
-    proxied_broker,
     proxy_to,
     run_phases,
-    toxiproxy,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -21,10 +21,17 @@ from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType
 from reclaim.services.controller import stream_controller
 from reclaim.services.recorder import RetentionRecorder
 from reclaim.settings import Settings
-from tests.cli import run_reclaim
-
-from .conftest import RESULTS, ChaosResult, orphans_in, spawn_reclaim, stopped
-from .test_truncation_chaos import HeadWatcher, dead_letters, wait_lag
+from tests.support.chaos import (
+    RESULTS,
+    ChaosResult,
+    HeadWatcher,
+    dead_letters,
+    orphans_in,
+    spawn_reclaim,
+    stopped,
+    wait_lag,
+)
+from tests.support.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -27,11 +27,9 @@ from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage, map_s3_error
 from reclaim.storage.sql_store import open_metadata_store
 from reclaim.tools.dlq.reader import Reader, watermarks
-from tests.cli import run_reclaim
-from tests.deletion.conftest import Pipeline
-from tests.deletion.test_crash import inflight, wait_drained
-
-from .conftest import Backlog, RestartableMinio, spawn_worker, stopped
+from tests.support.chaos import Backlog, RestartableMinio, spawn_worker, stopped
+from tests.support.cli import run_reclaim
+from tests.support.pipeline import Pipeline, inflight, wait_drained
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

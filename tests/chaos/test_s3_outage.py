@@ -16,9 +16,8 @@ from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
-from tests.deletion.conftest import Pipeline
-
-from .conftest import Backlog, RestartableMinio, spawn_worker, stopped
+from tests.support.chaos import Backlog, RestartableMinio, spawn_worker, stopped
+from tests.support.pipeline import Pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -7,57 +7,40 @@ is gone from tier-2 and every byte after it is readable; the audit is clean."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from reclaim.consumers.lag import estimated_inflight
-from reclaim.errors import ReclaimError
 from reclaim.producers.topics import TopicNames
 from reclaim.schemas import build_codec
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
-from reclaim.segments.streams import StreamController
 from reclaim.services.controller import stream_controller
 from reclaim.settings import Settings
-from tests.cli import run_reclaim
-from tests.integration.kafka_io import Outgoing, produce_confirmed
-
-from .conftest import RESULTS, ChaosResult, RestartablePostgres, orphans_in, spawn_reclaim, stopped
+from tests.support.chaos import (
+    RESULTS,
+    STREAM,
+    ChaosResult,
+    HeadWatcher,
+    RestartablePostgres,
+    dead_letters,
+    orphans_in,
+    spawn_reclaim,
+    stopped,
+    wait_lag,
+)
+from tests.support.cli import run_reclaim
+from tests.support.kafka_io import Outgoing, produce_confirmed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-STREAM = "scope/orders"
 SEGMENTS, APPENDS, RECORD = 4, 100, 32  # chunks roll at RECORD bytes: 100 chunks a segment
 CUTS, STEP = 40, 72  # the i-th cut is at i × 72 bytes in every segment: about 9 chunks each
-
-
-class HeadWatcher(threading.Thread):
-    """Reads the stream's head every 50 ms and remembers each change; a head that moves back is the
-    failure this test is for."""
-
-    def __init__(self, controller: StreamController, stream: str = STREAM) -> None:
-        super().__init__(daemon=True)
-        self.controller, self.stream, self.seen, self.stop = controller, stream, [StreamCut()], threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.05):
-            try:
-                head = self.controller.head(self.stream)
-            except ReclaimError:
-                continue  # PostgreSQL is down: nothing to see
-            if head != self.seen[-1]:
-                self.seen.append(head)
-
-    def offsets(self) -> list[int]:
-        return [max(cut.as_dict().values(), default=0) for cut in self.seen]
 
 
 def cut_at(step: int) -> StreamCut:
@@ -157,18 +140,4 @@ def wait_for_head(watcher: HeadWatcher, step: int, applier: subprocess.Popen[byt
         assert time.monotonic() < deadline and applier.poll() is None, log.read_text()[-3000:]
         time.sleep(0.05)
 
-
-def wait_lag(bootstrap: str, group: str, topics: list[str], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (lag := estimated_inflight(bootstrap, group, topics)) > 0:
-        assert time.monotonic() < deadline, f"group {group} still has {lag} records to read"
-        time.sleep(0.5)
-
-
-def dead_letters(stats_json: str) -> int:
-    """The records ``reclaim dlq stats --json`` counted; -1 when it printed no report."""
-    try:
-        return int(json.loads(stats_json)["total"])
-    except (ValueError, KeyError):
-        return -1
 

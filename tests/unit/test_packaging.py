@@ -13,8 +13,9 @@ import pytest
 
 import reclaim
 from reclaim.extras import EXTRA_OF, MissingExtraError, extra_of, missing_extra, require
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 

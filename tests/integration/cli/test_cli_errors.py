@@ -4,7 +4,6 @@ failure, global options anywhere, the config file's precedence, and nothing crea
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,25 +21,9 @@ from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.metadata import ChunkRecord
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.topics import TopicSpec, admin_client, create_topics
-from tests.cli import run_reclaim
+from tests.support.cli import NOBODY, clean_env, one_line_error, run_reclaim
 
 TAGS = ChunkTags(component="c", stream="scope/stream", segment="scope/stream/0.E-1-O-0", writer_epoch=1)
-NOBODY = "127.0.0.1:1"  # no broker or endpoint ever answers on port 1
-
-
-def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
-    return {**env, "RECLAIM_STATE_DIR": str(tmp_path / "state"), **extra}
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    """The single ``reclaim: error:`` line of a failed run, after checking its exit status."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("reclaim: error: ")
-    return lines[0]
 
 
 def store_at(state: Path) -> SQLiteMetadataStore:

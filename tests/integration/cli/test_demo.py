@@ -9,7 +9,7 @@ import pytest
 
 from reclaim.localstack.stack import StackState
 from reclaim.settings import Settings
-from tests.cli import run_reclaim
+from tests.support.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,9 +13,7 @@ from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
 from reclaim.schemas import millis_now
 from reclaim.security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
 from reclaim.security.signing import REJECTED, AuthMode, RecordSigner, RecordVerifier
-
-from .conftest import Pipeline, outcomes
-from .test_faults import read_all
+from tests.support.pipeline import Pipeline, outcomes, read_all
 
 pytestmark = pytest.mark.integration
 

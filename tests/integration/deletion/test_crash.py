@@ -8,17 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from reclaim.consumers.lag import estimated_inflight
 from reclaim.localstack.procs import free_port
-from tests.cli import run_reclaim
-
-from .conftest import Pipeline, outcomes
-from .test_faults import read_all
+from tests.support.cli import run_reclaim
+from tests.support.pipeline import Pipeline, inflight, outcomes, read_all, scrape, wait_drained
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,24 +25,13 @@ def spawn_worker(pipe: Pipeline, fs_root: Path, module: str = "reclaim", **env: 
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def inflight(pipe: Pipeline) -> int:
-    return estimated_inflight(pipe.bootstrap, pipe.group_id, pipe.topics.deletion_inputs)
-
-
-def wait_drained(pipe: Pipeline, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while inflight(pipe) > 0:
-        assert time.monotonic() < deadline, f"backlog not drained: {inflight(pipe)} left"
-        time.sleep(0.5)
-
-
 def test_sigkill_after_delete_before_commit_then_restart(engine_pipeline: Pipeline, tmp_path: Path) -> None:
     fs_root = tmp_path / "tier2"
     binding = engine_pipeline.bindings.get("fs-tier2")
     chunks = engine_pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 10)
     engine_pipeline.service.mark(chunks)
 
-    dying = spawn_worker(engine_pipeline, fs_root, module="tests.deletion.crash_after_delete")
+    dying = spawn_worker(engine_pipeline, fs_root, module="tests.support.crash_after_delete")
     assert dying.wait(timeout=60) == -signal.SIGKILL
     assert not any(binding.exists(c.name) for c in chunks)  # deleted ...
     assert inflight(engine_pipeline) == 10  # ... but nothing committed
@@ -58,11 +43,6 @@ def test_sigkill_after_delete_before_commit_then_restart(engine_pipeline: Pipeli
     engine_pipeline.workers.remove(worker)
     assert inflight(engine_pipeline) == 0
     assert engine_pipeline.store.get_chunks(c.name for c in chunks) == {}
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return str(response.read().decode())
 
 
 def test_sigterm_finishes_the_batch_and_commits_and_metrics_are_served(engine_pipeline: Pipeline,

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 
 from reclaim.consumers import retry
 from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
@@ -22,10 +21,8 @@ from reclaim.schemas import millis_now
 from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.chunks import DeleteOutcome, DeleteResult
 from reclaim.storage.errors import StorageUnavailableError
-from tests.cli import run_reclaim
-
-from .conftest import Pipeline, outcomes
-from .test_pipeline import committed_offsets
+from tests.support.cli import run_reclaim
+from tests.support.pipeline import Pipeline, committed_offsets, outcomes, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -58,21 +55,6 @@ def flaky(pipe: Pipeline, failures: int) -> FlakyBinding:
     wrapper = FlakyBinding(inner, failures)
     pipe.bindings._by_name["fs-tier2"] = wrapper  # type: ignore[assignment]
     return wrapper
-
-
-def read_all(pipe: Pipeline, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
-    consumer = Consumer({"bootstrap.servers": pipe.bootstrap, "group.id": f"reader-{topic}",
-                         "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    messages: list[Any] = []
-    try:
-        for _ in range(int(timeout_s / 0.5)):
-            messages += [m for m in consumer.consume(100, 0.5) if m.error() is None]
-            if len(messages) >= expected:
-                break
-    finally:
-        consumer.close()
-    return messages
 
 
 def test_record_read_before_its_mark_commits_is_retried_then_deleted(pipeline: Pipeline) -> None:

@@ -17,9 +17,7 @@ from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.schemas import millis_now
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.tools.topics import admin_client
-
-from .conftest import Pipeline, outcomes
-from .test_faults import read_all
+from tests.support.pipeline import Pipeline, outcomes, read_all
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,7 @@ from reclaim.producers.producer import RecordProducer
 from reclaim.schemas.codec import build_codec
 from reclaim.storage.errors import MetadataConflictError
 from reclaim.storage.sql_store import open_metadata_store
-
-from .conftest import Pipeline
-from .test_faults import read_all
+from tests.support.pipeline import Pipeline, read_all
 
 pytestmark = pytest.mark.integration
 

@@ -34,9 +34,8 @@ from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord, MetadataTransaction
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.topics import admin_client, create_topics, topic_specs
-from tests.conftest import server_unavailable
-
-from .conftest import Pipeline, outcomes
+from tests.support.pipeline import Pipeline, outcomes
+from tests.support.servers import server_unavailable
 
 #: Shorter than the broker stays frozen, so the truncate's publish times out while it is; long enough
 #: that the other writers, which need no broker, finish well within it on a loaded machine.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import REGISTRY
 
 from reclaim.deletion.outcomes import Outcome
@@ -13,23 +12,13 @@ from reclaim.deletion.records import pending_deletes_for
 from reclaim.schemas import millis_now
 from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
-
-from .conftest import Pipeline, outcomes
+from tests.support.pipeline import Pipeline, committed_offsets, outcomes
 
 pytestmark = pytest.mark.integration
 
 
 def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def committed_offsets(pipe: Pipeline, topic: str, partitions: int = 2) -> int:
-    consumer = Consumer({"bootstrap.servers": pipe.bootstrap, "group.id": pipe.group_id})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return sum(max(tp.offset, 0) for tp in tps)
-    finally:
-        consumer.close()
 
 
 def test_marked_chunks_are_deleted_and_offsets_committed(pipeline: Pipeline) -> None:

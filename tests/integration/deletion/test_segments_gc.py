@@ -9,8 +9,7 @@ import pytest
 from reclaim.deletion.mark import LedgerDeletionService, MarkError
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.segments.chunked import ChunkedSegmentStorage
-
-from .conftest import Pipeline, outcomes
+from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
 

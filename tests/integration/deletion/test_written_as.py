@@ -35,7 +35,7 @@ from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.audit import orphan_chunk
-from tests.conftest import S3_SERVERS
+from tests.support.servers import S3_SERVERS
 
 STREAM = "scope/stream"
 SEGMENT = f"{STREAM}/0.#epoch.0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .conftest import DEPLOY, run_promtool
+from tests.support.prometheus import DEPLOY, run_promtool
 
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 

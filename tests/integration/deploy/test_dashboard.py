@@ -26,10 +26,9 @@ from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
-from tests.cli import run_reclaim
-from tests.deletion.conftest import Pipeline
-
-from .conftest import DEPLOY, PrometheusServer, wait_for
+from tests.support.cli import run_reclaim
+from tests.support.pipeline import Pipeline
+from tests.support.prometheus import DEPLOY, PrometheusServer, wait_for
 
 # The queries read reclaim's own metrics: one S3 server is enough (the S3 suites run on every one).
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3_servers("moto")]

@@ -15,9 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reclaim.localstack.procs import free_port
-from tests.cli import run_reclaim
-
-from .conftest import wait_for
+from tests.support.cli import run_reclaim
+from tests.support.prometheus import wait_for
 
 pytestmark = [pytest.mark.integration]
 

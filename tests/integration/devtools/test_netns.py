@@ -12,14 +12,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from devtools import netns
 from devtools.netns import HostNetwork
 from reclaim.localstack.procs import StackError, wait_until
-from tests.conftest import server_unavailable
+from tests.support.paths import REPO
+from tests.support.servers import server_unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,7 @@ def test_what_a_killed_run_left_is_removed_by_the_next(hosts: HostNetwork) -> No
         time.sleep(600)
     """)
     aborted = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parents[2])
+                               cwd=REPO)
     assert aborted.stdout is not None
     namespace, bridge = aborted.stdout.readline().split()
     aborted.send_signal(signal.SIGKILL)

@@ -20,7 +20,8 @@ from devtools.gotools import GoTool
 from devtools.toxiproxy import Proxy, Toxiproxy, start_toxiproxy
 from reclaim.localstack.procs import StackError, stop_pid
 from reclaim.settings import Settings
-from tests.conftest import started
+from tests.support.paths import REPO
+from tests.support.servers import started
 
 
 def test_a_binary_go_install_names_after_its_directory_is_installed_under_the_tool_name(
@@ -46,7 +47,7 @@ def test_a_binary_go_install_names_after_its_directory_is_installed_under_the_to
 
 def test_the_pinned_toxiproxy_is_a_make_test_tool() -> None:
     assert gotools.TOOLS["toxiproxy-server"] is gotools.TOXIPROXY
-    assert "toxiproxy-server" in (Path(__file__).parents[2] / "Makefile").read_text()
+    assert "toxiproxy-server" in (REPO / "Makefile").read_text()
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -12,7 +12,7 @@ import pytest
 from reclaim.localstack.procs import pid_alive
 from reclaim.settings import Settings
 from reclaim.tools.topics import topic_specs
-from tests.cli import run_reclaim
+from tests.support.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

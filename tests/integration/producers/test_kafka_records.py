@@ -22,7 +22,7 @@ from reclaim.schemas import (
 from reclaim.schemas.confluent import ConfluentCodec
 from reclaim.schemas.samples import sample_records
 from reclaim.tools.topics import TopicSpec, admin_client, create_topics
-from tests.integration.kafka_io import Outgoing, consume_from_start, produce_confirmed
+from tests.support.kafka_io import Outgoing, consume_from_start, produce_confirmed
 
 pytestmark = pytest.mark.integration
 

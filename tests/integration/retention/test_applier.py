@@ -19,9 +19,9 @@ from reclaim.segments.garbage import RecordingGarbageSink
 from reclaim.segments.streams import StreamController
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
-from tests.cli import run_reclaim
-from tests.integration.kafka_io import Outgoing, produce_confirmed
-from tests.streams.orders import STREAM, orders_stream
+from tests.support.cli import run_reclaim
+from tests.support.kafka_io import Outgoing, produce_confirmed
+from tests.support.orders import STREAM, orders_stream
 
 pytestmark = pytest.mark.integration
 

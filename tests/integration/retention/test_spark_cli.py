@@ -19,9 +19,9 @@ from reclaim.localstack.procs import free_port
 from reclaim.producers.topics import TopicNames
 from reclaim.schemas import TruncationEvent, build_codec
 from reclaim.services.retention_job import RetentionJobSettings, job_config
-from tests.cli import run_reclaim
-from tests.integration.kafka_io import consume_from_start
-from tests.retention.test_spark_job import CONSUMPTION, at, consumed, produce_records, recorded, stream_with
+from tests.support.cli import run_reclaim
+from tests.support.kafka_io import consume_from_start
+from tests.support.spark_job import CONSUMPTION, at, consumed, produce_records, recorded, stream_with
 
 JOB_FLAGS = ("--checkpoint", "--master", "--trigger-interval-s", "--reevaluate-s", "--state-buckets", "--once",
              "--metrics-port",

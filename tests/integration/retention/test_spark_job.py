@@ -20,78 +20,36 @@ from reclaim.schemas import (
     LimitType,
     RetentionPolicy,
     RetentionType,
-    StreamConfig,
     StreamCut,
-    StreamCutRecord,
-    SubscriberChange,
-    SubscriberChangeType,
-    SubscriberCut,
     TruncationEvent,
     build_codec,
     millis_now,
 )
 from reclaim.schemas.rejects import RejectKind, RetentionReject
-from reclaim.schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
 from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.rules import authorize_truncation, signers_of
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, Signer
-from tests.integration.kafka_io import Outgoing, consume_from_start, produce_confirmed
+from tests.support.kafka_io import Outgoing, consume_from_start, produce_confirmed
+from tests.support.spark_job import (
+    CONSUMPTION,
+    MINUTE_MS,
+    STREAM,
+    at,
+    config,
+    consumed,
+    produce_records,
+    recorded,
+    stream_with,
+    subscribe,
+    topology,
+    unsubscribe,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 RUN_TIMEOUT_S = 180
 REEVALUATE_MS = 1000
-STREAM = "scope/orders"
-MINUTE_MS = 60_000
-CONSUMPTION = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME)
 """Truncate at the subscribers' lower bound, with no min and no max (PDP-47's defaults)."""
-
-
-def at(first: int, second: int) -> StreamCut:
-    """A cut of the two-segment stream: ``first`` bytes into segment 0, ``second`` into segment 1."""
-    return StreamCut.from_mapping({0: first, 1: second})
-
-
-def topology(stream: str = STREAM) -> StreamTopology:
-    """One epoch of two segments splitting the key space in halves."""
-    halves = (TopologySegment(0, 0.0, 0.5), TopologySegment(1, 0.5, 1.0))
-    return StreamTopology(stream, (TopologyEpoch(0, 0, halves),), (), TopologyState.ACTIVE, millis_now())
-
-
-def config(policy: RetentionPolicy, stream: str = STREAM) -> StreamConfig:
-    return StreamConfig(stream, policy, millis_now())
-
-
-def subscribe(subscriber: str, generation: int = 1, stream: str = STREAM) -> SubscriberChange:
-    return SubscriberChange(stream, subscriber, generation, SubscriberChangeType.ADD, millis_now())
-
-
-def unsubscribe(subscriber: str, generation: int, stream: str = STREAM) -> SubscriberChange:
-    return SubscriberChange(stream, subscriber, generation, SubscriberChangeType.REMOVE, millis_now())
-
-
-def consumed(subscriber: str, cut: StreamCut, generation: int = 1, stream: str = STREAM) -> SubscriberCut:
-    return SubscriberCut(stream, subscriber, generation, cut, millis_now())
-
-
-def recorded(cut: StreamCut, age_ms: int = MINUTE_MS, stream: str = STREAM, now_ms: int | None = None
-             ) -> StreamCutRecord:
-    """An entry recorded ``age_ms`` before ``now_ms`` (default: now); its size is the bytes before the cut."""
-    return StreamCutRecord(stream, cut, (millis_now() if now_ms is None else now_ms) - age_ms,
-                           sum(cut.as_dict().values()))
-
-
-def produce_records(bootstrap: str, names: TopicNames, records: Sequence[StreamRecord],
-                    signers: Sequence[RecordSigner | None] = ()) -> None:
-    """Each record on its input topic, keyed by its stream (signed by its signer, if any), every one confirmed."""
-    codec = build_codec()
-    topic_of = {kind: topic for topic, kind in RetentionTopics.from_names(names).input_types().items()}
-    messages = []
-    for record, signer in zip(records, [*signers, *[None] * (len(records) - len(signers))], strict=True):
-        topic = topic_of[type(record)]
-        value, key = codec.encode(record, topic), record.stream.encode()
-        messages.append(Outgoing(topic, value, key, () if signer is None else signer.headers(topic, key, value)))
-    produce_confirmed(bootstrap, messages)
 
 
 @dataclass(frozen=True)
@@ -142,11 +100,6 @@ class RetentionHarness:
 def harness(spark: SparkSession, kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames],
             tmp_path: Path) -> RetentionHarness:
     return RetentionHarness(spark, kafka_bootstrap, kafka_topics(), tmp_path / "checkpoint")
-
-
-def stream_with(policy: RetentionPolicy, *subscribers: str, stream: str = STREAM) -> list[StreamRecord]:
-    """The records that set a stream up: its topology, its policy and its subscribers (generation 1)."""
-    return [topology(stream), config(policy, stream), *(subscribe(name, stream=stream) for name in subscribers)]
 
 
 def test_two_subscribers_truncate_at_their_common_cut_then_wait_for_the_slow_one(harness: RetentionHarness) -> None:

@@ -23,7 +23,7 @@ from reclaim.schemas import (
 )
 from reclaim.settings import Settings
 from reclaim.tools.topics import admin_client, create_topics, topic_specs
-from tests.integration.kafka_io import Outgoing, produce_confirmed
+from tests.support.kafka_io import Outgoing, produce_confirmed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

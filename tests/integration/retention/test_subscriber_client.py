@@ -17,7 +17,7 @@ from reclaim.security.errors import SigningError
 from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.rules import signers_of
 from reclaim.security.signing import RecordSigner, RecordVerifier, Signer
-from tests.integration.kafka_io import consume_from_start
+from tests.support.kafka_io import consume_from_start
 
 pytestmark = pytest.mark.integration
 

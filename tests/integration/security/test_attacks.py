@@ -31,8 +31,8 @@ from reclaim.schemas.streams import (
 from reclaim.security.keyring import Algorithm, Keyring, KeyStatus, load_keyring, new_key
 from reclaim.security.signing import RecordSigner
 from reclaim.tools.acls import ROLES
-from tests.cli import run_reclaim
-from tests.security.deployment import ATTACKER, Deployment, deploy, metric, own_keys, wait_for, write_keyrings
+from tests.support.cli import run_reclaim
+from tests.support.deployment import ATTACKER, Deployment, deploy, metric, own_keys, wait_for, write_keyrings
 
 pytestmark = pytest.mark.integration
 

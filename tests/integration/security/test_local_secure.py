@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from reclaim.localstack.kafka_security import read_properties
 from reclaim.producers.config import quiet_logger
-from tests.cli import run_reclaim
+from tests.support.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

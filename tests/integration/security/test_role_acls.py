@@ -40,7 +40,7 @@ from reclaim.settings import Settings
 from reclaim.tools.acls import RETENTION_ENDS_GROUP, ROLES, Names, apply, plan
 from reclaim.tools.dlq.reader import READER_GROUP
 from reclaim.tools.topics import create_topics, describe_topics, dlq_replayed_topic, topic_specs
-from tests.cli import run_reclaim
+from tests.support.cli import run_reclaim
 
 pytestmark = pytest.mark.integration
 

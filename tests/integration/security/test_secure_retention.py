@@ -37,9 +37,9 @@ from reclaim.schemas.rejects import RejectKind, RetentionReject
 from reclaim.security.keyring import Keyring, load_keyring
 from reclaim.security.rules import signers_of
 from reclaim.security.signing import RecordSigner, RecordVerifier, Signer
-from tests.cli import run_reclaim
-from tests.integration.kafka_io import consume_from_start
-from tests.security.deployment import Deployment, deploy, metric, own_keys, wait_for, write_keyrings
+from tests.support.cli import run_reclaim
+from tests.support.deployment import Deployment, deploy, metric, own_keys, wait_for, write_keyrings
+from tests.support.kafka_io import consume_from_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -28,8 +28,7 @@ from reclaim.segments.stream_plans import (
     plan_to_json,
 )
 from reclaim.storage.errors import MetadataConflictError
-
-from .conftest import STREAM
+from tests.support.segments import STREAM
 
 
 def test_stream_and_txn_rows_are_compare_and_set(streams_store: ControllerStore) -> None:

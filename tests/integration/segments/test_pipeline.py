@@ -17,7 +17,7 @@ from reclaim.segments.stream_model import TxnState
 from reclaim.segments.streams import StreamController
 from reclaim.segments.walkthrough import run_txn_walkthrough
 from reclaim.storage.metadata import ChunkRecord
-from tests.deletion.conftest import Pipeline, outcomes
+from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
 

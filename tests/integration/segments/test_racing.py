@@ -24,8 +24,7 @@ from reclaim.storage.errors import MetadataConflictError
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import chunk_chain
 from reclaim.storage.sql_store import open_metadata_store
-
-from .conftest import ROLLING, STREAM
+from tests.support.segments import ROLLING, STREAM
 
 ROUNDS = 40
 #: The refusals a racing controller may meet, each a typed error of reclaim's; anything else fails the test.

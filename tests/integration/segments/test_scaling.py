@@ -21,8 +21,7 @@ from reclaim.segments.stream_errors import (
 )
 from reclaim.segments.stream_model import KeyRange, StreamHistory, StreamSegment, StreamState, initial_epoch, plan_scale
 from reclaim.segments.streams import StreamController
-
-from .conftest import STREAM
+from tests.support.segments import STREAM
 
 
 def ids(segments: Iterable[StreamSegment]) -> list[str]:

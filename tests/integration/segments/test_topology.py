@@ -13,8 +13,7 @@ from reclaim.segments.stream_errors import StreamBusyError, StreamError, StreamN
 from reclaim.segments.stream_model import StreamHistory, StreamState, initial_epoch
 from reclaim.segments.streams import StreamController
 from reclaim.segments.topology import RecordingTopologySink, build_topology
-
-from .conftest import STREAM
+from tests.support.segments import STREAM
 
 
 def name(segment: SegmentId | int) -> str:

@@ -18,9 +18,8 @@ from reclaim.segments.ids import SegmentId
 from reclaim.segments.streams import StreamController
 from reclaim.settings import Settings
 from reclaim.tools.topics import admin_client, describe_topics, topic_specs
-from tests.integration.kafka_io import consume_from_start
-
-from .conftest import STREAM
+from tests.support.kafka_io import consume_from_start
+from tests.support.segments import STREAM
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from reclaim.segments.stream_errors import StreamBusyError, TxnStateError
 from reclaim.segments.stream_model import TxnRecord, TxnState
 from reclaim.segments.streams import StreamController
 from reclaim.segments.walkthrough import run_txn_walkthrough
-
-from .conftest import STREAM
+from tests.support.segments import STREAM
 
 
 def name(controller: StreamController, number: int, epoch: int) -> str:

@@ -11,8 +11,7 @@ from reclaim.segments.ids import SegmentId
 from reclaim.segments.stream_errors import StreamBusyError, StreamNotFoundError
 from reclaim.segments.stream_plans import Operation, SealPlan
 from reclaim.segments.streams import StreamController
-
-from .conftest import STREAM
+from tests.support.segments import STREAM
 
 S0, S1 = SegmentId(0, 0), SegmentId(0, 1)
 S2, S3 = SegmentId(1, 2), SegmentId(1, 3)

@@ -27,9 +27,10 @@ from reclaim.storage.errors import (
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage, S3Settings
 from reclaim.storage.sql_store import SQLiteMetadataStore
+from tests.support.paths import REPO
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
-REPO = Path(__file__).resolve().parents[2]
+
 
 
 @pytest.fixture

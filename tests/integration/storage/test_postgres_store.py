@@ -23,7 +23,7 @@ from reclaim.storage.errors import MetadataConflictError, MetadataMissingError, 
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 from reclaim.storage.sql_base import SCHEMA_TABLE
 from reclaim.storage.sql_store import MIGRATIONS, PostgresMetadataStore
-from tests.conftest import postgres_schema_url
+from tests.support.servers import postgres_schema_url
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import SegmentRecord
 from reclaim.storage.postgres_base import describe
 from reclaim.storage.sql_store import PostgresMetadataStore
-from tests.conftest import postgres_schema_url, server_unavailable
+from tests.support.servers import postgres_schema_url, server_unavailable
 
 pytestmark = pytest.mark.integration
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,81 +14,15 @@ import pytest
 from reclaim.exits import ExitCode
 from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
+from reclaim.storage.chunks import ChunkLocation, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
+from reclaim.storage.metadata import MarkRecord, MarkState
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.audit import AuditReport, audit, audit_binding
-from tests.cli import run_reclaim
+from tests.support.audit import HOUR, TAGS, aged, chunk, name, one_line_error, put, run_audit
 
-SEGMENT = "s/a/0.#epoch.0"
-TAGS = ChunkTags(component="segment", stream="s/a", segment=SEGMENT, writer_epoch=1)
-HOUR = 3600.0
 NOBODY = "http://127.0.0.1:1"  # nothing ever listens on port 1
-
-
-def name(i: int) -> str:
-    return f"{SEGMENT}.E-1-O-{i}.c{i}"
-
-
-def aged(binding: FileSystemChunkStorage, chunk: str, seconds: float) -> None:
-    """Date a chunk's file ``seconds`` back, as if it had been written then."""
-    then = time.time() - seconds
-    os.utime(binding.data_path(chunk), (then, then))
-
-
-def put(store: SQLiteMetadataStore, *rows: ChunkRecord, marks: tuple[MarkRecord, ...] = ()) -> None:
-    with store.transaction() as txn:
-        if txn.get_segment(SEGMENT) is None:
-            txn.put_segment(SegmentRecord(name=SEGMENT, stream="s/a"))
-        for record in rows:
-            txn.put_chunk(record)
-        for mark in marks:
-            txn.put_mark(mark)
-
-
-def chunk(binding: FileSystemChunkStorage | S3ChunkStorage | None, chunk_name: str, *, write: bool = True,
-          location: ChunkLocation | None = None, **fields: object) -> ChunkRecord:
-    """A chunk row (and, with ``write``, its object on ``binding``)."""
-    if write and binding is not None:
-        binding.create_with_content(chunk_name, b"x", TAGS)
-    where = location or binding.location(chunk_name)  # type: ignore[union-attr]
-    return replace(ChunkRecord(name=chunk_name, segment=SEGMENT, start_offset=0, length=1, tags=TAGS,
-                               locations=(where,)), **fields)
-
-
-@pytest.fixture
-def fs(tmp_path: Path) -> FileSystemChunkStorage:
-    return FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteMetadataStore]:
-    (tmp_path / "state").mkdir()
-    made = SQLiteMetadataStore(tmp_path / "state" / "metadata.db")
-    yield made
-    made.close()
-
-
-def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
-    return {**env, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_FS_ROOT": str(tmp_path / "tier2"),
-            **extra}
-
-
-def run_audit(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return run_reclaim("audit", *args, env=env_for(tmp_path, **extra), timeout=120)
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == ExitCode.UNAVAILABLE, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("reclaim: error: ")
-    assert result.stdout == "", "nothing is reported of an audit that could not run whole"
-    return lines[0]
 
 
 def findings_fixture(fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:

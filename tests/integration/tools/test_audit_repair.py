@@ -18,10 +18,7 @@ from reclaim.exits import ExitCode
 from reclaim.producers.topics import TopicNames
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
-
-from .test_audit import HOUR, TAGS, aged, chunk, env_for, fs, name, one_line_error, put, run_audit, store
-
-__all__ = ["fs", "store"]  # fixtures shared with test_audit
+from tests.support.audit import HOUR, TAGS, aged, chunk, env_for, name, one_line_error, put, run_audit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

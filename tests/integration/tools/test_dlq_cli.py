@@ -3,86 +3,23 @@ what a real worker dead-lettered; copies of one record count once; failures are 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from reclaim.consumers.retry import Delivery, RetryTiers
-from reclaim.consumers.routing import route
-from reclaim.deletion.outcomes import Outcome, Route, Verdict
 from reclaim.exits import ExitCode
-from reclaim.producers.topics import TopicNames
-from reclaim.schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo, ledger_id_for
-from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.topics import admin_client, create_topics, topic_specs
-from tests.cli import run_reclaim
-from tests.deletion.conftest import Pipeline, outcomes
+from tests.support.cli import run_reclaim
+from tests.support.dlq import FATAL, SLOW, dead_letter, dlq, env_of, flush, one_line_error, pending
+from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def pipe(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
-         unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
-    """A deletion pipeline on the real broker under a fresh topic prefix (the DLQ has one partition)."""
-    fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
-    pipeline = Pipeline(kafka_bootstrap, kafka_topics(), SQLiteMetadataStore(tmp_path / "meta.db"),
-                        StorageBindings([fs]), unique_name("group"))
-    yield pipeline
-    pipeline.close()
-
-
-def env_of(pipeline: Pipeline, tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The environment of a ``reclaim`` command serving ``pipeline``."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
-    return {**base, **pipeline.worker_env(tmp_path / "tier2"), **extra}
-
-
-def dlq(pipeline: Pipeline, tmp_path: Path, *args: str, code: int = 0, **extra: str) -> Any:
-    """``reclaim dlq <args> --json``'s document, after checking the exit status."""
-    result = run_reclaim("dlq", *args, "--json", env=env_of(pipeline, tmp_path, **extra), timeout=120)
-    assert result.returncode == code, (result.stdout, result.stderr)
-    return json.loads(result.stdout)
-
-
-def pending(chunk: str, stream: str = "scope/stream", binding: str = "fs-tier2") -> PendingDeleteLedgerInfo:
-    return PendingDeleteLedgerInfo(stream, LedgerComponent.SEGMENT, LedgerType.LEDGER, ledger_id_for(chunk), chunk,
-                                   f"{stream}/0.#epoch.0", binding, ChunkLocation(chunk), "mark-forged",
-                                   int(time.time() * 1000))
-
-
-ORIGINALS_AT = int(time.time() * 1000) - 9000
 """When the forged dead letters' original records were written (plus their offset)."""
-
-
-def dead_letter(pipeline: Pipeline, origin_offset: int, verdict: Verdict, group: str,
-                chunk: str | None = None) -> None:
-    """Produce a DLQ record with exactly the headers the worker's routing writes for ``verdict``."""
-    chunk = chunk or f"scope/stream/0.#epoch.0.E-1-O-{origin_offset}.forged"
-    now = int(time.time() * 1000)
-    tiers = RetryTiers(pipeline.topics.retries, max_attempts=3)
-    # Its last try; every group that reads the original record sees its one timestamp.
-    delivery = Delivery(3, now - 5000, None, pipeline.topics.deletion, 0, origin_offset, ORIGINALS_AT + origin_offset)
-    routing = route(verdict, delivery, tiers, pipeline.topics.dlq, now, group)
-    assert routing.route is Route.DLQ
-    pipeline.producer.send(pipeline.topics.dlq, pipeline.codec.encode(pending(chunk), pipeline.topics.dlq),
-                           key=chunk.encode(), headers=routing.headers)
-
-
-def flush(pipeline: Pipeline) -> None:
-    assert pipeline.producer.producer.flush(10) == 0
-
-
-FATAL = Verdict(Outcome.FATAL, "access denied", "StorageAccessDeniedError")
-SLOW = Verdict(Outcome.RETRYABLE, "injected: endpoint unavailable", "StorageUnavailableError")
 
 
 def test_list_show_and_stats_match_what_a_real_worker_dead_lettered(pipe: Pipeline, tmp_path: Path) -> None:
@@ -152,13 +89,6 @@ def test_a_record_dead_lettered_by_two_groups_is_listed_and_counted_once(pipe: P
     assert dlq(pipe, tmp_path, "list", "--attempt", "4")["matching"] == 0
     assert dlq(pipe, tmp_path, "list", "--newer-than", "1h", "--older-than", "1s")["unique"] == 2
     assert dlq(pipe, tmp_path, "list", "--older-than", "1h")["matching"] == 0
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("reclaim: error: "), result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(("args", "message"), [

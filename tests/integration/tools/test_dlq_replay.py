@@ -25,12 +25,9 @@ from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.tools.dlq.reader import Reader, read_all, watermarks
 from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
-from tests.cli import run_reclaim
-from tests.deletion.conftest import Pipeline, outcomes
-
-from .test_dlq_cli import FATAL, SLOW, dead_letter, dlq, env_of, flush, one_line_error, pipe
-
-__all__ = ["pipe"]  # the fixture, shared with test_dlq_cli
+from tests.support.cli import run_reclaim
+from tests.support.dlq import FATAL, SLOW, dead_letter, dlq, env_of, flush, one_line_error
+from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
 

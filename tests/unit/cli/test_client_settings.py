@@ -22,7 +22,7 @@ from reclaim.producers.config import client_properties, installed_client_propert
 from reclaim.services import client_security, runtime
 from reclaim.services.retention_job import RetentionJobSettings, job_config
 from reclaim.settings import Settings
-from tests.cli import run_reclaim
+from tests.support.cli import run_reclaim
 
 SECRETS = ("hunter2", "kafka-pw", "key-pw", "sr-pw", "s3-secret", "s3-token", "file-pw")
 

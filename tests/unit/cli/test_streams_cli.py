@@ -15,9 +15,8 @@ from reclaim.security.errors import SigningError
 from reclaim.segments.streams import StreamController
 from reclaim.services.controller import _NoPhaseOne
 from reclaim.storage.metadata import ChunkRecord
-from tests.cli import run_reclaim
-from tests.ops.test_cli_errors import NOBODY, clean_env, one_line_error
-from tests.streams.orders import SEGMENTS, STREAM, orders_stream
+from tests.support.cli import NOBODY, clean_env, one_line_error, run_reclaim
+from tests.support.orders import SEGMENTS, STREAM, orders_stream
 
 
 @pytest.fixture

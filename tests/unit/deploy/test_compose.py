@@ -25,8 +25,9 @@ import yaml
 
 from reclaim.cli.main import build_parser
 from reclaim.settings import Settings
+from tests.support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"

@@ -23,7 +23,7 @@ from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.schemas import build_codec
 from reclaim.schemas.streams import StreamCut
 from reclaim.schemas.subscribers import SubscriberCut
-from tests.producers.rdkafka_mock import INIT_PRODUCER_ID, OFFSET_COMMIT, MockCluster
+from tests.support.rdkafka_mock import INIT_PRODUCER_ID, OFFSET_COMMIT, MockCluster
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: a real, permanent "broker down"
 TOPIC = "reclaim.ledger-deletion"

@@ -23,7 +23,7 @@ from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.signing import REJECTED, AuthMode, RecordSigner, RecordVerifier
 from reclaim.segments.stream_model import JournalState
 from reclaim.segments.streams import StreamController
-from tests.streams.orders import SEGMENTS, STREAM, orders_stream
+from tests.support.orders import SEGMENTS, STREAM, orders_stream
 
 TOPIC = "reclaim.truncation"
 KEYS = Keyring([new_key("admin-1", "admin", Algorithm.ED25519), new_key("job-1", "retention-job", Algorithm.ED25519),

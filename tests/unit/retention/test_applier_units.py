@@ -14,7 +14,7 @@ from reclaim.schemas.base import millis_now
 from reclaim.schemas.errors import DecodeReason, RecordDecodeError
 from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
 from reclaim.segments.streams import StreamController
-from tests.streams.orders import SEGMENTS, STREAM, orders_stream
+from tests.support.orders import SEGMENTS, STREAM, orders_stream
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from reclaim.retention.cuts import (
 )
 from reclaim.retention.errors import CutBehindError, CutProblem, InvalidCutError
 from reclaim.schemas.streams import StreamCut
-from tests.retention.topologies import S0, S1, S2, S3, S4, S5, S6, S7, cut, five_epochs, scaled, sid
+from tests.support.topologies import S0, S1, S2, S3, S4, S5, S6, S7, cut, five_epochs, scaled, sid
 
 T = five_epochs()
 

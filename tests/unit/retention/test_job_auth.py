@@ -29,8 +29,8 @@ from reclaim.security.keyring import Algorithm, Keyring, KeyStatus, new_key, par
 from reclaim.security.rules import signers_of
 from reclaim.security.signing import H_KEY_ID, H_SIGNATURE, AuthMode, RecordSigner, RecordVerifier
 from reclaim.services.retention_job import RetentionJobSettings, executor_keys
-from tests.retention.test_spark_io import REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
-from tests.retention.test_spark_job import (
+from tests.support.spark_io import REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
+from tests.support.spark_job import (
     CONSUMPTION,
     MINUTE_MS,
     STREAM,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from reclaim.retention.cuts import CutComparison, compare, validate
 from reclaim.retention.lower_bound import lower_bound
 from reclaim.schemas.streams import StreamCut
-from tests.retention.topologies import Reader, cut, five_epochs, random_topology
+from tests.support.topologies import Reader, cut, five_epochs, random_topology
 
 T = five_epochs()
 

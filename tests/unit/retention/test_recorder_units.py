@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,9 +15,8 @@ from reclaim.producers.publisher import PublishError
 from reclaim.schemas.base import AvroRecord
 from reclaim.schemas.streams import RetentionPolicy, RetentionType
 from reclaim.segments.streams import StreamController
-from reclaim.services import applier, preflight
 from reclaim.services.recorder import RetentionRecorder
-from tests.streams.orders import SEGMENTS, STREAM, orders_stream
+from tests.support.orders import SEGMENTS, STREAM, orders_stream
 
 POLICY = RetentionPolicy(RetentionType.CONSUMPTION)
 
@@ -107,25 +105,6 @@ def test_streams_record_with_nothing_to_record_says_so(tmp_path: Path, controlle
     # It printed nothing at all, as if it had not run (scope/orders has no retention policy).
     out = record(tmp_path, controller, capsys, monkeypatch)
     assert out == "no stream with a retention policy: nothing recorded\n"
-
-
-@pytest.mark.parametrize(("flags", "missing"), [([], "missing topics p.truncation, p.stream-cuts on h:1"),
-                                                (["--record-every-s", "0"], "missing topic p.truncation on h:1")])
-def test_the_applier_without_its_topics_stops_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                          flags: list[str], missing: str) -> None:
-    # With another --topic-prefix than `topics create` was given, it polled a topic that is not there for ever.
-    monkeypatch.setattr(preflight, "cluster_metadata", lambda address, timeout_s=0: SimpleNamespace(topics={}))
-
-    @contextmanager
-    def unreached(settings: object) -> Iterator[None]:
-        raise AssertionError("nothing is opened before the topics are checked")
-        yield
-
-    monkeypatch.setattr(applier, "stream_controller", unreached)
-    args = build_parser().parse_args(["truncation-applier", "--bootstrap", "h:1", "--topic-prefix", "p.",
-                                      "--state-dir", str(tmp_path / "state"), *flags])
-    with pytest.raises(Unavailable, match=missing):
-        args.run(args, settings_from(args))
 
 
 def test_streams_record_naming_a_stream_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

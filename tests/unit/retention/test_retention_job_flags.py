@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from reclaim.exits import ExitCode, UsageError
-from reclaim.services.retention_job import BUCKETS_FILE, RetentionJobSettings, pin_checkpoint
-from tests.cli import run_reclaim
-
-NOBODY = "127.0.0.1:1"  # no broker ever answers on port 1: a value that got past the checks would end there
+from reclaim.exits import ExitCode
+from reclaim.services.retention_job import RetentionJobSettings
+from tests.support.cli import run_reclaim
+from tests.support.retention_job import NOBODY, job
 
 
 @pytest.mark.parametrize("master", ["local", "local[4]", "local[*]", "local[4,2]", "local[*,3]", "spark://h:7077",
@@ -45,13 +44,6 @@ def test_a_bad_job_flag_is_one_line_and_exit_64(tmp_path: Path, flags: list[str]
     assert len(lines) == 1 and lines[0].startswith("reclaim: error: ") and message in lines[0], result.stderr
 
 
-def job(tmp_path: Path, *flags: str) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
-    result = run_reclaim("retention-job", "--bootstrap", NOBODY, *flags,
-                         env={**env, "RECLAIM_STATE_DIR": str(tmp_path / "state")})
-    return result.returncode, result.stderr.strip().splitlines()[-1]
-
-
 def test_a_checkpoint_that_is_a_file_is_one_usage_line(tmp_path: Path) -> None:
     (tmp_path / "cp").write_text("not a directory")
     assert job(tmp_path, "--checkpoint", str(tmp_path / "cp")) == (
@@ -59,23 +51,3 @@ def test_a_checkpoint_that_is_a_file_is_one_usage_line(tmp_path: Path) -> None:
     code, line = job(tmp_path, "--checkpoint", str(tmp_path / "cp" / "below"))
     assert code == ExitCode.UNAVAILABLE and line.startswith(f"reclaim: error: checkpoint {tmp_path / 'cp'}/below "
                                                             "cannot be used")
-
-
-def test_a_checkpoint_keeps_the_state_bucket_count_it_was_made_with(tmp_path: Path) -> None:
-    # Another count moved streams to buckets without their state while the old buckets still decided on it.
-    checkpoint = tmp_path / "cp"
-    pin_checkpoint(str(checkpoint), 64)
-    assert (checkpoint / BUCKETS_FILE).read_text() == "64\n"
-    pin_checkpoint(f"file://{checkpoint}", 64)
-    code, line = job(tmp_path, "--checkpoint", str(checkpoint), "--state-buckets", "8")
-    assert (code, line) == (ExitCode.USAGE, f"reclaim: error: state_buckets 8 differs from the 64 the checkpoint "
-                                            f"{checkpoint} was made with: keep 64, or start from a new checkpoint")
-    with pytest.raises(UsageError, match="state_buckets 8 differs"):
-        pin_checkpoint(f"file://{checkpoint}", 8)
-    # The same count goes on to the broker check; a checkpoint made before the file existed is left unchecked.
-    assert job(tmp_path, "--checkpoint", str(checkpoint))[1].startswith("reclaim: error: cannot reach a Kafka broker")
-    older = tmp_path / "older"
-    (older / "offsets").mkdir(parents=True)
-    pin_checkpoint(str(older), 8)
-    assert not (older / BUCKETS_FILE).exists()
-    pin_checkpoint("hdfs://namenode/cp", 8)  # not local: Spark's to judge

@@ -7,12 +7,9 @@ from collections.abc import Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import Row
 from pyspark.sql.streaming.listener import StreamingQueryProgress
-from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.streaming.state import GroupState
 
-from reclaim.producers.topics import TopicNames
 from reclaim.retention import spark_compat
 from reclaim.retention.buckets import bucket_of, decode_bucket
 from reclaim.retention.spark_io import (
@@ -20,15 +17,15 @@ from reclaim.retention.spark_io import (
     INPUT_COLUMNS,
     OUTPUT_COLUMNS,
     UNDECODABLE_BUCKET,
-    RetentionTopics,
 )
 from reclaim.retention.spark_metrics import BatchSummary
 from reclaim.retention.spark_offsets import reached, source_offsets
 from reclaim.retention.spark_state import stream_retention_step
-from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, TruncationEvent, build_codec, millis_now
+from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, build_codec, millis_now
 from reclaim.schemas.base import AvroRecord
-from reclaim.schemas.rejects import RejectKind, RetentionReject
-from tests.retention.test_spark_job import (
+from reclaim.schemas.rejects import RejectKind
+from tests.support.spark_io import REEVALUATE_MS, STATE_SCHEMA, TOPICS, events, group_state, key_of, rejects
+from tests.support.spark_job import (
     CONSUMPTION,
     MINUTE_MS,
     STREAM,
@@ -38,17 +35,7 @@ from tests.retention.test_spark_job import (
     stream_with,
 )
 
-TOPICS = RetentionTopics.from_names(TopicNames.for_prefix("unit."))
 NOW_MS = millis_now()
-REEVALUATE_MS = 30_000
-STATE_SCHEMA = StructType([StructField("state", BinaryType())])
-
-
-def key_of(record: AvroRecord) -> str:
-    """How reclaim's producers key an input record: by stream, subscriber records by ``stream#subscriber``."""
-    subscriber = getattr(record, "subscriber", None)
-    stream = str(getattr(record, "stream"))  # noqa: B009 - every input record has one
-    return stream if subscriber is None else f"{stream}#{subscriber}"
 
 
 Raw = tuple[str, bytes, "str | None"]
@@ -73,15 +60,6 @@ def decoded(items: Sequence[AvroRecord | Raw], kafka_ts: int = NOW_MS) -> pd.Dat
     return pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
 
 
-def group_state(now_ms: int, previous: GroupState | None = None, timed_out: bool = False) -> GroupState:
-    """The state Spark hands the step: fresh, or carrying what ``previous`` stored."""
-    value = None if previous is None or not previous.exists else Row(*previous.get)
-    return GroupState(optionalValue=value, batchProcessingTimeMs=now_ms, eventTimeWatermarkMs=-1,  # type: ignore[arg-type]
-                      timeoutConf=GroupStateTimeout.ProcessingTimeTimeout, hasTimedOut=timed_out,
-                      watermarkPresent=False, defined=value is not None, updated=False, removed=False,
-                      timeoutTimestamp=-1, keyAsUnsafe=b"", valueSchema=STATE_SCHEMA)
-
-
 BUCKET = bucket_of(STREAM, DEFAULT_BUCKETS)
 
 
@@ -89,16 +67,6 @@ def step(key: int | None, frames: list[pd.DataFrame], state: GroupState) -> pd.D
     run = stream_retention_step(TOPICS, None, REEVALUATE_MS)
     out: Iterator[pd.DataFrame] = run((key,), frames, state)
     return pd.concat(list(out), ignore_index=True)
-
-
-def events(out: pd.DataFrame) -> list[TruncationEvent]:
-    codec = build_codec()
-    return [codec.decode(v, TOPICS.truncation, TruncationEvent) for v in out[out.outcome == "truncation"].value]
-
-
-def rejects(out: pd.DataFrame) -> list[RetentionReject]:
-    codec = build_codec()
-    return [codec.decode(v, TOPICS.rejects, RetentionReject) for v in out[out.outcome == "reject"].value]
 
 
 def test_values_that_are_no_record_of_their_keyed_stream_are_rejected_and_the_rest_applied() -> None:

@@ -16,7 +16,7 @@ from reclaim.schemas.streams import (
     TruncationReason,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from tests.retention.topologies import S4, cut, five_epochs, topology_record
+from tests.support.topologies import S4, cut, five_epochs, topology_record
 
 STREAM = "scope/orders"
 CONSUMPTION = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.TIME, 0, LONG_MAX)

@@ -29,6 +29,7 @@ from reclaim.schemas import (
 from reclaim.schemas.catalog import read_body
 from reclaim.schemas.ledger import LedgerComponent, LedgerType
 from reclaim.schemas.samples import CUT, NOW, POLICY, full_pending_delete, minimal_pending_delete, sample_records
+from tests.support.codec import evolved
 
 TOPIC = "reclaim.ledger-deletion"
 
@@ -46,15 +47,6 @@ def crc64_avro(data: bytes) -> int:
     for byte in data:
         fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
     return fp
-
-
-def evolved(schema: RecordSchema, *, add: dict[str, Any] | None = None, drop: str | None = None) -> RecordSchema:
-    """A variant of ``schema`` with a field added and/or dropped."""
-    variant = schema.to_dict()
-    variant["fields"] = [field for field in variant["fields"] if field["name"] != drop]
-    if add is not None:
-        variant["fields"].append(add)
-    return RecordSchema.from_dict(variant)
 
 
 def framed(schema: RecordSchema, datum: dict[str, Any]) -> bytes:

@@ -14,8 +14,7 @@ from reclaim.schemas.catalog import record_datum
 from reclaim.schemas.codec import SINGLE_OBJECT_MARKER, _NotFast, _zigzag_varint, compile_encoder
 from reclaim.schemas.samples import minimal_pending_delete, sample_records
 from reclaim.schemas.topology import TopologySegment
-
-from .strategies import longs, records
+from tests.support.strategies import longs, records
 
 CODEC = SingleObjectCodec()
 

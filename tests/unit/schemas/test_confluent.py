@@ -24,7 +24,7 @@ from reclaim.schemas import (
 )
 from reclaim.schemas.confluent import ConfluentCodec
 from reclaim.schemas.samples import CUT, full_pending_delete, minimal_pending_delete, sample_records
-from tests.schemas.test_codec import evolved
+from tests.support.codec import evolved
 
 TOPIC = "reclaim.ledger-deletion"
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from reclaim.schemas import RECORD_TYPES, AvroRecord, RecordDecodeError, SingleObjectCodec
 from reclaim.schemas.samples import sample_records
-from tests.schemas.strategies import records
+from tests.support.strategies import records
 
 CODEC = SingleObjectCodec()
 TOPIC = "reclaim.fuzz"

@@ -30,8 +30,7 @@ from reclaim.segments.stream_model import TxnState
 from reclaim.segments.streams import StreamController
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
-
-from .conftest import ROLLING, STREAM
+from tests.support.segments import ROLLING, STREAM
 
 #: The exit code of a child the crash hook killed.
 CRASHED = 77

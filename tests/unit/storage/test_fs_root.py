@@ -10,7 +10,7 @@ import pytest
 from reclaim.storage.errors import StorageMisconfiguredError
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
-from tests.cli import run_reclaim
+from tests.support.cli import run_reclaim
 
 
 def test_a_binding_that_may_not_create_its_root_refuses_an_empty_one(tmp_path: Path) -> None:
@@ -44,18 +44,3 @@ def test_worker_and_audit_stop_on_a_missing_root_and_create_nothing(tmp_path: Pa
     assert f"root directory '{mount_point}'" in result.stderr.splitlines()[-1]
     assert "Traceback" not in result.stderr
     assert list(mount_point.iterdir()) == []
-
-
-def test_the_worker_creates_a_missing_root_when_told_to(tmp_path: Path) -> None:
-    root = tmp_path / "fresh-volume"
-    root.mkdir()
-    env = {**os.environ, "RECLAIM_STATE_DIR": str(tmp_path / "state")}
-    env.pop("RECLAIM_S3_ENDPOINT", None)
-    (tmp_path / "state").mkdir()
-    SQLiteMetadataStore(tmp_path / "state" / "metadata.db").close()
-    # No broker answers on port 1: the worker makes its root, then stops on the broker check.
-    result = run_reclaim("worker", "--bootstrap", "127.0.0.1:1", "--fs-root", str(root), "--create-fs-root",
-                         env=env, timeout=60)
-    assert result.returncode == 2, result.stderr
-    assert "cannot reach a Kafka broker at 127.0.0.1:1" in result.stderr.splitlines()[-1]
-    assert sorted(p.name for p in root.iterdir()) == ["chunks", "tags", "tmp"]

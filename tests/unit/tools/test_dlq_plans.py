@@ -21,8 +21,7 @@ from reclaim.tools.dlq.purge import plan_filtered, plan_up_to
 from reclaim.tools.dlq.records import DeadLetter, dead_letter
 from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
 from reclaim.tools.dlq.selection import Filters, dedupe
-
-from .test_dlq_units import NOW, letter
+from tests.support.dead_letters import NOW, letter
 
 TIERS = RetryTiers(((10, "t.retry-10s"), (60, "t.retry-60s")), max_attempts=3)
 
@@ -151,7 +150,7 @@ def test_a_dead_letter_names_its_group_the_original_timestamp_and_where_the_erro
         empty["missing"]  # noqa: B018 - raise a real error to summarise
     except KeyError as exc:
         summary = stack_summary(exc)
-    assert summary.startswith("KeyError at ops/test_dlq_plans.py:") and "test_a_dead_letter_names" in summary
+    assert summary.startswith("KeyError at tools/test_dlq_plans.py:") and "test_a_dead_letter_names" in summary
     verdict = Verdict(Outcome.FATAL, "boom", "KeyError", summary)
     assert verdict == Verdict(Outcome.FATAL, "boom", "KeyError")  # verdicts compare without their stack
     first = Delivery.of("t", 0, 8, None, 1_700_000_000_000)
