@@ -13,7 +13,8 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,dev,docs]'
+	@# -qq: errors only; -q would print setuptools' notice on every editable install of a package-dir layout
+	$(PY) -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[all,dev,docs]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -52,7 +53,7 @@ test-pythons:
 	  venv=.venv-$$version; \
 	  pyenv=$$(pyenv versions --bare 2>/dev/null | grep "^$$version" | tail -1); \
 	  test -x $$venv/bin/python || PYENV_VERSION=$${pyenv:-$$version} python$$version -m venv $$venv || exit 1; \
-	  $$venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,dev]' || exit 1; \
+	  $$venv/bin/python -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[all,dev]' || exit 1; \
 	  echo "Python $$version: $$($$venv/bin/python --version)"; \
 	  $$venv/bin/python -m pytest -q tests/unit $(PYTEST_ARGS) || exit 1; \
 	done
