@@ -27,7 +27,8 @@ RETENTION_ENDS_GROUP = "reclaim-retention-ends"
 # No grant on Spark's generated group ids (``spark-kafka-source-<uuid>-…``): Spark 4's Kafka source reads
 # offsets through an AdminClient and its executors' consumers are assigned partitions and never join or
 # commit, so a group ACL is needed only with spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true
-# (checked by running the job as its principal on the secured broker: tests/security/test_secure_retention.py).
+# (checked by running the job as its principal on the secured broker:
+# tests/integration/security/test_secure_retention.py).
 
 ROLES: dict[str, str] = {
     "controller": "the stream controller: phase 1 (pending deletes), topology, recorded cuts (streams create, "
