@@ -4,6 +4,7 @@ failure, global options anywhere, the config file's precedence, and nothing crea
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -149,7 +150,18 @@ def test_an_unreachable_broker_is_one_line_and_exit_2(tmp_path: Path, args: list
 
 def test_no_broker_configured_and_no_local_stack(tmp_path: Path) -> None:
     line = one_line_error(run_reclaim("topics", "describe", env=clean_env(tmp_path)), ExitCode.UNAVAILABLE)
-    assert "no Kafka broker: set RECLAIM_BOOTSTRAP (or --bootstrap), or run `reclaim local up`" in line
+    assert ("no Kafka broker configured: set --bootstrap, RECLAIM_BOOTSTRAP or a config file's bootstrap (for the "
+            f"local stack: reclaim --config {tmp_path / 'state' / 'local.toml'} ..., which `reclaim local up` writes)"
+            in line)
+
+
+def test_the_worker_never_looks_for_a_local_stack(tmp_path: Path) -> None:
+    """A stack's state file in the state directory is not a broker address: a worker told of no broker says so
+    first, in one line, whatever else is missing."""
+    StackState(kafka_pid=os.getpid(), kafka_client_port=9092, kafka_controller_port=9093,
+               s3_url=f"http://{NOBODY}").save(tmp_path / "state")
+    line = one_line_error(run_reclaim("worker", env=clean_env(tmp_path)), ExitCode.UNAVAILABLE)
+    assert line.startswith("reclaim: error: no Kafka broker configured:")
 
 
 def test_the_worker_never_creates_a_metadata_store(tmp_path: Path) -> None:
@@ -187,12 +199,15 @@ def test_the_worker_stops_on_an_unreachable_s3_endpoint(tmp_path: Path) -> None:
 
 
 def test_the_local_stacks_s3_endpoint_down_stops_the_worker(tmp_path: Path) -> None:
-    """The local stack's state names an S3 endpoint that no longer answers: the binding is configured
-    all the same (its records must wait, not be dead-lettered as unknown), so the worker stops in one line."""
+    """The local stack's settings (its local.toml) name an S3 endpoint that no longer answers: the binding is
+    configured all the same (its records must wait, not be dead-lettered as unknown), so the worker stops in
+    one line."""
     state = tmp_path / "state"
     store_at(state).close()
-    StackState(s3_url=f"http://{NOBODY}", s3_bucket="reclaim-tier2").save(state)
-    line = one_line_error(run_reclaim("worker", "--bootstrap", NOBODY, "--create-fs-root", env=clean_env(tmp_path),
+    config = state / "local.toml"
+    config.write_text(f'bootstrap = "{NOBODY}"\ns3_endpoint = "http://{NOBODY}"\ns3_bucket = "reclaim-tier2"\n'
+                      's3_access_key = "reclaim"\ns3_secret_key = "reclaim-secret"\n')
+    line = one_line_error(run_reclaim("--config", str(config), "worker", "--create-fs-root", env=clean_env(tmp_path),
                                       timeout=120), ExitCode.UNAVAILABLE)
     assert "storage binding 's3-tier2'" in line and "S3 endpoint unreachable" in line
 

@@ -38,5 +38,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "readable now: {'0.#epoch.0': 960, '1.#epoch.0': 960} bytes (what slow has not read yet)" in out
     assert "readable now: {'0.#epoch.0': 256, '1.#epoch.0': 256} bytes: slow's unread data" in out
     assert "audit: 2 live chunks, 0 pending, 0 orphans, 0 missing" in out
+    # The story on stdout, the full log in a file named first; the terminal gets no info lines.
+    log_file = tmp_path / "state" / "demo.log"
+    assert f"the full log of every part: {log_file}" in out.splitlines()[1]
+    assert " INFO reclaim." in log_file.read_text()
+    assert " INFO " not in result.stderr
     state = StackState.load(Settings(state_dir=tmp_path / "state").state_dir)
     assert state.kafka_pid is None and state.s3_pid is None  # the demo stopped what it started

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,9 +27,17 @@ def reclaim(*args: str, state_dir: Path, check: bool = True) -> subprocess.Compl
 
 def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    reclaim("local", "up", state_dir=state)
+    up = reclaim("local", "up", state_dir=state)
     status = json.loads(reclaim("local", "status", "--json", state_dir=state).stdout)
     assert status["kafka"]["healthy"] and status["s3"]["healthy"]
+    # The stack brings its own settings, a config file; nothing finds the stack without it.
+    config = state / "local.toml"
+    assert f"reclaim --config {config} <command>" in up.stdout
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    settings = tomllib.loads(config.read_text())
+    assert settings["bootstrap"] == status["kafka"]["bootstrap"] and settings["s3_endpoint"] == status["s3"]["endpoint"]
+    unconfigured = reclaim("topics", "create", state_dir=state, check=False)
+    assert unconfigured.returncode == 2 and "no Kafka broker configured" in unconfigured.stderr
     pids = [status["kafka"]["pid"], status["s3"]["pid"]]
 
     # up is idempotent: the same processes keep running.
@@ -35,11 +45,12 @@ def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
     again = json.loads(reclaim("local", "status", "--json", state_dir=state).stdout)
     assert [again["kafka"]["pid"], again["s3"]["pid"]] == pids
 
-    created = reclaim("topics", "create", state_dir=state).stdout
+    created = reclaim("--config", str(config), "topics", "create", state_dir=state).stdout
     expected = [spec.name for spec in topic_specs(Settings())]
     assert all(f"created  {name}" in created for name in expected)
-    assert all(f"exists   {name}" in reclaim("topics", "create", state_dir=state).stdout for name in expected)
-    described = reclaim("topics", "describe", state_dir=state).stdout
+    assert all(f"exists   {name}" in reclaim("--config", str(config), "topics", "create", state_dir=state).stdout
+               for name in expected)
+    described = reclaim("--config", str(config), "topics", "describe", state_dir=state).stdout
     assert "reclaim.ledger-deletion.dlq" in described and "compact" in described
     assert "(missing)" not in described
 
