@@ -68,7 +68,7 @@ CMD ["--help"]
 FROM reclaim AS reclaim-spark
 USER root
 COPY --from=build-spark /opt/reclaim/venv /opt/reclaim/venv
-# PySpark 4.0 runs on Java 17 or 21: bookworm's headless JRE 17. The manual directory is made first
+# PySpark 4.x runs on Java 17 or 21: bookworm's headless JRE 17. The manual directory is made first
 # because the JRE's package scripts link manual pages into it and slim images ship without it.
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \

@@ -1,4 +1,5 @@
-"""A fix, installed on Spark's Python workers, for PySpark 4.0's applyInPandasWithState under recent pyarrow.
+"""A fix, installed on Spark's Python workers, for PySpark 4.0's applyInPandasWithState under recent pyarrow
+(4.1 and later need none: :func:`needed`).
 
 The JVM hands each group's rows to Python with a state-info struct per row: ``startOffset`` and
 ``numRows`` of the group's chunk, null on padding rows. Arrow marks the children of those null
@@ -26,10 +27,21 @@ def _int_offsets(info: Any) -> Any:
     return info
 
 
+def needed() -> bool:
+    """Whether this PySpark reads chunk offsets the way the fix corrects: 4.0 does; 4.1 and later convert
+    the state-info struct without a per-column ``arrow_to_pandas`` and need no fix."""
+    import pyspark
+
+    return pyspark.__version__.startswith("4.0.")
+
+
 def install() -> StateOffsetsFix:
-    """Patch this process's ``ApplyInPandasWithStateSerializer`` once; harmless when already patched."""
+    """Patch this process's ``ApplyInPandasWithStateSerializer`` once (PySpark 4.0 only); harmless when
+    already patched or not needed."""
     from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer as Serializer
 
+    if not needed():
+        return StateOffsetsFix()
     convert: Callable[..., Any] = Serializer.arrow_to_pandas
     if not getattr(convert, _MARK, False):
 
