@@ -38,11 +38,13 @@ def needed() -> bool:
 def install() -> StateOffsetsFix:
     """Patch this process's ``ApplyInPandasWithStateSerializer`` once (PySpark 4.0 only); harmless when
     already patched or not needed."""
-    from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer as Serializer
+    from pyspark.sql.pandas import serializers
 
     if not needed():
         return StateOffsetsFix()
-    convert: Callable[..., Any] = Serializer.arrow_to_pandas
+    # Typed as Any: the method exists on PySpark 4.0's class only, and mypy reads the installed PySpark's.
+    serializer: Any = serializers.ApplyInPandasWithStateSerializer
+    convert: Callable[..., Any] = serializer.arrow_to_pandas
     if not getattr(convert, _MARK, False):
 
         def arrow_to_pandas(self: Any, column: Any, *args: Any, **kwargs: Any) -> Any:
@@ -53,7 +55,7 @@ def install() -> StateOffsetsFix:
             return converted
 
         setattr(arrow_to_pandas, _MARK, True)
-        setattr(Serializer, "arrow_to_pandas", arrow_to_pandas)  # noqa: B010 - a method replaced on purpose
+        setattr(serializer, "arrow_to_pandas", arrow_to_pandas)  # noqa: B010 - a method replaced on purpose
     return StateOffsetsFix()
 
 

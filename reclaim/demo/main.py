@@ -13,6 +13,7 @@ from reclaim.deletion.records import pending_deletes_for
 from reclaim.demo.output import CONSOLE, demo_keyring, demo_settings, drain, say, stack_settings, step
 from reclaim.demo.retention import show_retention
 from reclaim.demo.roundtrip import round_trip_every_record
+from reclaim.extras import require
 from reclaim.localstack import stack
 from reclaim.logs import log_to_file
 from reclaim.producers.producer import RecordProducer
@@ -55,6 +56,8 @@ def counter(name: str, labels: dict[str, str] | None) -> float:
 
 def run_demo(settings: Settings, keep_stack: bool = False) -> int:
     """Start the stack, provision topics, round-trip every record, then garbage-collect real segments."""
+    require("local", "reclaim demo")  # its stack's S3 endpoint; both checked before anything starts
+    require("spark", "reclaim demo (its retention part)")
     log_file = log_to_file(settings.state_dir / "demo.log")
     CONSOLE.rule("[bold]reclaim demo")
     say(f"the full log of every part: {log_file}")
