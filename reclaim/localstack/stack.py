@@ -170,7 +170,7 @@ def up(settings: Settings, secure: bool = False) -> StackState:
     FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2").close()  # the filesystem tier-2 root, as the bucket
     state.s3_bucket = settings.s3_bucket
     state.save(settings.state_dir)
-    write_private(local_config(settings.state_dir), _local_config_text(settings, state))
+    write_private(local_config(settings.state_dir), local_config_text(settings, state))
     return state
 
 
@@ -181,7 +181,8 @@ def local_config(state_dir: Path) -> Path:
     return state_dir / LOCAL_CONFIG
 
 
-def _local_config_text(settings: Settings, state: StackState) -> str:
+def local_config_text(settings: Settings, state: StackState) -> str:
+    """What ``up`` writes to :func:`local_config` for the stack ``state`` describes."""
     assert state.bootstrap is not None and state.s3_url is not None
     admin = read_properties(secure_files(settings.state_dir)[1]) if state.kafka_secure else {}
     endpoint = S3Endpoint(url=state.s3_url)

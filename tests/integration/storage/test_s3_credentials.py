@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from reclaim import config_file
 from reclaim.localstack.s3_server import LOCAL_ACCESS_KEY, S3Endpoint
-from reclaim.localstack.stack import StackState
+from reclaim.localstack.stack import StackState, local_config_text
 from reclaim.services import runtime
 from reclaim.settings import Settings
 from reclaim.storage.errors import AccessDeniedError
@@ -137,11 +138,17 @@ def test_no_credentials_anywhere_is_access_denied_not_the_local_stack_keys(s3_en
 
 def test_the_local_stack_keys_are_for_the_local_stack_endpoint_only(tmp_path: Path, s3_endpoint: S3Endpoint,
                                                                     s3_bucket: str, binding_from: Any) -> None:
-    """Without RECLAIM_S3_ENDPOINT the binding is the local stack's endpoint (its state file), with its keys."""
+    """The local stack's endpoint and keys come from its settings file (what `local up` writes), and from nothing
+    else: its state file alone configures no S3 binding."""
     state_dir = tmp_path / "state"
-    StackState(s3_url=s3_endpoint.url, s3_bucket=s3_bucket).save(state_dir)
-    binding, signed = binding_from(Settings.from_env({"RECLAIM_STATE_DIR": str(state_dir),
-                                                      "RECLAIM_S3_BUCKET": s3_bucket}))
+    state = StackState(kafka_client_port=1, kafka_controller_port=2, s3_url=s3_endpoint.url, s3_bucket=s3_bucket)
+    state.save(state_dir)
+    assert runtime.s3_binding(Settings.from_env({"RECLAIM_STATE_DIR": str(state_dir)})) is None
+    config = state_dir / "local.toml"
+    config.write_text(local_config_text(Settings(state_dir=state_dir, s3_bucket=s3_bucket), state))
+    environ: dict[str, str] = {}
+    config_file.apply(config, environ)
+    binding, signed = binding_from(Settings.from_env(environ))
     assert not binding.exists("nothing-here")
     assert set(signed.access_keys) == {LOCAL_ACCESS_KEY}
 
