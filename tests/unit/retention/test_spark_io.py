@@ -7,7 +7,6 @@ from collections.abc import Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
-import pytest
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.state import GroupState
 
@@ -25,7 +24,7 @@ from reclaim.retention.spark_state import stream_retention_step
 from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, build_codec, millis_now
 from reclaim.schemas.base import AvroRecord
 from reclaim.schemas.rejects import RejectKind
-from tests.support.spark_io import REEVALUATE_MS, STATE_SCHEMA, TOPICS, events, group_state, key_of, rejects
+from tests.support.spark_io import REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
 from tests.support.spark_job import (
     CONSUMPTION,
     MINUTE_MS,
@@ -160,10 +159,7 @@ def test_a_batch_summary_reads_the_observed_counts_and_makes_one_log_line() -> N
                                   "(UNDECODABLE=1) duration_ms=812")
 
 
-@pytest.mark.skipif(not spark_compat.needed(), reason="PySpark 4.1 and later read chunk offsets without the fix")
-def test_the_fix_gives_pyspark_int_chunk_offsets_from_null_padded_state_info() -> None:
-    from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer
-
+def test_the_fix_gives_int_chunk_offsets_from_null_padded_state_info() -> None:
     fields = [pa.field("properties", pa.string()), pa.field("keyRowAsUnsafe", pa.binary()),
               pa.field("object", pa.binary()), pa.field("startOffset", pa.int32()),
               pa.field("numRows", pa.int32()), pa.field("isLastChunk", pa.bool_())]
@@ -171,14 +167,24 @@ def test_the_fix_gives_pyspark_int_chunk_offsets_from_null_padded_state_info() -
     children = [pa.array(["{}", None]), pa.array([b"k", None]), pa.array([None, None], pa.binary()),
                 pa.array([0, None], pa.int32()), pa.array([3, None], pa.int32()), pa.array([True, None])]
     column = pa.chunked_array([pa.StructArray.from_arrays(children, fields=fields, mask=pa.array([False, True]))])
-    serializer = ApplyInPandasWithStateSerializer("UTC", True, True, STATE_SCHEMA, 10_000, False)  # type: ignore[no-untyped-call]
-    assert type(column.to_pandas()[0]["startOffset"]) is float  # the cause: pyarrow widens nullable ints
+    rows = column.to_pandas()
+    assert type(rows[0]["startOffset"]) is float  # the cause: pyarrow widens nullable ints
+    assert {f.name for f in fields} == spark_compat.STATE_INFO_FIELDS
 
-    spark_compat.install()
-    info = serializer.arrow_to_pandas(column)  # type: ignore[no-untyped-call]
+    info = rows.map(spark_compat._int_offsets)
 
     assert type(info[0]["startOffset"]) is int and type(info[0]["numRows"]) is int
     assert info[1] is None
+
+
+def test_the_fix_is_installed_on_pyspark_4_0_only() -> None:
+    import pyspark
+    from pyspark.sql.pandas.serializers import ApplyInPandasWithStateSerializer
+
+    assert spark_compat.needed() == pyspark.__version__.startswith("4.0.")
+    spark_compat.install()
+    convert = getattr(ApplyInPandasWithStateSerializer, "arrow_to_pandas", None)
+    assert bool(getattr(convert, spark_compat._MARK, False)) == spark_compat.needed()
 
 
 def test_a_run_has_read_to_the_end_only_when_every_partition_with_records_is_reached() -> None:
