@@ -11,12 +11,19 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import Consumer, Message, TopicPartition
-from prometheus_client import Counter, disable_created_metrics
+from confluent_kafka import (
+    OFFSET_INVALID,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 from reclaim.errors import ReclaimError
 from reclaim.producers.config import kafka_config
@@ -32,6 +39,17 @@ log = logging.getLogger(__name__)
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 APPLIED = Counter("reclaim_truncations", "Truncation events by outcome (lower-case snake)", ["outcome"])
+# Every reclaim command imports this module (the CLI registers them all): the series below, by topic, appear only
+# in a process that runs an applier, so that no other process looks like an applier that never polls.
+CONSUMER_LAG = Gauge("reclaim_truncation_consumer_lag",
+                     "Truncation events on this applier's partitions not yet applied, as of its last poll "
+                     "(high watermark less position, summed over the partitions it has read from)", ["topic"])
+APPLY_DELAY = Histogram("reclaim_truncation_apply_delay_seconds",
+                        "From a truncation event's write to the topic (its Kafka timestamp) to its final outcome",
+                        ["topic"], buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
+LAST_POLL = Gauge("reclaim_truncation_applier_last_poll_timestamp_seconds",
+                  "When the applier last finished a poll and what it got (before the first, when it started), "
+                  "Unix time", ["topic"])
 
 
 class Truncator(Protocol):
@@ -148,12 +166,18 @@ class TruncationApplier:
     """A consumer-group member that applies truncation events in partition order."""
 
     def __init__(self, config: ApplierConfig, truncator: Truncator, codec: RecordCodec,
-                 sleep: Callable[[float], None] = time.sleep, verifier: RecordVerifier | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, verifier: RecordVerifier | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.verifier = verifier
         self.truncator = truncator
         self.codec = codec
         self.sleep = sleep
+        self.clock = clock
+        # Its series from now: lag 0 and no delay yet, and an applier that hangs before its first poll is stuck too.
+        self._lag, self._delay = CONSUMER_LAG.labels(config.topic), APPLY_DELAY.labels(config.topic)
+        self._last_poll = LAST_POLL.labels(config.topic)
+        self._last_poll.set(clock())
         self.consumer = Consumer(kafka_config(config.bootstrap, "consumer", {"group.id": config.group_id}))
         self.consumer.subscribe([config.topic])
 
@@ -174,9 +198,17 @@ class TruncationApplier:
             outcomes.append(outcome)
             if outcome.final:
                 self.consumer.store_offsets(message)
+                delay = apply_delay_s(message.timestamp(), self.clock())
+                if delay is not None:
+                    self._delay.observe(delay)
             else:
                 blocked.add(partition)
                 self.consumer.seek(TopicPartition(topic, partition, offset))
+        try:
+            self._lag.set(partition_lag(self.consumer))
+        except KafkaException as exc:  # a gauge is not worth stopping the applier for: it keeps its last value
+            log.debug("consumer lag not read: %s", exc)
+        self._last_poll.set(self.clock())
         if blocked:
             self.sleep(self.config.retry_backoff_s)
         return outcomes
@@ -198,6 +230,48 @@ class TruncationApplier:
         except Exception as exc:  # noqa: BLE001 - nothing stored yet is not a failure
             log.debug("final commit: %s", exc)
         self.consumer.close()
+
+
+class Watermarks(Protocol):
+    """What the lag needs of a consumer (:class:`confluent_kafka.Consumer`'s methods)."""
+
+    def assignment(self) -> list[TopicPartition]: ...
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = ...,
+                              cached: bool = ...) -> tuple[int, int] | None: ...
+
+
+def partition_lag(consumer: Watermarks) -> int:
+    """The events on the consumer's assigned partitions past its position, from what it knows locally (the
+    high watermark of its last fetch): no request to the broker, whatever the number of polls."""
+    assigned = consumer.assignment()
+    if not assigned:
+        return 0
+    positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(assigned)}
+    highs: dict[tuple[str, int], int] = {}
+    for tp in assigned:
+        marks = consumer.get_watermark_offsets(tp, cached=True)
+        if marks is not None:
+            highs[(tp.topic, tp.partition)] = marks[1]
+    return lag(positions, highs)
+
+
+def lag(positions: Mapping[tuple[str, int], int], highs: Mapping[tuple[str, int], int]) -> int:
+    """The sum over partitions of high watermark less position; a partition whose position or high
+    watermark is not known yet (nothing read from it since it was assigned) counts 0."""
+    return sum(max(0, highs[tp] - offset) for tp, offset in positions.items()
+               if offset >= 0 and highs.get(tp, OFFSET_INVALID) >= 0)
+
+
+def apply_delay_s(timestamp: tuple[int, int], now_s: float) -> float | None:
+    """Seconds from a record's Kafka timestamp (type, milliseconds) to ``now_s``; None when it has none. A
+    producer's clock ahead of ours gives 0, not a negative delay."""
+    kind, millis = timestamp
+    if kind == TIMESTAMP_NOT_AVAILABLE or millis < 0:
+        return None
+    return max(0.0, now_s - millis / 1000)
 
 
 def _coordinates(message: Message) -> tuple[str, int, int]:
