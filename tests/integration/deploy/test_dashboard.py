@@ -1,4 +1,5 @@
-"""The Grafana dashboard's queries, asked of a real Prometheus scraping a real ``reclaim worker``; the
+"""The Grafana dashboard's queries, asked of a real Prometheus scraping real processes: the worker's panels of a
+``reclaim worker``, the retention panels of a ``reclaim retention-job`` and a ``reclaim truncation-applier``; the
 worker's in-flight gauge against ``reclaim deletions inflight``."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -22,22 +24,28 @@ from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.localstack.procs import free_port
 from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.producers.producer import DeliveryTracker
+from reclaim.producers.topics import TopicNames
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
-from tests.support.cli import run_reclaim
+from tests.support.cli import clean_env, run_reclaim
+from tests.support.kafka_io import Outgoing, produce_confirmed
 from tests.support.pipeline import Pipeline
 from tests.support.prometheus import DEPLOY, PrometheusServer, wait_for
+from tests.support.spark_job import CONSUMPTION, STREAM, at, consumed, produce_records, recorded, stream_with
 
 # The queries read reclaim's own metrics: one S3 server is enough (the S3 suites run on every one).
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3_servers("moto")]
 
 DASHBOARD = DEPLOY / "grafana" / "reclaim.json"
-JOB = "reclaim-worker"
-#: What Grafana puts in place of the dashboard's variables: the job variable's "All" value, and a rate
+#: The scrape jobs, as deploy/prometheus/prometheus.yml names them (the alert rules match on them).
+JOB, RETENTION_JOB, APPLIER_JOB = "reclaim-worker", "reclaim-retention-job", "reclaim-truncation-applier"
+#: Each section's job variable: a panel's queries filter on its section's only.
+WORKER, RETENTION, APPLIER = "$job", "$retention_job", "$applier_job"
+#: What Grafana puts in place of the dashboard's variables: the job variables' "All" value, and a rate
 #: window of several scrapes (the test Prometheus scrapes every second).
-VARIABLES = {"$job": ".+", "$__rate_interval": "15s"}
+VARIABLES = {WORKER: ".+", RETENTION: ".+", APPLIER: ".+", "$__rate_interval": "15s"}
 
 
 def dashboard() -> dict[str, Any]:
@@ -45,12 +53,21 @@ def dashboard() -> dict[str, Any]:
     return data
 
 
-def expressions() -> list[tuple[str, str]]:
-    """Every query of the dashboard as (panel title, PromQL), Grafana's variables filled in."""
+def job_variable(expr: str) -> str | None:
+    """The job variable a query filters on (None: none, or more than one)."""
+    used = [name for name in (WORKER, RETENTION, APPLIER) if re.search(re.escape(name) + r"\b", expr)]
+    return used[0] if len(used) == 1 else None
+
+
+def expressions(*sections: str) -> list[tuple[str, str]]:
+    """The queries of the dashboard's ``sections`` (their job variables; none: every query) as (panel title,
+    PromQL), Grafana's variables filled in."""
     found = []
     for panel in dashboard()["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]
+            if sections and job_variable(expr) not in sections:
+                continue
             for name, value in VARIABLES.items():
                 expr = expr.replace(name, value)
             found.append((panel["title"], expr))
@@ -75,33 +92,48 @@ def worker_env(pipeline: Pipeline, s3_endpoint: S3Endpoint, s3_bucket: str, tmp_
     return {**os.environ, **pipeline.worker_env(tmp_path / "tier2", **s3_endpoint.reclaim_env(s3_bucket))}
 
 
+StartReclaim = Callable[..., int]
+
+
 @pytest.fixture
-def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[[], int]]:
-    """Start ``reclaim worker --metrics-port`` as a process; returns its metrics port."""
+def start_reclaim(tmp_path: Path) -> Iterator[StartReclaim]:
+    """Start ``reclaim <command> <args> --metrics-port`` as a process with ``env``: ``start(env, command, *args)``
+    returns its metrics port once it serves; each is stopped by SIGTERM at the end."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start() -> int:
-        port, log = free_port(), tmp_path / f"worker-{len(procs)}.log"
+    def start(env: dict[str, str], command: str, *args: str) -> int:
+        port, log = free_port(), tmp_path / f"{command}-{len(procs)}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker", "--metrics-port", str(port)],
-                                    env=worker_env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([sys.executable, "-m", "reclaim", command, *args, "--metrics-port", str(port)],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT)
         procs.append(proc)
 
         def serving() -> bool:
-            assert proc.poll() is None, f"the worker exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            assert proc.poll() is None, f"reclaim {command} exited {proc.returncode}:\n{log.read_text()[-3000:]}"
             return scrape(port) is not None
 
-        wait_for(serving, "the worker's metrics endpoint")
+        wait_for(serving, f"the metrics endpoint of reclaim {command}")
         return port
 
     yield start
     for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=60)
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def start_worker(worker_env: dict[str, str], start_reclaim: StartReclaim) -> Callable[[], int]:
+    """Start ``reclaim worker --metrics-port`` as a process; returns its metrics port."""
+    return lambda: start_reclaim(worker_env, "worker")
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
-    """The worker's samples by (name, sorted labels); None while nothing answers."""
+    """A process's samples by (name, sorted labels); None while nothing answers."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             text = response.read().decode()
@@ -116,23 +148,51 @@ def value(port: int, name: str, **labels: str) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
+def metric_names(section: str) -> set[str]:
+    return {m for _, expr in expressions(section) for m in re.findall(r"\breclaim_[a-z_]+", expr)}
+
+
 def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
-    """Server-free: well-formed panels, one data-source variable, metric names reclaim exports."""
+    """Server-free: well-formed panels, a data-source variable and a job variable per process, each query
+    filtering on its section's job variable, metric names reclaim exports."""
     data = dashboard()
-    assert [v["name"] for v in data["templating"]["list"]] == ["datasource", "job"]
+    variables = {v["name"]: v for v in data["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "retention_job", "applier_job"]
+    assert [variables[name]["query"]["query"] for name in ("job", "retention_job", "applier_job")] == [
+        "label_values(reclaim_dependency_up, job)", "label_values(reclaim_retention_input_rows_total, job)",
+        "label_values(reclaim_truncation_applier_last_poll_timestamp_seconds, job)"]
     ids = [p["id"] for p in data["panels"]]
     assert len(ids) == len(set(ids))
     queried = [p for p in data["panels"] if p["type"] != "row"]
     assert all(p["datasource"] == {"type": "prometheus", "uid": "${datasource}"} for p in queried)
     assert all(t["refId"] and t["expr"] for p in queried for t in p["targets"])
-    names = {m for _, expr in expressions() for m in re.findall(r"\breclaim_[a-z_]+", expr)}
-    assert names == {
+    assert all(job_variable(t["expr"]) for p in queried for t in p["targets"])
+    # The rows in order, and no panel of one section placed under another's row.
+    rows = [(p["title"], p["gridPos"]["y"]) for p in data["panels"] if p["type"] == "row"]
+    assert [title for title, _ in rows] == ["Overview", "Deletions", "Retries and dead letters", "Latency",
+                                            "Retention job", "Truncation applier"]
+    retention_y, applier_y = rows[4][1], rows[5][1]
+    for panel in queried:
+        section = {job_variable(t["expr"]) for t in panel["targets"]}
+        y = panel["gridPos"]["y"]
+        expected = WORKER if y < retention_y else RETENTION if y < applier_y else APPLIER
+        assert section == {expected}, panel["title"]
+    assert metric_names(WORKER) == {
         "reclaim_estimated_inflight_deletions", "reclaim_ledgers_deleted_total", "reclaim_deletion_dlq_sent_total",
         "reclaim_dependency_up", "reclaim_deletion_messages_received_total", "reclaim_deletion_messages_acked_total",
         "reclaim_deletion_outcomes_total", "reclaim_deletion_retries_sent_total",
         "reclaim_deletion_max_retries_reached_total", "reclaim_ledger_delete_failures_total",
         "reclaim_storage_operations_total", "reclaim_deletion_batch_delete_seconds_bucket",
         "reclaim_storage_operation_seconds_bucket", "reclaim_metadata_transactions_total"}
+    assert metric_names(RETENTION) == {
+        "reclaim_retention_last_progress_timestamp_seconds", "reclaim_retention_truncations_emitted_total",
+        "reclaim_retention_rejects_total", "reclaim_retention_state_memory_bytes", "reclaim_retention_state_rows",
+        "reclaim_retention_batch_duration_seconds_bucket", "reclaim_retention_batch_duration_seconds_count",
+        "reclaim_retention_input_rows_total", "reclaim_retention_streams_decided_total",
+        "reclaim_retention_input_offsets_behind_latest"}
+    assert metric_names(APPLIER) == {
+        "reclaim_truncations_total", "reclaim_truncation_consumer_lag",
+        "reclaim_truncation_applier_last_poll_timestamp_seconds", "reclaim_truncation_apply_delay_seconds_bucket"}
 
 
 def test_every_dashboard_query_answers_from_a_real_worker(
@@ -149,27 +209,51 @@ def test_every_dashboard_query_answers_from_a_real_worker(
     assert not any(name.endswith("_created") for name, _ in samples)
 
     prometheus = start_prometheus({JOB: [f"127.0.0.1:{port}"]})
-    for title, expr in expressions():
-        answer = prometheus.query(expr)
-        assert answer["status"] == "success", f"{title}: {expr}: {answer}"
-        wait_for(lambda expr=expr: prometheus.query(expr)["data"]["result"], f"{title}: {expr} has a result")
+    every_query_answers(prometheus, WORKER)
 
     def scraped(expr: str) -> dict[str, float]:
-        return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1])
-                for r in prometheus.query(expr)["data"]["result"]}
+        return answers(prometheus, expr)
 
     assert scraped(f'sum(reclaim_ledgers_deleted_total{{job="{JOB}"}})') == {"{}": 12.0}
     wait_for(lambda: scraped("min(reclaim_dependency_up)") == {"{}": 1.0}, "every dependency up")
     assert set(json.loads(k)["dependency"] for k in scraped("reclaim_dependency_up")) == {
         "broker", "metadata_store", "binding:fs-tier2", "binding:s3-tier2"}
-    jobs = prometheus.api("label/job/values", **{"match[]": "reclaim_deletion_outcomes_total"})
-    assert jobs["data"] == [JOB]  # the dashboard's job variable
+    assert variable_jobs(prometheus, "job") == [JOB]
 
-    def rule_health() -> list[tuple[str, set[str]]]:
+    assert rules_evaluated(prometheus) == [("reclaim", {"ok"}), ("reclaim-retention", {"ok"})]
+
+
+def every_query_answers(prometheus: PrometheusServer, section: str) -> None:
+    """Every query of the section is valid PromQL and returns series."""
+    for title, expr in expressions(section):
+        answer = prometheus.query(expr)
+        assert answer["status"] == "success", f"{title}: {expr}: {answer}"
+        wait_for(lambda expr=expr: prometheus.query(expr)["data"]["result"], f"{title}: {expr} has a result")
+
+
+def variable_jobs(prometheus: PrometheusServer, name: str) -> list[str]:
+    """The jobs the dashboard's variable ``name`` (a ``label_values(<metric>, job)`` query) offers."""
+    (variable,) = [v for v in dashboard()["templating"]["list"] if v["name"] == name]
+    found = re.fullmatch(r"label_values\((\w+), job\)", variable["query"]["query"])
+    assert found, variable
+    jobs: list[str] = prometheus.api("label/job/values", **{"match[]": found[1]})["data"]
+    return jobs
+
+
+def answers(prometheus: PrometheusServer, expr: str) -> dict[str, float]:
+    """The instant vector of ``expr``: each series' labels (as JSON) to its value."""
+    return {json.dumps(r["metric"], sort_keys=True): float(r["value"][1])
+            for r in prometheus.query(expr)["data"]["result"]}
+
+
+def rules_evaluated(prometheus: PrometheusServer) -> list[tuple[str, set[str]]]:
+    """Each rule group with the health of its rules, once all have been evaluated."""
+    def health() -> list[tuple[str, set[str]]]:
         return [(g["name"], {r["health"] for r in g["rules"]}) for g in prometheus.api("rules")["data"]["groups"]]
 
-    assert wait_for(lambda: "unknown" not in str(rule_health()) and rule_health(), "the alert rules evaluated") \
-        == [("reclaim", {"ok"})]
+    found: list[tuple[str, set[str]]] = wait_for(lambda: "unknown" not in str(health()) and health(),
+                                                 "the alert rules evaluated")
+    return found
 
 
 def hold_on_retry_tier(pipeline: Pipeline, count: int) -> None:
@@ -202,3 +286,57 @@ def test_the_worker_gauge_and_the_inflight_command_agree(
     # The gauge refreshes every 15 s: it agrees with the command once it has caught up with the deletes.
     wait_for(lambda: value(port, "reclaim_estimated_inflight_deletions") == 7, "the gauge at the held backlog")
     assert command() == 7
+
+
+@pytest.mark.spark
+def test_every_retention_query_answers_from_a_real_job_and_applier(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], start_reclaim: StartReclaim,
+        start_prometheus: Callable[[dict[str, list[str]]], PrometheusServer], tmp_path: Path,
+        unique_name: Callable[[str], str]) -> None:
+    names = kafka_topics()
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap,
+                    RECLAIM_TOPIC_PREFIX=names.truncation.removesuffix("truncation"))
+    # A stream the job decides a truncation for (the applier's controller has no such stream: unknown_stream),
+    # and a config that is no record: an undecodable reject.
+    produce_records(kafka_bootstrap, names,
+                    [*stream_with(CONSUMPTION, "billing"), consumed("billing", at(70, 80)), recorded(at(90, 90))])
+    produce_confirmed(kafka_bootstrap, [Outgoing(names.stream_config, b"not avro", STREAM.encode())])
+    applier = start_reclaim(env, "truncation-applier", "--record-every-s", "0",
+                            "--truncation-group-id", unique_name("truncation"))
+    job = start_reclaim(env, "retention-job", "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[2]",
+                        "--trigger-interval-s", "1", "--reevaluate-s", "1")
+    # Scraped from before the job's first batch: every counter's first sample is 0, as in production.
+    prometheus = start_prometheus({RETENTION_JOB: [f"127.0.0.1:{job}"], APPLIER_JOB: [f"127.0.0.1:{applier}"]})
+
+    def one(expr: str) -> float | None:
+        found = answers(prometheus, expr)
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    # The Spark job starts in 20-40 s on two cores, then decides in its first batch; its listener counts the
+    # batch once it has ended, which may be after the applier has read the event.
+    wait_for(lambda: one('sum(reclaim_truncations_total{outcome="unknown_stream"})') == 1,
+             "the job's truncation event skipped by the applier, as Prometheus sees it", 240)
+    wait_for(lambda: one(f'sum(reclaim_retention_truncations_emitted_total{{job="{RETENTION_JOB}"}})') == 1,
+             "the job's batch counted, as Prometheus sees it")
+    every_query_answers(prometheus, RETENTION)
+    every_query_answers(prometheus, APPLIER)
+
+    assert one('sum(reclaim_retention_rejects_total{kind="undecodable"})') == 1
+    assert (one("sum(reclaim_retention_input_rows_total)") or 0) >= 6  # and the job's own wake-up record, if any
+    assert (one("sum(reclaim_retention_state_rows)") or 0) >= 1  # the stream's state bucket
+    assert (one("sum(reclaim_retention_state_memory_bytes)") or 0) > 0
+    assert (one("time() - max(reclaim_retention_last_progress_timestamp_seconds)") or 1e9) < 30
+    assert one("sum(reclaim_truncation_apply_delay_seconds_count)") == 1
+    assert (one("sum(reclaim_truncation_apply_delay_seconds_sum)") or 1e9) < 60
+    wait_for(lambda: one("sum(reclaim_truncation_consumer_lag)") == 0, "no truncation event left to apply")
+    assert (one("time() - max(reclaim_truncation_applier_last_poll_timestamp_seconds)") or 1e9) < 30
+    # Each job variable lists its own processes only (every reclaim command exports some metrics of the others).
+    assert (variable_jobs(prometheus, "retention_job"), variable_jobs(prometheus, "applier_job")) == (
+        [RETENTION_JOB], [APPLIER_JOB])
+    assert variable_jobs(prometheus, "job") == []
+
+    # The rules evaluate on the real series: the reject fires its alert, by kind; nothing else of retention does.
+    assert rules_evaluated(prometheus) == [("reclaim", {"ok"}), ("reclaim-retention", {"ok"})]
+    firing = wait_for(lambda: answers(prometheus, 'ALERTS{alertstate="firing"}'), "the reject's alert firing")
+    assert [(a["alertname"], a.get("kind")) for a in map(json.loads, firing)] == [
+        ("ReclaimRetentionRejects", "undecodable")]
