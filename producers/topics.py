@@ -24,6 +24,7 @@ class TopicNames:
     truncation: str
     stream_topology: str
     retention_rejects: str
+    retention_wakeups: str
 
     @classmethod
     def for_prefix(cls, prefix: str = "reclaim.", retry_delays: tuple[int, ...] = (10, 60, 600)) -> TopicNames:
@@ -41,6 +42,7 @@ class TopicNames:
             truncation=f"{prefix}truncation",
             stream_topology=f"{prefix}stream-topology",
             retention_rejects=f"{prefix}retention-rejects",
+            retention_wakeups=f"{prefix}retention-wakeups",
         )
 
     @property

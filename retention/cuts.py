@@ -76,13 +76,13 @@ def is_at_or_after(topology: Topology, cut: StreamCut, reference: StreamCut) -> 
 def validate(topology: Topology, cut: StreamCut) -> None:
     """Raise :class:`InvalidCutError` unless ``cut`` is a position the stream can be at.
 
-    Its reached segments must not overlap each other; every unreached (-1) segment must be newer
+    No offset is below -1, and none is beyond its segment's length where the segment is sealed (its
+    final length is known; an active segment's current length is checked by whoever knows it). Its
+    reached segments must not overlap each other; every unreached (-1) segment must be newer
     than each reached segment over its keys; together they cover the key space [0, 1).
     """
     found = positions(topology, cut)
-    low = [offset for offset in found.values() if offset < UNREACHED]
-    if low:
-        raise InvalidCutError(CutProblem.BAD_OFFSET, f"offset {low[0]}")
+    _check_offsets(topology, found)
     reached = sorted((s for s, o in found.items() if o >= 0), key=lambda s: s.start)
     unreached = [s for s, o in found.items() if o == UNREACHED]
     for before, after in zip(reached, reached[1:], strict=False):
@@ -97,6 +97,16 @@ def validate(topology: Topology, cut: StreamCut) -> None:
     if gap is not None:
         raise InvalidCutError(CutProblem.GAP, f"keys [{gap[0]}, {gap[1]}) are missing")
     _check_causal(topology, found)
+
+
+def _check_offsets(topology: Topology, found: Mapping[SegmentRange, int]) -> None:
+    for segment, offset in sorted(found.items(), key=lambda item: item[0].segment_id):
+        if offset < UNREACHED:
+            raise InvalidCutError(CutProblem.BAD_OFFSET, f"offset {offset} of segment {segment.segment_id}")
+        sealed = topology.sealed_lengths.get(segment.segment_id)
+        if sealed is not None and offset > sealed:
+            raise InvalidCutError(CutProblem.BAD_OFFSET, f"offset {offset} is beyond sealed segment "
+                                                         f"{segment.segment_id}'s length {sealed}")
 
 
 def _check_causal(topology: Topology, found: Mapping[SegmentRange, int]) -> None:
@@ -126,9 +136,13 @@ def _first_gap(segments: list[SegmentRange]) -> tuple[float, float] | None:
 
 def check_advances(topology: Topology, cut: StreamCut, previous: StreamCut | None, what: str) -> None:
     """Raise :class:`CutBehindError` unless ``cut`` is at or after ``previous`` (PDP-47: cuts only advance)."""
-    if previous is not None and not is_at_or_after(topology, cut, previous):
-        relation = compare(topology, cut, previous).value
-        raise CutBehindError(f"stream cut is {relation} the {what}, not at or after it")
+    if previous is None:
+        return
+    relation = compare(topology, cut, previous)
+    if relation is CutComparison.BEFORE:
+        raise CutBehindError(f"stream cut is before the {what}")
+    if relation is CutComparison.OVERLAPS:
+        raise CutBehindError(f"stream cut overlaps the {what}: it is before it over some keys")
 
 
 def _span(topology: Topology, cut: StreamCut) -> dict[SegmentRange, int]:

@@ -20,7 +20,6 @@ class CutProblem(enum.Enum):
     UNREACHED_BEFORE_REACHED = "has an unreached (-1) segment that is older than a reached segment over its keys"
     GAP = "does not cover the whole key space [0, 1)"
     NOT_CAUSAL = "holds a segment together with one it descends from"
-    NO_TOPOLOGY = "arrived before the stream's topology"
 
 
 class InvalidCutError(RetentionError, ValueError):
@@ -43,5 +42,13 @@ class StaleGenerationError(RetentionError):
     """A subscriber change or cut carries an older generation than the subscriber's (PDP-47: a no-op)."""
 
 
+class UnknownStreamError(RetentionError):
+    """A cut for a stream the job knows no topology of: never created (or not yet published), or deleted."""
+
+
 class UnknownSubscriberError(RetentionError):
-    """A cut from a subscriber that is not subscribed (never added, or removed) at that generation."""
+    """A cut from a subscriber that is not subscribed: never added, or removed."""
+
+
+class GenerationAheadError(RetentionError):
+    """A cut at a generation newer than the subscriber's: the add of that generation was never seen."""

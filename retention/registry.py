@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from reclaim.retention.errors import StaleGenerationError, UnknownSubscriberError
+from reclaim.retention.errors import GenerationAheadError, StaleGenerationError, UnknownSubscriberError
 from reclaim.schemas.streams import StreamCut
 
 
@@ -64,14 +64,16 @@ class SubscriberRegistry:
     def subscribed(self, name: str, generation: int) -> Subscriber:
         """The subscriber a cut of ``name`` at ``generation`` belongs to, or why there is none."""
         current = self._subscribers.get(name)
-        if current is None or not current.active:
-            raise UnknownSubscriberError(f"subscriber {name!r} is not subscribed")
+        if current is None:
+            raise UnknownSubscriberError(f"subscriber {name!r} was never added")
         if generation < current.generation:
             raise StaleGenerationError(f"cut of subscriber {name!r} at generation {generation} is older than "
                                        f"its generation {current.generation}")
         if generation > current.generation:
-            raise UnknownSubscriberError(f"subscriber {name!r} was never added at generation {generation} "
-                                         f"(it is at {current.generation})")
+            raise GenerationAheadError(f"cut of subscriber {name!r} at generation {generation} is ahead of its "
+                                       f"generation {current.generation}: no add at {generation} was seen")
+        if not current.active:
+            raise UnknownSubscriberError(f"subscriber {name!r} was removed at generation {current.generation}")
         return current
 
     def set_cut(self, name: str, cut: StreamCut) -> None:

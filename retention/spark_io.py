@@ -37,6 +37,9 @@ STATE_ROWS = "state BINARY"
 UNDECODABLE_BUCKET = -1
 """The group of rows that are no record (never null: a column of ints with nulls turns to floats in pandas)."""
 
+WAKE_BUCKET = -2
+"""The group of the wake-up rows: read only to make a batch run; no state, no output."""
+
 DEFAULT_BUCKETS = 64
 """State buckets: enough to spread over a cluster's shuffle partitions, few enough to share Spark's per-group cost."""
 
@@ -64,11 +67,19 @@ class RetentionTopics:
     stream_cuts: str
     truncation: str
     rejects: str
+    wakeups: str | None = None
+    """Where the job writes a record when it starts and reads it back (``WAKE_BUCKET``): Spark runs no batch after
+    a restart until some input arrives, so without one a stream's time limit waits for the next input."""
 
     @classmethod
     def from_names(cls, names: TopicNames) -> RetentionTopics:
         return cls(names.stream_topology, names.stream_config, names.subscribers, names.subscriber_cuts,
-                   names.stream_cuts, names.truncation, names.retention_rejects)
+                   names.stream_cuts, names.truncation, names.retention_rejects, names.retention_wakeups)
+
+    @property
+    def subscribed(self) -> tuple[str, ...]:
+        """The topics the job's Kafka source reads: the inputs and the wake-ups."""
+        return self.inputs if self.wakeups is None else (*self.inputs, self.wakeups)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -95,13 +106,17 @@ def input_columns(topics: RetentionTopics, buckets: int) -> list[str]:
 
     A record's stream is its key up to the first ``#`` (subscriber records are keyed
     ``stream#subscriber``, the others by stream); its bucket is :func:`reclaim.retention.buckets.bucket_of` of
-    that stream (Spark's ``crc32`` is zlib's). A record without a key goes to ``UNDECODABLE_BUCKET``.
+    that stream (Spark's ``crc32`` is zlib's). A record without a key goes to ``UNDECODABLE_BUCKET``, a wake-up
+    to ``WAKE_BUCKET``.
     The stateful step verifies each record's signature, then decodes its value and refuses one that is no
     record or names another stream.
     """
-    ranks = " ".join(f"WHEN '{topic}' THEN {rank}" for rank, topic in enumerate(topics.inputs))
+    ranks = " ".join(f"WHEN '{topic}' THEN {rank}" for rank, topic in enumerate(topics.subscribed))
     stream = "substring_index(CAST(key AS STRING), '#', 1)"
-    return [f"CAST(coalesce(pmod(crc32(CAST({stream} AS BINARY)), {buckets}), {UNDECODABLE_BUCKET}) AS INT) AS bucket",
+    bucket = f"coalesce(pmod(crc32(CAST({stream} AS BINARY)), {buckets}), {UNDECODABLE_BUCKET})"
+    if topics.wakeups is not None:
+        bucket = f"CASE topic WHEN '{topics.wakeups}' THEN {WAKE_BUCKET} ELSE {bucket} END"
+    return [f"CAST({bucket} AS INT) AS bucket",
             f"{stream} AS stream", f"CAST(CASE topic {ranks} END AS INT) AS rank", "unix_millis(timestamp) AS kafka_ts",
             "topic", "partition", "offset", "key", "value", *signature_columns()]
 

@@ -1,11 +1,12 @@
 """The retention job: a Structured Streaming query from reclaim's retention inputs to truncation events and rejects.
 
-The five input topics (topology, config, subscribers, subscriber cuts, recorded cuts) are read from
-the earliest offsets with ``failOnDataLoss`` false: four of them are compacted and the recorded-cut
-topic has a retention time, so offsets a checkpoint names can vanish while the job is stopped. That
-loss is safe: a compacted topic still holds every key's latest value, a lost recorded cut only means
-one truncation point fewer, and every stream's state keeps what it applied. Failing the query instead
-would stop retention for every stream until an operator deleted the checkpoint and its state.
+The five input topics (topology, config, subscribers, subscriber cuts, recorded cuts) and the job's
+wake-up topic are read from the earliest offsets with ``failOnDataLoss`` false: four of them are
+compacted and the recorded-cut topic has a retention time, so offsets a checkpoint names can vanish
+while the job is stopped. That loss is safe: a compacted topic still holds every key's latest value, a
+lost recorded cut only means one truncation point fewer, and every stream's state keeps what it
+applied. Failing the query instead would stop retention for every stream until an operator deleted
+the checkpoint and its state.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 QUERY_NAME = "reclaim-retention"
 LISTENER_WAIT_S = 30.0
 MAX_ONCE_RUNS = 5
+WAKEUP_BLOCK_MS = 15_000
+"""How long the wake-up's producer waits for the topic's metadata before giving up (Kafka's default is 60 s)."""
 
 
 class RetentionJobError(ReclaimError):
@@ -83,7 +86,7 @@ def retention_inputs(spark: SparkSession, config: RetentionJobConfig) -> DataFra
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap)
-        .option("subscribe", ",".join(config.topics.inputs))
+        .option("subscribe", ",".join(config.topics.subscribed))
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "false")
         .option("includeHeaders", "true")  # the signature headers, verified in the stateful step
@@ -151,8 +154,42 @@ class RetentionJob:
         return list(self.listener.recent)
 
 
-def start_retention_job(spark: SparkSession, config: RetentionJobConfig) -> RetentionJob:
-    """Start the query: Kafka in, one state per stream, truncation events and rejects out to Kafka."""
+def write_wakeup(spark: SparkSession, config: RetentionJobConfig) -> bool:
+    """Write one record to the wake-up topic, so that the query's first batch runs at once; whether it was written.
+
+    Spark runs no batch after a restart until some input arrives (the timers of the state it restored wait
+    for one), so an idle stream's time limit would fire only at its next recorded cut. The record goes
+    through Spark's Kafka writer with the query's own settings (its security included). A topic that is
+    missing or refused is a warning, not a failure: the job then behaves as before the wake-up existed.
+    """
+    topic = config.topics.wakeups
+    if topic is None:
+        return False
+    row = [(config.query_name, str(int(time.time() * 1000)))]
+    writer = (spark.createDataFrame(row, "key STRING, value STRING").write.format("kafka")
+              .option("kafka.bootstrap.servers", config.bootstrap)
+              .option("kafka.max.block.ms", str(WAKEUP_BLOCK_MS))
+              .option("topic", topic))
+    for name, value in config.kafka_options.items():
+        writer = writer.option(f"kafka.{name}", value)
+    try:
+        writer.save()
+    except Exception as exc:  # noqa: BLE001 - Spark wraps every Kafka failure (missing topic, ACL) alike
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        log.warning("could not write a wake-up to %s (run `reclaim topics create`?): time limits wait for the "
+                    "next input: %s", topic, first)
+        return False
+    return True
+
+
+def start_retention_job(spark: SparkSession, config: RetentionJobConfig, wake: bool = True) -> RetentionJob:
+    """Start the query: Kafka in, one state per stream, truncation events and rejects out to Kafka.
+
+    With ``wake`` a wake-up is written first (:func:`write_wakeup`), so the first batch runs without
+    waiting for input.
+    """
+    if wake:
+        write_wakeup(spark, config)
     listener = RetentionProgressListener(config.query_name)
     spark.streams.addListener(listener)
     writer = (
@@ -184,15 +221,17 @@ def run_available(spark: SparkSession, config: RetentionJobConfig, timeout_s: in
                   stop: threading.Event | None = None) -> list[BatchSummary]:
     """Process everything on the input topics now, then stop; the batches it took.
 
-    Each run is one micro-batch (the once trigger). A checkpoint left by a job stopped mid-batch
+    Each run is one micro-batch (the once trigger); one wake-up, written first, makes a batch run even
+    when nothing new arrived, so time limits are decided. A checkpoint left by a job stopped mid-batch
     makes the first run redo that batch only, so runs repeat until the job has read to where the
     topics ended when this call began. Each run may take ``timeout_s`` (None: no limit); ``stop``
     (e.g. set by a signal handler) ends it early.
     """
     ends = topic_ends(config.bootstrap, config.topics.inputs)
+    write_wakeup(spark, config)  # once: a run that redoes an unfinished batch leaves it to the next
     summaries: list[BatchSummary] = []
     for _ in range(MAX_ONCE_RUNS):
-        job = start_retention_job(spark, replace(config, once=True))
+        job = start_retention_job(spark, replace(config, once=True), wake=False)
         try:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             while not job.await_termination(1):

@@ -13,6 +13,7 @@ from reclaim.retention.spark_auth import JobKeys, check_subject, job_auth, unaut
 from reclaim.retention.spark_compat import StateOffsetsFix
 from reclaim.retention.spark_io import (
     UNDECODABLE_BUCKET,
+    WAKE_BUCKET,
     RetentionTopics,
     cached_codec,
     decided_row,
@@ -47,6 +48,7 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
     a record not signed by a role allowed to write it, or a subscriber's record signed by another
     subscriber's key, is rejected as UNAUTHENTICATED and changes nothing. With ``keys`` that sign, every
     truncation event carries the job's signature.
+    Wake-up rows (``WAKE_BUCKET``) are dropped unread: they only make Spark run a batch.
     Rows without a key arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept
     for them. A value that is no record, or a record of another stream than its key names, is
     rejected as UNDECODABLE within its bucket.
@@ -67,6 +69,10 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
         codec = cached_codec(registry_url, registry_config)
         auth = None if keys is None else job_auth(keys)
         verifier, signer = (None, None) if auth is None else (auth.verifier, auth.signer)
+        if key[0] == WAKE_BUCKET:
+            for _ in frames:
+                pass  # read and dropped: it made the batch run, and every bucket's due timer fires in it
+            return
         now_ms = int(state.getCurrentProcessingTimeMs())
         if key[0] is None or key[0] == UNDECODABLE_BUCKET:
             rows, types = [], topics.input_types()

@@ -25,6 +25,15 @@ def _uncut(data: list[list[int]]) -> StreamCut:
     return StreamCut.from_mapping({int(segment): int(offset) for segment, offset in data})
 
 
+def _record(record: StreamCutRecord) -> list[Any]:
+    return [_cut(record.cut), record.recording_time, record.recording_size]
+
+
+def _unrecord(stream: str, data: list[Any]) -> StreamCutRecord:
+    cut, time, size = data
+    return StreamCutRecord(stream, _uncut(cut), int(time), int(size))
+
+
 def dump_state(state: StreamRetentionState) -> bytes:
     topology = state.topology
     data: dict[str, Any] = {
@@ -38,7 +47,8 @@ def dump_state(state: StreamRetentionState) -> bytes:
         "config": None if state.config is None else state.config.to_avro(),
         "subscribers": [[s.name, s.generation, s.active, None if s.cut is None else _cut(s.cut)]
                         for s in state.registry],
-        "retention": [[_cut(r.cut), r.recording_time, r.recording_size] for r in state.retention.records],
+        "retention": [_record(r) for r in state.retention.records],
+        "recorded": None if state.last_recorded is None else _record(state.last_recorded),
         "last": None if state.last_emitted is None else _cut(state.last_emitted),
     }
     return json.dumps(data, separators=(",", ":")).encode()
@@ -58,7 +68,9 @@ def load_state(cls: type[StreamRetentionState], raw: bytes) -> StreamRetentionSt
     state.registry = SubscriberRegistry({
         name: Subscriber(name, int(generation), bool(active), None if cut is None else _uncut(cut))
         for name, generation, active, cut in data["subscribers"]})
-    state.retention = RetentionSet(tuple(StreamCutRecord(state.stream, _uncut(cut), int(time), int(size))
-                                         for cut, time, size in data["retention"]))
+    state.retention = RetentionSet(tuple(_unrecord(state.stream, record) for record in data["retention"]))
+    # A state written before the newest recorded cut was kept on its own: the set's newest stands for it.
+    recorded = data.get("recorded")
+    state.last_recorded = state.retention.latest if recorded is None else _unrecord(state.stream, recorded)
     state.last_emitted = None if data["last"] is None else _uncut(data["last"])
     return state

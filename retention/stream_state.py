@@ -9,11 +9,12 @@ from reclaim.retention import cuts
 from reclaim.retention.decision import decide
 from reclaim.retention.errors import (
     CutBehindError,
-    CutProblem,
+    GenerationAheadError,
     InvalidCutError,
     InvalidPolicyError,
     RetentionError,
     StaleGenerationError,
+    UnknownStreamError,
     UnknownSubscriberError,
 )
 from reclaim.retention.lower_bound import lower_bound
@@ -44,6 +45,8 @@ _KINDS: dict[type[RetentionError], RejectKind] = {
     CutBehindError: RejectKind.CUT_BEHIND,
     StaleGenerationError: RejectKind.STALE_GENERATION,
     UnknownSubscriberError: RejectKind.UNKNOWN_SUBSCRIBER,
+    UnknownStreamError: RejectKind.UNKNOWN_STREAM,
+    GenerationAheadError: RejectKind.GENERATION_AHEAD,
     InvalidPolicyError: RejectKind.INVALID_POLICY,
 }
 
@@ -82,6 +85,7 @@ class StreamRetentionState:
         self.config: StreamConfig | None = None
         self.registry = SubscriberRegistry()
         self.retention = RetentionSet()
+        self.last_recorded: StreamCutRecord | None = None
         self.last_emitted: StreamCut | None = None
 
     def apply(self, record: InputRecord, now_ms: int) -> Rejection | None:
@@ -127,20 +131,32 @@ class StreamRetentionState:
             self.topology = topology_of(record)
 
     def _known_topology(self) -> Topology:
+        """The stream's topology; a stream with none (never published, or deleted) is unknown."""
+        if self.deleted:
+            raise UnknownStreamError(f"stream {self.stream!r} was deleted")
         if self.topology is None:
-            raise InvalidCutError(CutProblem.NO_TOPOLOGY)
+            raise UnknownStreamError(f"stream {self.stream!r} is unknown: no topology of it was published")
         return self.topology
 
     def _apply_cut(self, record: SubscriberCut) -> None:
-        current = self.registry.subscribed(record.subscriber, record.generation)
         topology = self._known_topology()
+        current = self.registry.subscribed(record.subscriber, record.generation)
         cuts.validate(topology, record.cut)
         cuts.check_advances(topology, record.cut, current.cut, "subscriber's previous cut")
         self.registry.set_cut(record.subscriber, record.cut)
 
     def _apply_recorded(self, record: StreamCutRecord) -> None:
+        """Append a recorded cut to the retention set. Recorded cuts only advance (PDP-19: each is the
+        stream's tail when recorded): one behind the newest is refused; a replay changes nothing."""
         topology = self._known_topology()
         cuts.validate(topology, record.cut)
+        previous = self.last_recorded
+        if previous is not None and record.recording_time <= previous.recording_time:
+            return  # a replay, or older than what was recorded since: the set only grows at its newest end
+        if previous is not None:
+            cuts.check_advances(topology, record.cut, previous.cut,
+                                f"cut recorded before it (at {previous.recording_time})")
+        self.last_recorded = record
         if self.last_emitted is not None and cuts.is_at_or_after(topology, self.last_emitted, record.cut):
             return  # at or before a truncation already decided: it would be dropped at once
         self.retention = self.retention.add(record)

@@ -25,6 +25,10 @@ class RejectKind(enum.Enum):
     INVALID_POLICY = "INVALID_POLICY"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     """Not signed by a key allowed to write it (the reason names how: unsigned, bad-signature, ...)."""
+    UNKNOWN_STREAM = "UNKNOWN_STREAM"
+    """A cut for a stream the job has no topology of (never created, or deleted)."""
+    GENERATION_AHEAD = "GENERATION_AHEAD"
+    """A subscriber's cut at a generation newer than the subscriber's (its add was never seen)."""
 
 
 @dataclass(frozen=True)

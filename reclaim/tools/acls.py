@@ -113,6 +113,9 @@ def _retention_job(n: Names) -> list[Grant]:
         *_topics("READ", inputs, "the job's Kafka source reads the retention inputs"),
         *_topics("WRITE", [t.truncation], "the job writes truncation events"),
         *_topics("WRITE", [t.retention_rejects], "the job writes the inputs it refuses"),
+        *_topics("READ", [t.retention_wakeups], "the job's Kafka source reads its wake-ups"),
+        *_topics("WRITE", [t.retention_wakeups], "the job writes a wake-up when it starts, so that Spark runs a "
+                                                 "batch (and the time limits' timers) without waiting for input"),
         _group(RETENTION_ENDS_GROUP, "DESCRIBE", "the end-offset probe's consumer has this group id (no join, "
                                                  "no commit: finding its coordinator needs DESCRIBE)"),
     ]

@@ -29,6 +29,10 @@ class TopicSpec:
     config: Mapping[str, str]
 
 
+WAKEUPS_RETENTION_MS = 24 * 3600 * 1000
+"""A wake-up record is read once, by the job that wrote it: a day is plenty."""
+
+
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """The topics of the deletion pipeline and of retention, with their partitions and configs."""
     names = TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays)
@@ -52,6 +56,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.truncation, parts, deleting),
         # Rejected retention inputs are for operators to look at, kept as long as the deletion records.
         TopicSpec(names.retention_rejects, parts, deleting),
+        # One record each time a retention job starts, so that Spark runs a batch (and its timers) at once.
+        TopicSpec(names.retention_wakeups, 1, {"cleanup.policy": "delete", "retention.ms": str(WAKEUPS_RETENTION_MS)}),
     ]
     illegal = [spec.name for spec in specs if not LEGAL_TOPIC.fullmatch(spec.name) or spec.name in (".", "..")]
     if illegal:

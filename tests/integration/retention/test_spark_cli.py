@@ -103,7 +103,7 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
         metrics = wait_for_metric(port, "reclaim_retention_truncations_emitted_total 1.0", proc, 180)
-        assert "reclaim_retention_input_rows_total 5.0" in metrics
+        assert "reclaim_retention_input_rows_total 6.0" in metrics  # five inputs and the start's wake-up
         assert "reclaim_retention_batch_duration_seconds_count" in metrics
         (message,) = consume_from_start(kafka_bootstrap, [names.truncation], "spark-cli-check-1", 1)
         assert build_codec().decode(message.value() or b"", names.truncation, TruncationEvent).cut == at(70, 80)
@@ -112,13 +112,13 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
         code = proc.wait(timeout=60)
     output = log_path.read_text(errors="replace")
     assert code == 0, output[-3000:]
-    assert "retention batch 0: input_rows=5 streams_decided=1 events=1 rejects=0" in output
+    assert "retention batch 0: input_rows=6 streams_decided=1 events=1 rejects=0" in output
     assert "retention job stopped after" in output
 
     # --once from the same checkpoint: only the new cut is read, then the process exits.
     produce_records(kafka_bootstrap, names, [consumed("billing", at(90, 90))])
     once = run_reclaim(*command[3:-2], "--once", env=os.environ, timeout=300, check=True)
-    assert "input_rows=1 streams_decided=1 events=1 rejects=0" in once.stderr
+    assert "input_rows=2 streams_decided=1 events=1 rejects=0" in once.stderr  # the new cut and a wake-up
     cuts = [build_codec().decode(m.value() or b"", names.truncation, TruncationEvent).cut
             for m in consume_from_start(kafka_bootstrap, [names.truncation], "spark-cli-check-2", 2)]
     assert cuts == [at(70, 80), at(90, 90)]

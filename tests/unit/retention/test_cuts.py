@@ -60,9 +60,17 @@ def test_valid_cuts(valid: StreamCut) -> None:
     validate(T, valid)
 
 
+def test_a_sealed_segment_read_to_its_end_is_valid_and_an_active_one_has_no_known_end() -> None:
+    validate(T, cut(S0=100, S1=100))
+    validate(T, cut(S5=10**12, S7=10**12))  # active: their current length is the controller's to check
+
+
 @pytest.mark.parametrize(("invalid", "problem"), [
     (StreamCut.from_mapping({0: 1, 99: 0}), CutProblem.UNKNOWN_SEGMENT),
     (cut(S0=-2, S1=0), CutProblem.BAD_OFFSET),
+    # S1 was sealed at 100 bytes: a reader cannot be past its end.
+    (cut(S0=5, S1=101), CutProblem.BAD_OFFSET),
+    (cut(S4=81, S3=0), CutProblem.BAD_OFFSET),
     (cut(S0=1, S4=0, S3=0), CutProblem.OVERLAP),
     (cut(S0=1), CutProblem.GAP),
     (cut(S5=1, S3=2), CutProblem.GAP),

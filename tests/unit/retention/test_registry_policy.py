@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from reclaim.retention.errors import InvalidPolicyError, StaleGenerationError, UnknownSubscriberError
+from reclaim.retention.errors import (
+    GenerationAheadError,
+    InvalidPolicyError,
+    StaleGenerationError,
+    UnknownSubscriberError,
+)
 from reclaim.retention.policy import Limits, limits_of
 from reclaim.retention.registry import SubscriberRegistry
 from reclaim.schemas.base import LONG_MAX
@@ -53,14 +58,26 @@ def test_subscriber_that_never_published_holds_nothing_back() -> None:
 
 def test_cuts_are_accepted_only_at_the_current_generation() -> None:
     registry = SubscriberRegistry()
-    with pytest.raises(UnknownSubscriberError, match="not subscribed"):
+    with pytest.raises(UnknownSubscriberError, match="'ghost' was never added"):
         registry.subscribed("ghost", 1)
     registry.add("billing", 4)
     with pytest.raises(StaleGenerationError):
         registry.subscribed("billing", 3)
-    with pytest.raises(UnknownSubscriberError, match="never added at generation 5"):
+    with pytest.raises(GenerationAheadError, match="generation 5 is ahead of its generation 4"):
         registry.subscribed("billing", 5)
     assert registry.subscribed("billing", 4).generation == 4
+
+
+def test_a_removed_subscribers_cut_is_unknown_at_its_generation_stale_before_and_ahead_after() -> None:
+    registry = SubscriberRegistry()
+    registry.add("billing", 1)
+    registry.remove("billing", 2)
+    with pytest.raises(UnknownSubscriberError, match="removed at generation 2"):
+        registry.subscribed("billing", 2)
+    with pytest.raises(StaleGenerationError):
+        registry.subscribed("billing", 1)
+    with pytest.raises(GenerationAheadError):
+        registry.subscribed("billing", 3)
 
 
 @pytest.mark.parametrize(("policy", "limits"), [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import pandas as pd
 import pyarrow as pa
@@ -17,6 +18,8 @@ from reclaim.retention.spark_io import (
     INPUT_COLUMNS,
     OUTPUT_COLUMNS,
     UNDECODABLE_BUCKET,
+    WAKE_BUCKET,
+    input_columns,
 )
 from reclaim.retention.spark_metrics import BatchSummary
 from reclaim.retention.spark_offsets import reached, source_offsets
@@ -124,6 +127,23 @@ def test_rows_without_a_key_are_rejected_and_leave_no_state() -> None:
     assert "without a key" in found[1].reason
     assert all(r.reason for r in found) and out.key.isna().all()
     assert not state.exists
+
+
+def test_wake_ups_are_read_and_dropped_leaving_no_state_and_no_output() -> None:
+    wake = pd.DataFrame([{"bucket": WAKE_BUCKET, "stream": "reclaim-retention", "rank": len(TOPICS.inputs),
+                          "kafka_ts": NOW_MS, "topic": "p.retention-wakeups", "partition": 0, "offset": 0,
+                          "key": b"reclaim-retention", "value": b"1", "key_id": None, "signature": None}],
+                        columns=list(INPUT_COLUMNS))
+    state = group_state(NOW_MS)
+    assert list(stream_retention_step(TOPICS, None, REEVALUATE_MS)((WAKE_BUCKET,), [wake], state)) == []
+    assert not state.exists
+
+
+def test_the_wake_up_topic_is_its_own_bucket_and_rank_after_the_inputs() -> None:
+    columns = input_columns(replace(TOPICS, wakeups="p.retention-wakeups"), DEFAULT_BUCKETS)
+    assert columns[0].startswith(f"CAST(CASE topic WHEN 'p.retention-wakeups' THEN {WAKE_BUCKET} ELSE ")
+    assert f"WHEN 'p.retention-wakeups' THEN {len(TOPICS.inputs)} END" in columns[2]
+    assert input_columns(replace(TOPICS, wakeups=None), DEFAULT_BUCKETS)[0].startswith("CAST(coalesce(")
 
 
 def test_a_timeout_decides_again_on_the_kept_state_so_a_time_limit_fires_without_input() -> None:

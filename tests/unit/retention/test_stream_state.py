@@ -137,11 +137,15 @@ def test_refusals_name_their_kind_and_change_nothing() -> None:
     assert rejection is not None and rejection.kind is RejectKind.UNKNOWN_SUBSCRIBER and rejection.subscriber == "ghost"
     add(state, "billing", 2)
     assert publish(state, "billing", two_segments(1, 1), generation=1).kind is RejectKind.STALE_GENERATION
-    assert publish(state, "billing", two_segments(1, 1), 3).kind is RejectKind.UNKNOWN_SUBSCRIBER
+    assert publish(state, "billing", two_segments(1, 1), 3).kind is RejectKind.GENERATION_AHEAD
     assert publish(state, "billing", StreamCut.from_mapping({0: 1}), 2).kind is RejectKind.INVALID_CUT
     assert publish(state, "billing", two_segments(9, 9), 2) is None
     behind = publish(state, "billing", two_segments(8, 9), 2)
-    assert behind is not None and behind.kind is RejectKind.CUT_BEHIND and "before" in behind.reason
+    assert behind is not None and behind.kind is RejectKind.CUT_BEHIND
+    assert behind.reason == "stream cut is before the subscriber's previous cut"
+    overlapping = publish(state, "billing", two_segments(10, 8), 2)
+    assert overlapping is not None and overlapping.kind is RejectKind.CUT_BEHIND
+    assert overlapping.reason == "stream cut overlaps the subscriber's previous cut: it is before it over some keys"
     stale = state.apply(SubscriberChange(STREAM, "billing", 1, SubscriberChangeType.REMOVE, 1), 0)
     assert stale is not None and stale.kind is RejectKind.STALE_GENERATION
     bad_policy = state.apply(StreamConfig(STREAM, RetentionPolicy(RetentionType.SIZE), 5), 0)
@@ -150,11 +154,77 @@ def test_refusals_name_their_kind_and_change_nothing() -> None:
     assert state.config is not None and state.config.policy == CONSUMPTION
 
 
-def test_cuts_before_the_topology_are_refused() -> None:
+def test_cuts_for_an_unknown_or_deleted_stream_are_refused_as_unknown_stream_before_the_subscriber_is_looked_at(
+) -> None:
+    # Pravega's controller answers STREAM_NOT_FOUND, SUBSCRIBER_NOT_FOUND and GENERATION_MISMATCH apart.
     state = StreamRetentionState(STREAM)
+    for name in ("ghost", "billing"):
+        rejection = publish(state, name, two_segments(1, 1))
+        assert rejection is not None and rejection.kind is RejectKind.UNKNOWN_STREAM
+        assert rejection.reason == "stream 'scope/orders' is unknown: no topology of it was published"
+    recorded = state.apply(StreamCutRecord(STREAM, two_segments(1, 1), 5, 2), 5)
+    assert recorded is not None and recorded.kind is RejectKind.UNKNOWN_STREAM
+    deleted = state_with()
+    add(deleted, "billing")
+    deleted.apply(topology_record(STREAM, Topology.of([[(0, 0.0, 0.5), (1, 0.5, 1.0)]]), published_at=9,
+                                  deleted=True), 0)
+    rejection = publish(deleted, "billing", two_segments(1, 1))
+    assert rejection is not None and rejection.kind is RejectKind.UNKNOWN_STREAM and "deleted" in rejection.reason
+
+
+def test_each_reject_kind_of_a_subscriber_cut_is_distinct() -> None:
+    state = state_with()
+    add(state, "billing", 2)
+    kinds = {what: publish(state, name, two_segments(1, 1), generation)
+             for what, name, generation in [("never added", "ghost", 1), ("stale", "billing", 1),
+                                            ("ahead", "billing", 3)]}
+    assert {what: r.kind for what, r in kinds.items() if r is not None} == {
+        "never added": RejectKind.UNKNOWN_SUBSCRIBER, "stale": RejectKind.STALE_GENERATION,
+        "ahead": RejectKind.GENERATION_AHEAD}
+    state.apply(SubscriberChange(STREAM, "billing", 4, SubscriberChangeType.REMOVE, 1), 0)
+    removed = publish(state, "billing", two_segments(1, 1), 4)
+    assert removed is not None and removed.kind is RejectKind.UNKNOWN_SUBSCRIBER and "removed" in removed.reason
+
+
+def sealed_pair() -> Topology:
+    """Epoch 0: s0 and s1; epoch 1: s1 sealed at 100 bytes and replaced by s2 over its keys."""
+    return Topology.of([[(0, 0.0, 0.5), (1, 0.5, 1.0)], [(0, 0.0, 0.5), ((1 << 32) | 2, 0.5, 1.0)]], {1: 100})
+
+
+def test_a_cut_beyond_a_sealed_segments_length_is_refused_wherever_it_enters() -> None:
+    # Pravega's controller refuses such a truncation: the job must not decide one, nor let it block the
+    # subscriber afterwards (an accepted impossible cut made every correct one CUT_BEHIND).
+    state = StreamRetentionState(STREAM)
+    assert state.apply(topology_record(STREAM, sealed_pair()), 0) is None
+    assert state.apply(StreamConfig(STREAM, CONSUMPTION, 1), 0) is None
     add(state, "billing")
-    rejection = publish(state, "billing", two_segments(1, 1))
-    assert rejection is not None and rejection.kind is RejectKind.INVALID_CUT and "topology" in rejection.reason
+    beyond = StreamCut.from_mapping({0: 10, 1: 101})
+    rejection = publish(state, "billing", beyond)
+    assert rejection is not None and rejection.kind is RejectKind.INVALID_CUT
+    assert rejection.reason == ("stream cut has an offset below -1 or beyond its segment's length: "
+                                "offset 101 is beyond sealed segment 1's length 100")
+    recorded = state.apply(StreamCutRecord(STREAM, beyond, 5, 111), 5)
+    assert recorded is not None and recorded.kind is RejectKind.INVALID_CUT
+    assert state.retention.records == () and state.registry.active_cuts() == []
+    assert publish(state, "billing", StreamCut.from_mapping({0: 10, 1: 100})) is None  # read to its end: valid
+    record(state, StreamCut.from_mapping({0: 20, (1 << 32) | 2: 5}), 6)
+    event = state.decide(7)
+    assert event is not None and event.cut == StreamCut.from_mapping({0: 10, 1: 100})
+
+
+def test_a_recorded_cut_behind_the_previous_one_is_refused_and_truncates_nothing() -> None:
+    state = state_with(RetentionPolicy(RetentionType.TIME, None, 0, 30_000))
+    record(state, two_segments(10, 10), 10)
+    backwards = state.apply(StreamCutRecord(STREAM, two_segments(5, 5), 20, 10), 20)
+    assert backwards is not None and backwards.kind is RejectKind.CUT_BEHIND
+    assert backwards.reason == "stream cut is before the cut recorded before it (at 10)"
+    assert [r.cut for r in state.retention.records] == [two_segments(10, 10)]
+    assert state.apply(StreamCutRecord(STREAM, two_segments(10, 10), 10, 20), 30) is None  # a replay: no change
+    event = state.decide(40_000)
+    assert event is not None and event.cut == two_segments(10, 10)
+    restored = StreamRetentionState.from_bytes(state.to_bytes())  # the retention set is empty now
+    again = restored.apply(StreamCutRecord(STREAM, two_segments(8, 12), 50_000, 20), 50_000)
+    assert again is not None and again.kind is RejectKind.CUT_BEHIND and "overlaps" in again.reason
 
 
 def test_never_emits_a_cut_behind_the_last_one_even_after_a_restore() -> None:

@@ -47,7 +47,8 @@ def test_readers_and_groups() -> None:
     assert ("GROUP", "LITERAL", "workers", "READ") in _ops("worker")
     assert ("GROUP", "LITERAL", "appliers", "READ") in _ops("truncation-applier")
     assert {name for _, _, name, op in _ops("retention-job") if op == "READ"} == {
-        "p.stream-topology", "p.stream-config", "p.subscribers", "p.subscriber-cuts", "p.stream-cuts"}
+        "p.stream-topology", "p.stream-config", "p.subscribers", "p.subscriber-cuts", "p.stream-cuts",
+        "p.retention-wakeups"}
     assert {(name, op) for res, _, name, op in _ops("operator") if res == "GROUP"} == {
         ("reclaim-dlq-reader", "DESCRIBE"), ("workers", "DESCRIBE")}
     assert ("TOPIC", "LITERAL", "p.ledger-deletion.dlq", "DELETE") in _ops("operator")
