@@ -60,6 +60,14 @@ class StoredObject:
     modified: float
 
 
+@dataclass(frozen=True)
+class LevelPage:
+    """A page of one level of the name tree: objects directly under the prefix, and child prefixes."""
+
+    objects: list[StoredObject]
+    prefixes: list[str]
+
+
 class BaseChunkStorage(ABC):
     """Implements the public ``ChunkStorage`` verbs on top of ``_do_*`` methods a binding provides.
 
@@ -289,6 +297,21 @@ class BaseChunkStorage(ABC):
                 return
             yield page
 
+    def iter_level_pages(self, prefix: str = "") -> Iterator[LevelPage]:
+        """One level of the name tree under ``prefix`` (which is empty or ends with ``/``), in pages: the
+        objects whose names have no ``/`` after ``prefix``, and the child prefixes (``prefix + part + "/"``)
+        holding the rest. With :meth:`iter_object_pages` on each child it covers every object once: how
+        the audit's Spark job splits a listing into tasks (as a directory tree)."""
+        if prefix and not prefix.endswith("/"):
+            raise ValueError(f"a level's prefix is empty or ends with '/', got {prefix!r}")
+        pages = self._do_level_pages(prefix)
+        while True:
+            with self._observe("list_objects", prefix or "<all>"):
+                page = next(pages, None)
+            if page is None:
+                return
+            yield page
+
     def iter_objects(self, prefix: str = "") -> Iterator[StoredObject]:
         """Every object whose chunk name starts with ``prefix``, following :meth:`iter_object_pages`."""
         for page in self.iter_object_pages(prefix):
@@ -373,6 +396,9 @@ class BaseChunkStorage(ABC):
 
     @abstractmethod
     def _do_object_pages(self, prefix: str, page_size: int) -> Iterator[ObjectPage]: ...
+
+    @abstractmethod
+    def _do_level_pages(self, prefix: str) -> Iterator[LevelPage]: ...
 
     def _do_exists_many(self, names: Sequence[str]) -> set[str]:
         """One existence check per name; a binding that can list many at once overrides this."""

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from reclaim.storage.base import BaseChunkStorage, StoredObject
+from reclaim.storage.base import MAX_PAGE_SIZE, BaseChunkStorage, LevelPage, StoredObject
 from reclaim.storage.chunks import (
     ChunkInfo,
     ChunkListPage,
@@ -311,6 +311,35 @@ class FileSystemChunkStorage(BaseChunkStorage):
         self._do_check()  # a root gone during the walk made its directories look empty: refuse, not report
         if page:
             yield page
+
+    def _do_level_pages(self, prefix: str) -> Iterator[LevelPage]:
+        """The directory ``chunks/<prefix>`` read once: its chunk files, and its subdirectories as prefixes."""
+        self._do_check()
+        objects: list[StoredObject] = []
+        children: list[str] = []
+        with self._os_errors(prefix or "<all>"):
+            try:
+                entries = os.scandir(self._data / prefix if prefix else self._data)
+            except FileNotFoundError:
+                return
+            with entries:
+                for entry in entries:
+                    name = prefix + entry.name
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            children.append(name + "/")
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        objects.append(StoredObject(name, st.st_size, st.st_mtime))
+                    if len(objects) + len(children) >= MAX_PAGE_SIZE:
+                        yield LevelPage(objects, children)
+                        objects, children = [], []
+        self._do_check()
+        if objects or children:
+            yield LevelPage(objects, children)
 
     def _walk(self, start: str, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
         """The chunk files under ``chunks/<start>`` whose names start with ``prefix``, depth first.

@@ -21,7 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from reclaim.storage.base import MAX_PAGE_SIZE, BaseChunkStorage, ObjectPage, StoredObject
+from reclaim.storage.base import MAX_PAGE_SIZE, BaseChunkStorage, LevelPage, ObjectPage, StoredObject
 from reclaim.storage.chunks import (
     MAX_CHUNK_NAME_BYTES,
     ChunkInfo,
@@ -131,6 +131,11 @@ class S3ChunkStorage(BaseChunkStorage):
     @property
     def bucket(self) -> str | None:
         return self._settings.bucket
+
+    @property
+    def settings(self) -> S3Settings:
+        """What the binding was built with (its credentials among them: never for a log line)."""
+        return self._settings
 
     @property
     def client(self) -> Any:
@@ -369,6 +374,25 @@ class S3ChunkStorage(BaseChunkStorage):
                     for item in contents]
             if page:
                 yield page
+            if token is None:
+                return
+
+    def _do_level_pages(self, prefix: str) -> Iterator[LevelPage]:
+        """ListObjectsV2 pages with ``Delimiter='/'``: the objects directly under the prefix, and its
+        ``CommonPrefixes``."""
+        cut = len(self._settings.key_prefix)
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Prefix": self.object_key(prefix), "Delimiter": "/", "MaxKeys": MAX_PAGE_SIZE}
+            if token:
+                kwargs["ContinuationToken"] = token
+            response = self._call(prefix or None, "list_objects_v2", **kwargs)
+            objects = [StoredObject(item["Key"][cut:], int(item.get("Size", 0)), item["LastModified"].timestamp())
+                       for item in response.get("Contents", [])]
+            children = [item["Prefix"][cut:] for item in response.get("CommonPrefixes", [])]
+            if objects or children:
+                yield LevelPage(objects, children)
+            token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
             if token is None:
                 return
 

@@ -7,16 +7,19 @@ import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reclaim.exits import ExitCode, Unavailable
+from reclaim.exits import ExitCode, Unavailable, UsageError
 from reclaim.settings import METADATA_URL_HELP, Settings
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from reclaim.storage.sql_store import SQLMetadataStore
     from reclaim.tools.audit import AuditReport, OrphanRepair, Sample
 
@@ -44,6 +47,11 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.services import runtime
     from reclaim.tools.audit import AuditHooks, audit, auditable
 
+    if not args.spark:
+        given = [flag for flag, value in (("--inventory", args.inventory), ("--executor-python", args.executor_python),
+                                          ("--master", args.master != "local[*]")) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} only go(es) with --spark")
     if args.metrics_file is not None:
         metrics_target(args.metrics_file)
     # An audit only reads: never the root of a filesystem binding, whatever RECLAIM_FS_CREATE_ROOT says.
@@ -54,10 +62,20 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
         bindings = runtime.storage_bindings(settings)
         stack.callback(bindings.close)
         chosen = auditable(bindings)
+        if args.spark:
+            spark = stack.enter_context(_spark_session(settings, args))
         repair = stack.enter_context(_repair(settings, store, args)) if args.repair else None
-        listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))
-        report = audit(store, chosen, bindings, grace_s=args.grace, limit=args.limit,
-                       hooks=AuditHooks(listed=listed, rows=rows, orphans=repair))
+        if args.spark:
+            from reclaim.tools.audit_spark import SparkAuditSources, spark_audit
+
+            work = stack.enter_context(tempfile.TemporaryDirectory(prefix="reclaim-audit-"))
+            sources = SparkAuditSources(Path(work), settings.metadata_url, tuple(args.inventory))
+            report = spark_audit(spark, store, chosen, list(bindings), sources=sources, grace_s=args.grace,
+                                 limit=args.limit, hooks=AuditHooks(orphans=repair))
+        else:
+            listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))
+            report = audit(store, chosen, bindings, grace_s=args.grace, limit=args.limit,
+                           hooks=AuditHooks(listed=listed, rows=rows, orphans=repair))
     if args.metrics_file is not None:
         from reclaim.storage.metrics import write_textfile
 
@@ -84,6 +102,40 @@ def metrics_target(path: Path) -> None:
         raise Unavailable(f"--metrics-file {path}: there is no directory {directory}; nothing was audited")
     if not os.access(directory, os.W_OK):
         raise Unavailable(f"--metrics-file {path}: the directory {directory} is not writable; nothing was audited")
+
+
+@contextmanager
+def _spark_session(settings: Settings, args: argparse.Namespace) -> Iterator[SparkSession]:
+    """The Spark session of ``--spark`` (with the PostgreSQL JDBC driver when the store is PostgreSQL)."""
+    from reclaim.extras import require
+
+    require("spark", "reclaim audit --spark")
+    from reclaim.retention.spark_session import build_spark_session
+    from reclaim.tools.audit_spark import JDBC_DRIVER
+
+    packages = [JDBC_DRIVER] if settings.metadata_url else []
+    # The JVM starts with this process's stdout and Ivy prints there: keep stdout for the report (--json).
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        spark = build_spark_session("reclaim-audit", settings.cache_dir, master=args.master, packages=packages,
+                                    executor_python=args.executor_python)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def _inventory(text: str) -> tuple[str, str]:
+    binding, _, manifest = text.partition("=")
+    if not binding or not manifest:
+        raise argparse.ArgumentTypeError(f"expected BINDING=MANIFEST (e.g. s3-tier2=s3://inventory/.../"
+                                         f"manifest.json), got {text!r}")
+    return binding, manifest
 
 
 @contextmanager
@@ -207,6 +259,19 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                        help="also write reclaim_audit_orphans{binding} and reclaim_audit_last_run_timestamp_seconds "
                             "to PATH (replaced atomically) for node_exporter's textfile collector")
     audit.add_argument("--progress", action="store_true", help="progress on stderr even when it is no terminal")
+    audit.add_argument("--spark", action="store_true",
+                       help="run the audit as a Spark job (the spark extra): listings split by prefix into tasks, "
+                            "the chunk rows read over JDBC (PostgreSQL) or exported (SQLite), anti-joined on "
+                            "Spark; same findings, report and exit status")
+    audit.add_argument("--master", default="local[*]",
+                       help="with --spark: Spark master URL, e.g. local[4], spark://host:7077, yarn (default "
+                            "local[*]); a filesystem binding's root must be at the same path on the executors")
+    audit.add_argument("--executor-python", help="with --spark on a cluster: the executors' Python (with pandas, "
+                       "pyarrow, fastavro, boto3); reclaim itself is shipped to them")
+    audit.add_argument("--inventory", type=_inventory, action="append", default=[], metavar="BINDING=MANIFEST",
+                       help="with --spark: read BINDING's objects from an S3 Inventory report (its manifest.json, "
+                            "s3:// or s3a:// or a local path; CSV or Parquet) instead of listing the bucket; "
+                            "findings are still confirmed against the bucket")
     audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
     audit.add_argument("--metadata-url", help=METADATA_URL_HELP)
     audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
