@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
     "tests.fixtures.spark",
+    "tests.fixtures.spark_cluster",
     "tests.fixtures.storage",
     "tests.fixtures.segments",
     "tests.fixtures.pipeline",

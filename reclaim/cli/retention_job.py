@@ -16,6 +16,11 @@ inputs that cannot be decoded or are refused go to the retention-rejects topic. 
 its checkpoint. With --once it processes what is on the topics now (and any stream whose
 re-evaluation is due) and exits; otherwise it runs until SIGTERM/SIGINT (a batch cut short is redone
 on restart; the truncation applier ignores the duplicate events that can cause).
+
+On a Spark cluster (--master spark://..., yarn, k8s://...) the executors need not have reclaim
+installed: the job ships it to them. Their Python (--executor-python) must be the driver's Python
+version with pandas, pyarrow, fastavro, cryptography and prometheus-client installed. A checkpoint on
+an object store (s3a://) gets Hadoop's s3a connector from Maven Central.
 """
 
 
@@ -29,9 +34,14 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                                                "cuts, policies and recorded cuts", description=DESCRIPTION,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     job.add_argument("--checkpoint", help="Spark checkpoint path or URI; holds the offsets read and every stream's "
-                                          "state (RECLAIM_CHECKPOINT, default <state-dir>/retention-checkpoint)")
-    job.add_argument("--master", help="Spark master URL, e.g. local[4], spark://host:7077, yarn "
-                                      "(RECLAIM_MASTER, default local[*])")
+                                          "state; an s3a://BUCKET/PATH is reached with the S3 settings "
+                                          "(RECLAIM_S3_ENDPOINT, RECLAIM_S3_ACCESS_KEY, ...) "
+                                          "(RECLAIM_CHECKPOINT, default <state-dir>/retention-checkpoint)")
+    job.add_argument("--master", help="Spark master URL, e.g. local[4], spark://host:7077, yarn; on a cluster, "
+                                      "reclaim's code is shipped to the executors (RECLAIM_MASTER, default local[*])")
+    job.add_argument("--executor-python", help="Python on a cluster's executors, with pandas, pyarrow, fastavro, "
+                                               "cryptography and prometheus-client (not reclaim) "
+                                               "(RECLAIM_EXECUTOR_PYTHON, default PYSPARK_PYTHON, else python3)")
     job.add_argument("--trigger-interval-s", type=float,
                      help="seconds between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5)")
     job.add_argument("--reevaluate-s", type=float,

@@ -17,11 +17,12 @@ from reclaim.retention.spark_auth import JobKeys, job_keys
 from reclaim.security.errors import SigningError
 from reclaim.security.signing import AuthMode
 from reclaim.services import client_security, preflight, runtime
-from reclaim.settings import Settings
+from reclaim.settings import AWS_S3, Settings
 
 if TYPE_CHECKING:
     from reclaim.retention.spark_job import RetentionJob, RetentionJobConfig
     from reclaim.retention.spark_metrics import BatchSummary
+    from reclaim.retention.spark_session import S3aStore
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class RetentionJobSettings(Settings):
 
     checkpoint: str | None = None
     master: str = "local[*]"
+    executor_python: str | None = None
+    """The Python on a cluster's executors (a path on their hosts); None: ``PYSPARK_PYTHON``, else ``python3``."""
     trigger_interval_s: float = 5.0
     reevaluate_s: float = 30.0
     state_buckets: int = 64
@@ -67,8 +70,9 @@ class RetentionJobSettings(Settings):
         """``base`` (flags and environment already merged) with the job's own flags (attributes of ``flags``,
         None when not given) and variables."""
         common = {f.name: getattr(base, f.name) for f in fields(Settings)}
-        own = {name: getattr(flags, name, None) for name in ("checkpoint", "master", "trigger_interval_s",
-                                                            "reevaluate_s", "state_buckets", "metrics_port")}
+        own = {name: getattr(flags, name, None) for name in ("checkpoint", "master", "executor_python",
+                                                            "trigger_interval_s", "reevaluate_s", "state_buckets",
+                                                            "metrics_port")}
         settings = cls.from_env(**{**common, **{k: v for k, v in own.items() if v is not None}})
         assert isinstance(settings, RetentionJobSettings)
         return settings
@@ -119,6 +123,18 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
         kafka_options=client_security.spark_kafka_options(), keys=executor_keys(settings))
 
 
+def checkpoint_store(settings: RetentionJobSettings) -> S3aStore | None:
+    """How an ``s3a://`` checkpoint is reached (Hadoop's s3a connector): with reclaim's S3 settings, the tier-2
+    binding's endpoint, region, path style and keys; None for a checkpoint elsewhere."""
+    from reclaim.retention.spark_session import S3aStore, uses_s3a
+
+    if not uses_s3a(settings.checkpoint_location):
+        return None
+    return S3aStore(endpoint=None if settings.s3_endpoint in (None, AWS_S3) else settings.s3_endpoint,
+                    region=settings.s3_region, path_style=settings.s3_path_style, access_key=settings.s3_access_key,
+                    secret_key=settings.s3_secret_key, session_token=settings.s3_session_token)
+
+
 def executor_keys(settings: Settings) -> JobKeys | None:
     """What the job's executors verify inputs by and sign truncation events with, from the keyring read here,
     on the driver: executors read no file, the keys travel inside the job (``reclaim.retention.spark_auth``).
@@ -155,7 +171,8 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     if settings.metrics_port is not None:
         preflight.serve_metrics(settings.metrics_port, metrics_addr)
     spark = build_spark_session("reclaim-retention-job", settings.cache_dir, master=settings.master,
-                                shuffle_partitions=settings.partitions)
+                                shuffle_partitions=settings.partitions, s3a=checkpoint_store(settings),
+                                executor_python=settings.executor_python)
     try:
         if once:
             return _report(run_available(spark, config, stop=stop), failure=None)
