@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from reclaim.exits import ExitCode
-from reclaim.storage.chunks import ChunkLocation, ChunkTags
+from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.metadata import ChunkRecord, MarkRecord, SegmentRecord
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
 from reclaim.storage.s3 import S3ChunkStorage
-from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.sql_store import SQLMetadataStore
 from tests.support.cli import run_reclaim
 
 SEGMENT = "s/a/0.#epoch.0"
@@ -33,7 +33,7 @@ def aged(binding: FileSystemChunkStorage, chunk: str, seconds: float) -> None:
     os.utime(binding.data_path(chunk), (then, then))
 
 
-def put(store: SQLiteMetadataStore, *rows: ChunkRecord, marks: tuple[MarkRecord, ...] = ()) -> None:
+def put(store: SQLMetadataStore, *rows: ChunkRecord, marks: tuple[MarkRecord, ...] = ()) -> None:
     with store.transaction() as txn:
         if txn.get_segment(SEGMENT) is None:
             txn.put_segment(SegmentRecord(name=SEGMENT, stream="s/a"))
@@ -51,6 +51,24 @@ def chunk(binding: FileSystemChunkStorage | S3ChunkStorage | None, chunk_name: s
     where = location or binding.location(chunk_name)  # type: ignore[union-attr]
     return replace(ChunkRecord(name=chunk_name, segment=SEGMENT, start_offset=0, length=1, tags=TAGS,
                                locations=(where,)), **fields)
+
+
+def findings_fixture(fs: FileSystemChunkStorage, store: SQLMetadataStore) -> None:
+    """One of everything the audit tells apart, on the filesystem binding."""
+    old, new = time.time() - 2 * HOUR, time.time() - 60
+    put(store,
+        chunk(fs, name(0)),                                                    # live
+        chunk(fs, name(1), active=False, mark_id="m-old"),                      # pending deletion
+        chunk(fs, name(2), write=False),                                        # missing
+        chunk(fs, name(3), write=False, active=False, mark_id="m-old"),         # dangling: cleanup lost
+        chunk(fs, name(4), write=False, active=False, mark_id="m-new"),         # in cleanup, within the grace
+        chunk(None, name(5), write=False,                                       # dangling: binding not configured
+              location=ChunkLocation("old-tier2", Tier.TIER2, None, name(5))),
+        marks=(MarkRecord("m-old", MarkState.COMMITTED, old), MarkRecord("m-new", MarkState.COMMITTED, new)))
+    fs.create_with_content(name(6), b"x", TAGS)                                # orphan, past the grace
+    aged(fs, name(6), 2 * HOUR)
+    fs.create_with_content(name(7), b"x", TAGS)                                # recent: its row may be coming
+    fs.create_with_content("_reclaim_layouts/s/a/0/1.json", b"{}", None)       # a layout export: not a chunk
 
 
 def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,31 +15,12 @@ from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkLocation, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.metadata import MarkRecord, MarkState
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.audit import AuditReport, audit, audit_binding
-from tests.support.audit import HOUR, TAGS, aged, chunk, name, one_line_error, put, run_audit
+from tests.support.audit import HOUR, TAGS, aged, chunk, findings_fixture, name, one_line_error, put, run_audit
 
 NOBODY = "http://127.0.0.1:1"  # nothing ever listens on port 1
-
-
-def findings_fixture(fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
-    """One of everything the audit tells apart, on the filesystem binding."""
-    old, new = time.time() - 2 * HOUR, time.time() - 60
-    put(store,
-        chunk(fs, name(0)),                                                    # live
-        chunk(fs, name(1), active=False, mark_id="m-old"),                      # pending deletion
-        chunk(fs, name(2), write=False),                                        # missing
-        chunk(fs, name(3), write=False, active=False, mark_id="m-old"),         # dangling: cleanup lost
-        chunk(fs, name(4), write=False, active=False, mark_id="m-new"),         # in cleanup, within the grace
-        chunk(None, name(5), write=False,                                       # dangling: binding not configured
-              location=ChunkLocation("old-tier2", Tier.TIER2, None, name(5))),
-        marks=(MarkRecord("m-old", MarkState.COMMITTED, old), MarkRecord("m-new", MarkState.COMMITTED, new)))
-    fs.create_with_content(name(6), b"x", TAGS)                                # orphan, past the grace
-    aged(fs, name(6), 2 * HOUR)
-    fs.create_with_content(name(7), b"x", TAGS)                                # recent: its row may be coming
-    fs.create_with_content("_reclaim_layouts/s/a/0/1.json", b"{}", None)       # a layout export: not a chunk
 
 
 def test_every_object_and_row_is_classified(fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:

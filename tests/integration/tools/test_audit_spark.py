@@ -24,13 +24,13 @@ from reclaim.storage.base import BaseChunkStorage, StoredObject
 from reclaim.storage.chunks import ChunkLocation, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
-from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.sql_store import PostgresMetadataStore, SQLiteMetadataStore
 from reclaim.tools import audit_spark
 from reclaim.tools.audit import AuditHooks, AuditReport, audit
 from reclaim.tools.audit_spark import SparkAuditSources, plan_splits, spark_audit
-from tests.integration.tools.test_audit import findings_fixture
-from tests.support.audit import HOUR, TAGS, chunk, env_for, name, put, run_audit
+from tests.support.audit import HOUR, TAGS, chunk, env_for, findings_fixture, name, put, run_audit
 from tests.support.cli import run_reclaim
+from tests.support.servers import postgres_schema_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -78,6 +78,21 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
         assert normalised(many) == normalised(one)
     assert many.bindings[1].orphans.count == 3 and many.bindings[1].missing.count == 3
     assert set(many.unconfigured) == {"old-tier2", "s3-tier2 (bucket gone-bucket, TIER2)"}
+
+
+def test_rows_read_over_jdbc_from_postgresql_give_the_same_report(
+        spark: Any, tmp_path: Path, fs: FileSystemChunkStorage, postgres_url: str,
+        unique_name: Callable[[str], str]) -> None:
+    url = postgres_schema_url(postgres_url, unique_name("audit").replace("-", "_"))
+    store = PostgresMetadataStore(url)
+    try:
+        findings_fixture(fs, store)
+        one = audit(store, [fs], grace_s=HOUR)
+        many = spark_audit(spark, store, [fs], grace_s=HOUR, sources=SparkAuditSources(tmp_path / "work", url))
+    finally:
+        store.close()
+    assert normalised(many) == normalised(one)
+    assert one.bindings[0].orphans.count == 1 and len(one.unconfigured) == 1
 
 
 def test_the_command_with_spark_prints_what_the_one_process_command_prints(
