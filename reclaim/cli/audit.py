@@ -70,7 +70,7 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
 
             work = stack.enter_context(tempfile.TemporaryDirectory(prefix="reclaim-audit-"))
             sources = SparkAuditSources(Path(work), settings.metadata_url, tuple(args.inventory))
-            report = spark_audit(spark, store, chosen, list(bindings), sources=sources, grace_s=args.grace,
+            report = spark_audit(spark, store, chosen, bindings, sources=sources, grace_s=args.grace,
                                  limit=args.limit, hooks=AuditHooks(orphans=repair))
         else:
             listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))

@@ -44,7 +44,7 @@ import json
 import logging
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from reclaim.exits import Unavailable
 from reclaim.segments.backup import LAYOUT_PREFIX
 from reclaim.storage.base import BaseChunkStorage, StoredObject
+from reclaim.storage.chunks import ChunkStorage
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import MetadataStore
 from reclaim.storage.s3 import S3ChunkStorage, S3Settings
@@ -377,7 +378,7 @@ def listing_table(spark: SparkSession, bindings: Sequence[BaseChunkStorage], sou
 
 
 def spark_audit(spark: SparkSession, store: MetadataStore, bindings: Sequence[BaseChunkStorage],
-                configured: Sequence[BaseChunkStorage] | None = None, *, sources: SparkAuditSources,
+                configured: Iterable[ChunkStorage] | None = None, *, sources: SparkAuditSources,
                 grace_s: float = GRACE_S, limit: int = 20, hooks: AuditHooks | None = None) -> AuditReport:
     """Audit ``bindings`` against ``store`` on Spark; the same report as :func:`reclaim.tools.audit.audit`.
 
@@ -393,7 +394,7 @@ def spark_audit(spark: SparkSession, store: MetadataStore, bindings: Sequence[Ba
     report = AuditReport(grace_s, [BindingAudit(b.name, limit) for b in bindings])
     results = {b.name: r for b, r in zip(bindings, report.bindings, strict=True)}
     by_name = {b.name: b for b in bindings}
-    known = list(bindings if configured is None else configured)
+    known: list[ChunkStorage] = list(bindings if configured is None else configured)
     try:
         listing = listing_table(spark, bindings, sources).persist(StorageLevel.MEMORY_AND_DISK)
         listed = listing.count()  # the whole listing, before anything is judged or repaired
@@ -443,7 +444,7 @@ def _object_states(listing: DataFrame, located: DataFrame, orphan_before: float)
     return listing.join(claims, ["binding", "name"], "left").withColumn("state", state)
 
 
-def _unreachable(spark: SparkSession, located: DataFrame, known: Sequence[BaseChunkStorage]) -> DataFrame:
+def _unreachable(spark: SparkSession, located: DataFrame, known: Sequence[ChunkStorage]) -> DataFrame:
     """Row locations that no configured binding holds, with the label the report files them under
     (:func:`reclaim.tools.audit.unreachable`)."""
     from pyspark.sql import functions as F
