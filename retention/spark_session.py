@@ -37,9 +37,15 @@ state needs pandas and pyarrow; reclaim's stateful step imports fastavro (record
 (signatures) and prometheus-client (its counters). numpy comes with pandas. Spark ships its own
 ``pyspark`` and py4j to the executors' Python workers."""
 
+EXECUTOR_MODULES = ("pandas", "pyarrow", "fastavro", "cryptography", "prometheus_client")
+"""The modules of :data:`EXECUTOR_REQUIREMENTS`, as the executors import them."""
+
 REGISTRY_REQUIREMENTS = ("confluent-kafka", "authlib", "cachetools", "httpx2", "attrs", "certifi")
 """Also needed on the executors when records use the Confluent wire format (a Schema Registry URL is set):
 confluent-kafka's Schema Registry client and what it imports."""
+
+EXECUTOR_ENTRY = "reclaim.retention.spark_state"
+"""The module of the job's stateful step: what the executors import first."""
 
 SHIPPED_AS = "reclaim-code"
 """The folder reclaim's archive is unpacked into, in each executor's working directory; on the Python
@@ -208,8 +214,11 @@ def reclaim_archive(out_dir: Path) -> Path:
 
     It travels as a Spark archive (``spark.archives``), unpacked in each executor's working directory,
     not as a ``pyFiles`` zip imported in place: reclaim reads its Avro schemas through file paths
-    (``reclaim.schemas.avro_schema.AVRO_DIR``), which a zip on ``sys.path`` does not give. The same
-    content gives the same file, so a job started again ships what it shipped before.
+    (``reclaim.schemas.avro_schema.AVRO_DIR``), which a zip on ``sys.path`` does not give. Nor is it a
+    packed environment (venv-pack, conda-pack) in ``spark.archives``: that would carry pandas, pyarrow and
+    numpy, some 300 MB, to every executor of every run, where a cluster's executors have a Python of their
+    own with those; reclaim is 0.4 MB and changes with each release. The same content gives the same file,
+    so a job started again ships what it shipped before.
     """
     files = list(_package_files(package_folders()))
     digest = hashlib.sha256()
@@ -292,3 +301,52 @@ def build_spark_session(app_name: str, cache_dir: Path, master: str = "local[2]"
     for name, value in options.items():
         builder = builder.config(name, value)
     return builder.getOrCreate()
+
+
+def executor_problems(spark: SparkSession, modules: Sequence[str] = EXECUTOR_MODULES,
+                      entry: str = EXECUTOR_ENTRY) -> list[str]:
+    """What keeps a cluster's executors from running reclaim's Python, one line each; empty when nothing does.
+
+    One small job, a task for each executor core, asks the executors' Python for ``modules`` and then imports
+    ``entry`` from the shipped code. Without it a missing package surfaced as a Python traceback from
+    inside the first batch, repeated for each retried task. The Python workers it starts are the ones the
+    job's query then reuses.
+    """
+    def probe(_: object) -> tuple[str, str, tuple[str, ...], str]:
+        # Pickled by value: it runs where reclaim is not installed, before the shipped code is known to import.
+        import importlib
+        import importlib.util
+        import socket
+        import sys
+
+        missing = tuple(module for module in modules if importlib.util.find_spec(module) is None)
+        failure = ""
+        if not missing:
+            try:
+                importlib.import_module(entry)
+            except Exception as exc:  # noqa: BLE001 - whatever the import raises is the answer
+                failure = f"{type(exc).__name__}: {exc}"
+        return sys.executable, socket.gethostname(), missing, failure
+
+    slots = max(spark.sparkContext.defaultParallelism, 1)
+    try:
+        seen = set(spark.sparkContext.parallelize(range(slots), slots).map(probe).collect())
+    except Exception as exc:  # noqa: BLE001 - Py4J wraps the executors' failure; its reason is what matters
+        return [f"no executor ran Python ({os.environ.get('PYSPARK_PYTHON', 'python3')}): {_reason(exc)}"]
+    problems = []
+    for python, host, missing, failure in sorted(seen):
+        if missing:
+            problems.append(f"{python} on {host} lacks {', '.join(missing)}")
+        elif failure:
+            problems.append(f"{python} on {host} cannot import {entry}: {failure}")
+    return problems
+
+
+def _reason(exc: BaseException) -> str:
+    """The line of a Spark job failure that says why (a Python error, a program that cannot run), else its first."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for marker in ("[PYTHON_VERSION_MISMATCH]", "Cannot run program", "Error: "):
+        for line in lines:
+            if marker in line:
+                return line[line.index(marker) if marker.startswith(("[", "C")) else 0:][:300]
+    return lines[0][:300] if lines else type(exc).__name__

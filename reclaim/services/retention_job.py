@@ -162,7 +162,7 @@ def executor_keys(settings: Settings) -> JobKeys | None:
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
     """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (exit 0)."""
     from reclaim.retention.spark_job import RetentionJobError, run_available, start_retention_job
-    from reclaim.retention.spark_session import build_spark_session
+    from reclaim.retention.spark_session import build_spark_session, executor_problems, is_local
 
     stop = stop_on_signals("stopping the retention query", log.info)
     pin_checkpoint(settings.checkpoint_location, settings.state_buckets)
@@ -174,6 +174,8 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
                                 shuffle_partitions=settings.partitions, s3a=checkpoint_store(settings),
                                 executor_python=settings.executor_python)
     try:
+        if not is_local(settings.master) and (problems := executor_problems(spark)):
+            raise Unavailable(f"the executors cannot run the retention job: {'; '.join(problems)}")
         if once:
             return _report(run_available(spark, config, stop=stop), failure=None)
         return _supervise(start_retention_job(spark, config), stop)

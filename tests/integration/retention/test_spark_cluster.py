@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from devtools.spark_cluster import SparkCluster
+from reclaim.exits import ExitCode
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
 from reclaim.producers.config import kafka_config
 from reclaim.producers.topics import TopicNames
@@ -48,10 +47,10 @@ class ClusterJob:
     def checkpoint(self) -> str:
         return f"s3a://{self.bucket}/{CHECKPOINT_PREFIX}"
 
-    def command(self, *extra: str) -> list[str]:
+    def command(self, *extra: str, python: Path | None = None) -> list[str]:
         return [sys.executable, "-m", "reclaim", "retention-job", "--bootstrap", self.bootstrap,
                 "--topic-prefix", self.names.truncation.removesuffix("truncation"), "--master", self.cluster.master_url,
-                "--executor-python", str(self.cluster.python), "--checkpoint", self.checkpoint,
+                "--executor-python", str(python or self.cluster.python), "--checkpoint", self.checkpoint,
                 "--reevaluate-s", "1", *extra]
 
     def env(self) -> dict[str, str]:
@@ -132,14 +131,15 @@ class FirstRun:
     job: ClusterJob
     app_id: str
     pythons: list[PythonWorker]
+    """Every Python process of the executors' environment seen while it ran."""
     log: str
 
 
 @pytest.fixture(scope="module")
 def first_run(spark_cluster: SparkCluster, minio_s3: S3Endpoint, kafka_bootstrap: str,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
-    """The job run until it emits its first truncation (two subscribers at 300: the cut is at 300), then
-    stopped with SIGTERM; the executors' Python processes are looked at while it runs."""
+              tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+    """The job's first ``--once`` run (two subscribers at 300: it emits the cut at 300), with the executors'
+    Python processes looked at every half second while it runs."""
     from reclaim.settings import Settings
     from reclaim.tools.topics import admin_client, create_topics, topic_specs
 
@@ -152,27 +152,25 @@ def first_run(spark_cluster: SparkCluster, minio_s3: S3Endpoint, kafka_bootstrap
     produce_records(kafka_bootstrap, job.names, [*stream_with(CONSUMPTION, "billing", "audit"),
                                                  consumed("billing", at(300, 300)), consumed("audit", at(300, 300)),
                                                  recorded(at(300, 300))])
-    apps_before = {app["id"] for app in spark_cluster.status()["activeapps"] + spark_cluster.status()["completedapps"]}
+    status = spark_cluster.status()
+    apps_before = {app["id"] for app in status["activeapps"] + status["completedapps"]}
     log_path = job.work / "job.log"
+    seen: dict[int, PythonWorker] = {}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(job.command("--trigger-interval-s", "1"), env=job.env(), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(job.command("--once"), env=job.env(), stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        # Stopped before its commit, the first batch would be redone on restart, emitting its event again.
-        while not (_messages_on(kafka_bootstrap, job.names.truncation)
-                   and f"{CHECKPOINT_PREFIX}/commits/0" in job.checkpoint_keys()):
-            assert proc.poll() is None, log_path.read_text(errors="replace")[-4000:]
-            assert time.monotonic() < deadline, f"no committed truncation in {RUN_TIMEOUT_S}s"
-            time.sleep(1)
-        pythons = executor_pythons(spark_cluster)
-        [app_id] = [app["id"] for app in spark_cluster.status()["activeapps"] if app["id"] not in apps_before]
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen.update({python.pid: python for python in executor_pythons(spark_cluster)})
+            time.sleep(0.5)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=90)
+        if proc.poll() is None:
+            proc.kill()
     output = log_path.read_text(errors="replace")
-    assert code == 0, output[-4000:]
-    yield FirstRun(job, app_id, pythons, output)
+    assert proc.wait() == 0, output[-4000:]
+    status = spark_cluster.status()
+    [app_id] = [app["id"] for app in status["activeapps"] + status["completedapps"] if app["id"] not in apps_before]
+    return FirstRun(job, app_id, list(seen.values()), output)
 
 
 def test_the_job_runs_its_stateful_step_on_the_cluster_executors_and_checkpoints_on_s3a(first_run: FirstRun) -> None:
@@ -191,9 +189,10 @@ def test_the_job_runs_its_stateful_step_on_the_cluster_executors_and_checkpoints
         assert (executor / SHIPPED_AS / "reclaim" / "retention" / "spark_state.py").is_file()
         assert (executor / SHIPPED_AS / "reclaim" / "schemas" / "avro" / "reclaim.TruncationEvent.avsc").is_file()
 
-    # The stateful step is the job's only Python. It ran on the executors' Python: PySpark's daemon, started
-    # in an executor's directory by that executor (CoarseGrainedExecutorBackend of this application), which a
-    # worker of the cluster started; and the Python workers the daemon forked.
+    # The job's Python (the stateful step, and the check of the executors' packages before it) ran on the
+    # executors' Python: PySpark's daemon, started in an executor's directory by that executor
+    # (CoarseGrainedExecutorBackend of this application), which a worker of the cluster started; and the
+    # Python workers the daemon forked. In a standalone cluster the driver runs no task.
     daemons = [p for p in first_run.pythons if p.forked_by_executor]
     assert daemons, f"no PySpark daemon of the executors' Python among {first_run.pythons}"
     for daemon in daemons:
@@ -217,4 +216,19 @@ def test_a_job_restarted_from_its_s3a_checkpoint_resumes_without_emitting_behind
     batches = re.findall(r"retention batch \d+: input_rows=(\d+) streams_decided=\d+ events=(\d+)", log)
     assert batches and sum(int(events) for _, events in batches) == 0, log[-4000:]
     assert sum(int(rows) for rows, _ in batches) <= 4, batches  # the three new records and a wake-up, not all nine
+    assert job.truncations() == [at(300, 300)]
+
+
+def test_executors_whose_python_lacks_what_reclaim_imports_are_refused_in_one_line(first_run: FirstRun,
+                                                                                   tmp_path: Path) -> None:
+    job = first_run.job
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    done = subprocess.run(job.command("--once", python=bare / "bin" / "python"), env=job.env(), capture_output=True,
+                          text=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == ExitCode.UNAVAILABLE, done.stderr[-4000:]
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("reclaim: error: ")]
+    assert error.startswith(f"reclaim: error: the executors cannot run the retention job: {bare}/bin/python on ")
+    assert error.endswith(" lacks pandas, pyarrow, fastavro, cryptography, prometheus_client"), error
+    assert "Traceback" not in done.stderr
     assert job.truncations() == [at(300, 300)]
