@@ -218,7 +218,8 @@ def reclaim_archive(out_dir: Path) -> Path:
     packed environment (venv-pack, conda-pack) in ``spark.archives``: that would carry pandas, pyarrow and
     numpy, some 300 MB, to every executor of every run, where a cluster's executors have a Python of their
     own with those; reclaim is 0.4 MB and changes with each release. The same content gives the same file,
-    so a job started again ships what it shipped before.
+    so a job started again ships what it shipped before. The file must stay while a job runs: an executor
+    started later (in place of a lost one) fetches it from the driver.
     """
     files = list(_package_files(package_folders()))
     digest = hashlib.sha256()

@@ -125,7 +125,8 @@ def job_config(settings: RetentionJobSettings, once: bool) -> RetentionJobConfig
 
 def checkpoint_store(settings: RetentionJobSettings) -> S3aStore | None:
     """How an ``s3a://`` checkpoint is reached (Hadoop's s3a connector): with reclaim's S3 settings, the tier-2
-    binding's endpoint, region, path style and keys; None for a checkpoint elsewhere."""
+    binding's endpoint (none, or ``aws``: AWS S3 in ``s3_region``), region, path style and keys (none: s3a's
+    credential chain on each host); None for a checkpoint elsewhere."""
     from reclaim.retention.spark_session import S3aStore, uses_s3a
 
     if not uses_s3a(settings.checkpoint_location):
