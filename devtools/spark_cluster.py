@@ -26,6 +26,10 @@ from typing import Any
 
 from reclaim.localstack.procs import StackError, free_port, port_open, spawn, stop_pid, wait_until
 from reclaim.retention.spark_session import EXECUTOR_REQUIREMENTS
+from reclaim.tools.audit_spark import AUDIT_REQUIREMENTS
+
+#: What the executors' Python holds: the retention job's packages and the Spark audit's.
+REQUIREMENTS = (*EXECUTOR_REQUIREMENTS, *AUDIT_REQUIREMENTS)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints.txt"
@@ -46,7 +50,7 @@ def spark_home() -> Path:
 
 def executor_python(cache_dir: Path) -> Path:
     """A Python for the executors, made once under ``cache_dir``: a virtualenv of this interpreter's version
-    (PySpark refuses a worker of another) holding :data:`EXECUTOR_REQUIREMENTS` only, pinned by the
+    (PySpark refuses a worker of another) holding :data:`REQUIREMENTS` only, pinned by the
     repository's ``constraints.txt``. reclaim is not installed in it, nor pyspark (Spark ships its own).
 
     The packages come from PyPI the first time (about 90 MB; seconds from pip's cache).
@@ -54,7 +58,7 @@ def executor_python(cache_dir: Path) -> Path:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     venv = cache_dir / f"spark-executor-python{version}"
     python = venv / "bin" / "python"
-    wanted = "\n".join([*EXECUTOR_REQUIREMENTS, _pins()]) + "\n"
+    wanted = "\n".join([*REQUIREMENTS, _pins()]) + "\n"
     stamp = venv / "reclaim-requirements.txt"
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / f".spark-executor-python{version}.lock", "w") as lock:
@@ -67,7 +71,7 @@ def executor_python(cache_dir: Path) -> Path:
             pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
             if CONSTRAINTS.is_file():
                 pip += ["-c", str(CONSTRAINTS)]
-            subprocess.run([*pip, *EXECUTOR_REQUIREMENTS], check=True, capture_output=True, text=True)
+            subprocess.run([*pip, *REQUIREMENTS], check=True, capture_output=True, text=True)
         except subprocess.CalledProcessError as exc:
             raise StackError(f"the executors' Python could not be made in {venv}: {(exc.stderr or '')[-2000:]}") \
                 from exc
@@ -79,7 +83,7 @@ def _pins() -> str:
     """The constraint lines of the requirements, so that a changed pin makes the environment again."""
     if not CONSTRAINTS.is_file():
         return ""
-    names = {name.lower().replace("_", "-") for name in EXECUTOR_REQUIREMENTS}
+    names = {name.lower().replace("_", "-") for name in REQUIREMENTS}
     return "\n".join(line for line in CONSTRAINTS.read_text().splitlines()
                      if line.split("==")[0].strip().lower().replace("_", "-") in names)
 

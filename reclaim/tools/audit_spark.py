@@ -79,6 +79,8 @@ ROWS = "name STRING, active INT, mark_id STRING, locations STRING"
 LOCATIONS = "array<struct<binding:string,tier:string,bucket:string,key:string>>"
 #: How many levels of the name tree the driver walks before it hands prefixes to tasks.
 MAX_DEPTH = 2
+AUDIT_REQUIREMENTS = ("boto3",)
+"""What a cluster's executors need for the audit, beyond the retention job's packages (their S3 listings)."""
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.14"
 """The PostgreSQL JDBC driver the executors read the chunk rows with (``spark.jars.packages``)."""
 

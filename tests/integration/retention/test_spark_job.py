@@ -1,7 +1,10 @@
-"""The retention job on a real broker and local Spark: truncations, rejects, restarts and timeouts."""
+"""The retention job on a real broker and the Spark standalone cluster, checkpointing on MinIO through s3a:
+truncations, rejects, restarts and timeouts."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -11,6 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 from pyspark.sql import SparkSession
 
+from reclaim.localstack.s3_server import S3Endpoint, s3_client
 from reclaim.producers.topics import TopicNames
 from reclaim.retention.spark_auth import JobKeys, job_keys
 from reclaim.retention.spark_io import RetentionTopics, StreamRecord
@@ -59,7 +63,9 @@ class RetentionHarness:
     spark: SparkSession
     bootstrap: str
     names: TopicNames
-    checkpoint: Path
+    checkpoint: str
+    """An ``s3a://`` location on MinIO (``s3``)."""
+    s3: S3Endpoint
     keys: JobKeys | None = None
 
     def produce(self, *records: StreamRecord) -> None:
@@ -74,7 +80,7 @@ class RetentionHarness:
     def run(self, topics: RetentionTopics | None = None) -> list[BatchSummary]:
         """One run of the job (one micro-batch over what is there) from this harness's checkpoint."""
         config = RetentionJobConfig(self.bootstrap, topics or RetentionTopics.from_names(self.names),
-                                    str(self.checkpoint), reevaluate_ms=REEVALUATE_MS, once=True, keys=self.keys)
+                                    self.checkpoint, reevaluate_ms=REEVALUATE_MS, once=True, keys=self.keys)
         return run_available(self.spark, config, RUN_TIMEOUT_S)
 
     def read(self, topic: str) -> list[bytes]:
@@ -96,10 +102,18 @@ class RetentionHarness:
                 for value in self.read(self.names.retention_rejects)]
 
 
+    def checkpoint_batches(self, folder: str) -> list[int]:
+        """The batch ids the checkpoint's ``offsets`` or ``commits`` log holds."""
+        bucket, _, prefix = self.checkpoint.removeprefix("s3a://").partition("/")
+        listed = s3_client(self.s3).list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/{folder}/")
+        names = [item["Key"].rsplit("/", 1)[-1] for item in listed.get("Contents", [])]
+        return [int(name) for name in names if name.isdigit()]
+
+
 @pytest.fixture
 def harness(spark: SparkSession, kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames],
-            tmp_path: Path) -> RetentionHarness:
-    return RetentionHarness(spark, kafka_bootstrap, kafka_topics(), tmp_path / "checkpoint")
+            spark_checkpoint: str, minio_s3: S3Endpoint) -> RetentionHarness:
+    return RetentionHarness(spark, kafka_bootstrap, kafka_topics(), spark_checkpoint, minio_s3)
 
 
 def test_two_subscribers_truncate_at_their_common_cut_then_wait_for_the_slow_one(harness: RetentionHarness) -> None:
@@ -247,10 +261,10 @@ def test_a_restarted_job_never_emits_a_cut_behind_one_it_emitted(harness: Retent
     assert harness.truncations() == [at(300, 300), at(500, 500)]
 
 
-def unfinished_batch(checkpoint: Path) -> bool:
+def unfinished_batch(harness: RetentionHarness) -> bool:
     """Whether the checkpoint logs a batch's offsets without its commit: a restart must redo that batch."""
     def last(folder: str) -> int:
-        return max((int(p.name) for p in (checkpoint / folder).glob("[0-9]*")), default=-1)
+        return max(harness.checkpoint_batches(folder), default=-1)
 
     return last("offsets") > last("commits")
 
@@ -258,7 +272,7 @@ def unfinished_batch(checkpoint: Path) -> bool:
 def stop_mid_batch(harness: RetentionHarness, cuts: Sequence[StreamCut]) -> None:
     """Run the job continuously and stop it while it processes one of ``cuts`` (tried in turn)."""
     config = RetentionJobConfig(harness.bootstrap, RetentionTopics.from_names(harness.names),
-                                str(harness.checkpoint), trigger_interval_s=0.2, reevaluate_ms=REEVALUATE_MS)
+                                harness.checkpoint, trigger_interval_s=0.2, reevaluate_ms=REEVALUATE_MS)
     job = start_retention_job(harness.spark, config)
     try:
         for cut in cuts:
@@ -268,7 +282,7 @@ def stop_mid_batch(harness: RetentionHarness, cuts: Sequence[StreamCut]) -> None
                 assert time.monotonic() < deadline, job.query.status
                 time.sleep(0.01)
             job.query.stop()
-            if unfinished_batch(harness.checkpoint):
+            if unfinished_batch(harness):
                 return
             job.stop()
             job = start_retention_job(harness.spark, config)
@@ -291,3 +305,49 @@ def test_a_run_after_a_stop_mid_batch_redoes_that_batch_and_still_reads_to_the_e
     # The sink is at-least-once (a batch cut short may have written its event before it is redone),
     # but no cut ever goes back.
     assert all(before[0] <= after[0] for before, after in zip(emitted, emitted[1:], strict=False))
+
+
+def executors_of(spark: SparkSession) -> list[int]:
+    """The pids of this application's executor JVMs (on this host, where the test cluster runs)."""
+    app = spark.sparkContext.applicationId
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and app.encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
+def test_an_executor_killed_mid_batch_is_replaced_and_its_tasks_redone(harness: RetentionHarness) -> None:
+    # A cluster loses executors: the worker starts another for the application and Spark runs the lost
+    # tasks again; the state comes back from the s3a checkpoint, and no cut goes back.
+    harness.produce(*stream_with(CONSUMPTION, "billing"), consumed("billing", at(10, 10)), recorded(at(900, 900)))
+    harness.run()
+    before = executors_of(harness.spark)
+    assert len(before) == 2, "the test cluster runs one executor on each of its two workers"
+    config = RetentionJobConfig(harness.bootstrap, RetentionTopics.from_names(harness.names),
+                                harness.checkpoint, trigger_interval_s=0.2, reevaluate_ms=REEVALUATE_MS)
+    job = start_retention_job(harness.spark, config)
+    try:
+        harness.produce(consumed("billing", at(20, 20)))
+        deadline = time.monotonic() + 60
+        while not (job.query.status["isTriggerActive"] and job.query.status["isDataAvailable"]):
+            assert time.monotonic() < deadline, job.query.status
+            time.sleep(0.01)
+        os.kill(before[0], signal.SIGKILL)
+        harness.produce(consumed("billing", at(30, 30)))
+        deadline = time.monotonic() + 180
+        while at(30, 30) not in harness.truncations():
+            assert job.query.isActive, job.query.exception()
+            assert time.monotonic() < deadline, "the job did not recover from the lost executor"
+            time.sleep(1)
+    finally:
+        job.stop()
+    emitted = harness.truncations()
+    assert emitted[0] == at(10, 10) and emitted[-1] == at(30, 30)
+    assert all(before[0] <= after[0] for before, after in zip(emitted, emitted[1:], strict=False))
+    after = executors_of(harness.spark)
+    assert before[0] not in after and len(after) == 2, (before, after)
