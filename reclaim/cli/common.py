@@ -41,7 +41,8 @@ def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 def common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, help="local stack data and logs (default .reclaim)")
-    parser.add_argument("--cache-dir", type=Path, help="downloaded Kafka jars (default ~/.cache/reclaim)")
+    parser.add_argument("--cache-dir", type=Path, help="downloaded jars (Kafka, s3a, JDBC) and the archives of "
+                        "reclaim shipped to a Spark cluster (default ~/.cache/reclaim)")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack's broker)")
     parser.add_argument("--topic-prefix", help="prefix of every topic name (default 'reclaim.')")
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL, or 'aws' for AWS S3 itself (default: the local "
