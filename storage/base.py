@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import TypeVar
 
 from reclaim.logs import LogLimiter
 from reclaim.storage.chunks import (
@@ -45,6 +46,7 @@ _FAILURES = LogLimiter()
 #: Module-level aliases: inside the class, ``list`` names the ``list`` verb, not the builtin.
 DeleteResults = list[DeleteResult]
 ObjectPage = list["StoredObject"]
+PageT = TypeVar("PageT")
 
 #: ListObjectsV2 and DeleteObjects both stop at 1000 keys per request.
 MAX_PAGE_SIZE = 1000
@@ -289,13 +291,7 @@ class BaseChunkStorage(ABC):
         """
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be within 1..{MAX_PAGE_SIZE}")
-        pages = self._do_object_pages(prefix, page_size)
-        while True:
-            with self._observe("list_objects", prefix or "<all>"):
-                page = next(pages, None)
-            if page is None:
-                return
-            yield page
+        return self._observed_pages(self._do_object_pages(prefix, page_size), prefix)
 
     def iter_level_pages(self, prefix: str = "") -> Iterator[LevelPage]:
         """One level of the name tree under ``prefix`` (which is empty or ends with ``/``), in pages: the
@@ -304,7 +300,10 @@ class BaseChunkStorage(ABC):
         the audit's Spark job splits a listing into tasks (as a directory tree)."""
         if prefix and not prefix.endswith("/"):
             raise ValueError(f"a level's prefix is empty or ends with '/', got {prefix!r}")
-        pages = self._do_level_pages(prefix)
+        return self._observed_pages(self._do_level_pages(prefix), prefix)
+
+    def _observed_pages(self, pages: Iterator[PageT], prefix: str) -> Iterator[PageT]:
+        """``pages``, each request timed and counted as a ``list_objects`` of ``prefix``."""
         while True:
             with self._observe("list_objects", prefix or "<all>"):
                 page = next(pages, None)
