@@ -73,9 +73,17 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
 
     for grace in (HOUR, 0.0):
         one = audit(store, [fs, s3], grace_s=grace)
+        repaired: list[tuple[str, str]] = []
+
+        def repair(binding: BaseChunkStorage, objects: Sequence[StoredObject],
+                   found: list[tuple[str, str]] = repaired) -> None:
+            found.extend((binding.name, obj.name) for obj in objects)
+
         many = spark_audit(spark, store, [fs, s3], sources=SparkAuditSources(tmp_path / f"work-{grace}"),
-                           grace_s=grace)
+                           grace_s=grace, hooks=AuditHooks(orphans=repair))
         assert normalised(many) == normalised(one)
+        # --repair's hook gets exactly the confirmed orphans, each once.
+        assert sorted(repaired) == sorted((b.binding, n) for b in one.bindings for n in b.orphans.names)
     assert many.bindings[1].orphans.count == 3 and many.bindings[1].missing.count == 3
     assert set(many.unconfigured) == {"old-tier2", "s3-tier2 (bucket gone-bucket, TIER2)"}
 
