@@ -260,9 +260,9 @@ def cluster_options(cache_dir: Path, executor_python: str | None) -> dict[str, s
 
 def build_spark_session(app_name: str, cache_dir: Path, master: str = "local[2]", shuffle_partitions: int = 2,
                         *, s3a: S3aStore | None = None, executor_python: str | None = None,
-                        packages: Sequence[str] = ()) -> SparkSession:
+                        packages: Sequence[str] = (), conf: Mapping[str, str] | None = None) -> SparkSession:
     """A Spark session with the Kafka connector (and s3a with ``s3a``, and the Maven coordinates in
-    ``packages``), its jars cached under ``cache_dir``.
+    ``packages``), its jars cached under ``cache_dir``; ``conf`` holds any other Spark settings.
 
     On a local master, workers run the interpreter that runs this code (``PYSPARK_PYTHON``), so they
     see the same packages; shuffle partitions are few because the local machine has few cores. On any
@@ -299,7 +299,7 @@ def build_spark_session(app_name: str, cache_dir: Path, master: str = "local[2]"
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    for name, value in options.items():
+    for name, value in {**options, **(conf or {})}.items():
         builder = builder.config(name, value)
     return builder.getOrCreate()
 

@@ -192,13 +192,15 @@ def test_the_job_runs_its_stateful_step_on_the_cluster_executors_and_checkpoints
     # The job's Python (the stateful step, and the check of the executors' packages before it) ran on the
     # executors' Python: PySpark's daemon, started in an executor's directory by that executor
     # (CoarseGrainedExecutorBackend of this application), which a worker of the cluster started; and the
-    # Python workers the daemon forked. In a standalone cluster the driver runs no task.
-    daemons = [p for p in first_run.pythons if p.forked_by_executor]
+    # Python workers the daemon forked. In a standalone cluster the driver runs no task. (The test session's
+    # own application shares the cluster: its executors' Python processes are not this job's.)
+    ours = [p for p in first_run.pythons if any(e == p.cwd or e in p.cwd.parents for e in executors)]
+    daemons = [p for p in ours if p.forked_by_executor]
     assert daemons, f"no PySpark daemon of the executors' Python among {first_run.pythons}"
     for daemon in daemons:
         assert daemon.argv[1:3] == ["-m", "pyspark.daemon"] and daemon.cwd in executors, daemon
         assert daemon.grandparent in cluster.worker_pids and first_run.app_id in daemon.parent_argv, daemon
-    assert all(p in daemons or p.parent in {d.pid for d in daemons} for p in first_run.pythons), first_run.pythons
+    assert all(p in daemons or p.parent in {d.pid for d in daemons} for p in ours), ours
 
     # The checkpoint is on MinIO: the driver's offsets and commits, and the state the executors wrote.
     keys = job.checkpoint_keys()
