@@ -216,9 +216,7 @@ def inventory_files(binding: BaseChunkStorage, manifest: str) -> list[InventoryF
         raise Unavailable(f"--inventory names binding {binding.name!r}, which is no S3 binding")
     try:
         document = json.loads(_read_bytes(binding, manifest))
-    except (OSError, ValueError) as exc:
-        raise Unavailable(f"cannot read the inventory manifest {manifest}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - botocore's errors: one line, nothing audited
+    except Exception as exc:  # noqa: BLE001 - a file, JSON or botocore error alike: one line, nothing audited
         raise Unavailable(f"cannot read the inventory manifest {manifest}: {exc}") from exc
     source = document.get("sourceBucket")
     if source != binding.bucket:
