@@ -8,10 +8,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, Message
 
 from reclaim.producers.kafka_errors import ErrorKind, classify, describe
-from reclaim.producers.producer import RecordProducer
+from reclaim.producers.producer import CLIENT_ERRORS, RecordProducer
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.security.signing import RecordSigner
@@ -20,8 +20,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# What the client raises from produce/poll/flush when it serves a fatal error (see reclaim.producers.producer).
-_CLIENT_ERRORS = (KafkaException, SystemError)
 
 #: Delivery reports are served every this many sends: a ``poll(0)`` after each one cost as much as the
 #: send itself, and the reports wait in librdkafka's queue until the flush that follows anyway.
@@ -114,6 +112,6 @@ class KafkaPendingDeletePublisher:
     def _guarded(self, call: Callable[[], T]) -> T:
         try:
             return call()
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             self._producer.errors.raise_if_fatal(exc)
             raise

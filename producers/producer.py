@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from reclaim.producers.config import Role, error_log, kafka_config
 from reclaim.producers.kafka_errors import ErrorKind, FatalKafkaError, ProducerQueueFullError, classify, describe
@@ -22,9 +22,11 @@ Headers = Sequence[tuple[str, bytes]]
 #: How long ``send`` waits for room in a full local queue before giving up.
 QUEUE_FULL_TIMEOUT_S = 30.0
 
-# What the binding raises from poll/flush/produce when a fatal error is served (a SystemError when
-# it is served while a delivery callback runs).
-_CLIENT_ERRORS = (KafkaException, SystemError)
+# What poll/flush/produce may raise when a fatal error is served: a KafkaException, a SystemError
+# when it is served while a delivery callback runs, or whatever a callback then raises (the binding
+# keeps running callbacks with the first exception still set; seen as ``AttributeError: __getitem__``
+# from a Counter). Any of them, once the client has a fatal error, is that fatal error.
+CLIENT_ERRORS = (Exception,)
 
 
 class DeliveryTracker:
@@ -159,7 +161,7 @@ class RecordProducer:
                                   on_delivery=on_delivery)
         except BufferError:
             return False
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             if self.errors.fatal_error is None:
                 # produce reports only ``_FATAL``; serving events raises the fatal error with its cause.
                 self._poll(0)
@@ -170,13 +172,13 @@ class RecordProducer:
     def _poll(self, timeout_s: float) -> None:
         try:
             self.producer.poll(timeout_s)
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             self.errors.raise_if_fatal(exc)
             raise
 
     def _flush(self, timeout_s: float) -> None:
         try:
             self.producer.flush(timeout_s)
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             self.errors.raise_if_fatal(exc)
             raise

@@ -19,7 +19,7 @@ from reclaim.producers.kafka_errors import (
     is_no_offset,
     kafka_error_of,
 )
-from reclaim.producers.producer import DeliveryTracker
+from reclaim.producers.producer import DeliveryTracker, RecordProducer
 
 LOGGER = "reclaim.producers.kafka_errors"
 
@@ -223,3 +223,31 @@ def test_the_tracker_logs_other_failures_once_per_code_and_counts_them(caplog: p
     assert "MSG_SIZE_TOO_LARGE" in lines[0] and "kind=other" in lines[0]
     assert "_MSG_TIMED_OUT" in lines[1] and "kind=retriable" in lines[1]
     assert lines[2] == "delivery failed for 3 records: error=MSG_SIZE_TOO_LARGE"
+
+
+class _ClientRaisingAfterAFatalError:
+    """Stands in for the client (the binding's state cannot be forced from a real broker): its flush
+    raises what a delivery callback raised while the binding still held the fatal error's exception."""
+
+    def flush(self, timeout_s: float) -> int:
+        raise AttributeError("__getitem__")
+
+
+def test_any_exception_from_a_client_call_after_a_fatal_error_is_that_fatal_error() -> None:
+    producer = RecordProducer("127.0.0.1:9", "idempotent-producer")
+    producer._producer = _ClientRaisingAfterAFatalError()  # type: ignore[assignment]
+    producer.errors.record_fatal(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "denied", fatal=True))
+    tracker = DeliveryTracker()
+    tracker.callback(0)
+    with pytest.raises(FatalKafkaError, match="CLUSTER_AUTHORIZATION_FAILED") as raised:
+        producer.wait(tracker, timeout_s=1)
+    assert isinstance(raised.value.__cause__, AttributeError)
+
+
+def test_an_exception_from_a_client_call_without_a_fatal_error_is_raised_as_it_is() -> None:
+    producer = RecordProducer("127.0.0.1:9", "idempotent-producer")
+    producer._producer = _ClientRaisingAfterAFatalError()  # type: ignore[assignment]
+    tracker = DeliveryTracker()
+    tracker.callback(0)
+    with pytest.raises(AttributeError):
+        producer.wait(tracker, timeout_s=1)
