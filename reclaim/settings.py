@@ -71,6 +71,9 @@ class Settings:
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
     consumers: int = 1
+    # Worker processes under one supervisor; None: the host's usable cores, capped by the deletion topic's
+    # partitions over ``consumers`` (reclaim.services.supervisor.default_processes).
+    processes: int | None = None
     batch_size: int = 1000
     poll_timeout_s: float = 1.0
     delete_parallelism: int = 8
@@ -137,6 +140,8 @@ class Settings:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.processes is not None and self.processes < 1:
+            raise ValueError(f"processes must be at least 1, got {self.processes}")
         if self.batch_size > MAX_BATCH_SIZE:
             raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} (librdkafka's limit), got {self.batch_size}")
         # NaN compares false with everything, so "not > 0" and isfinite keep it (and infinity) out.

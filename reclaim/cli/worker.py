@@ -20,12 +20,18 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
         "worker", help="run phase 2: delete pending chunks from the deletion topic and its retry tiers",
         description="Consume the deletion topic and its retry tiers as one consumer group, verify ownership, "
                     "delete chunks from tier-2 in batches, route failures to retry tiers and the DLQ. "
-                    "Stops cleanly on SIGTERM/SIGINT: the batch in flight finishes and its offsets are committed.")
+                    "Stops cleanly on SIGTERM/SIGINT: the batch in flight finishes and its offsets are committed. "
+                    "With several processes (--processes) a supervisor passes the signal on to each of them.")
     common(worker)
     worker.add_argument("--group-id", help="consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
     worker.add_argument("--instance-id", help="static group membership id (RECLAIM_INSTANCE_ID)")
+    worker.add_argument("--processes", type=int,
+                        help="worker processes under one supervisor, one group (RECLAIM_PROCESSES; default: the "
+                        "host's usable cores, at most the deletion topic's partitions / --consumers). 1 runs no "
+                        "supervisor. A child that dies is restarted with backoff; --instance-id ID becomes ID-0, "
+                        "ID-1, ...; --metrics-port serves the children's metrics summed")
     worker.add_argument("--consumers", type=int,
-                        help="consumer threads in this process, one group (RECLAIM_CONSUMERS, default 1)")
+                        help="consumer threads in each worker process, one group (RECLAIM_CONSUMERS, default 1)")
     worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 1000)")
     worker.add_argument("--poll-timeout-s", type=float, help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1.0)")
     worker.add_argument("--delete-parallelism", type=int,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, ResourceType
@@ -16,6 +17,9 @@ from reclaim.exits import Unavailable
 from reclaim.producers.config import kafka_config, quiet_logger
 from reclaim.producers.kafka_errors import kafka_error_of
 from reclaim.settings import Settings
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 BROKER_TIMEOUT_S = 10.0
 """How long a command waits for the broker to answer before it gives up."""
@@ -79,12 +83,13 @@ def require_deleting(address: str, topics: Iterable[str], timeout_s: float = BRO
                           "cleanup.policy=delete (see `reclaim topics describe`)")
 
 
-def serve_metrics(port: int, addr: str = "127.0.0.1") -> None:
-    """Serve Prometheus metrics on ``addr:port``; a port in use or an address not ours is one line."""
-    from prometheus_client import start_http_server
+def serve_metrics(port: int, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> None:
+    """Serve Prometheus metrics (``registry``'s, else the process's) on ``addr:port``; a port in use or an
+    address not ours is one line."""
+    from prometheus_client import REGISTRY, start_http_server
 
     try:
-        start_http_server(port, addr=addr)
+        start_http_server(port, addr=addr, registry=REGISTRY if registry is None else registry)
     except OSError as exc:
         raise Unavailable(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc} (choose another "
                           "--metrics-port / RECLAIM_METRICS_PORT)") from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import BinaryIO
 
 from reclaim.consumers.deletion_worker import DeletionWorker, tune_interpreter
 from reclaim.consumers.lag import estimated_inflight
@@ -11,6 +12,7 @@ from reclaim.deletion import metrics
 from reclaim.exits import Unavailable
 from reclaim.localstack.procs import stop_on_signals
 from reclaim.services import health, preflight, runtime
+from reclaim.services.host_metrics import Endpoint
 from reclaim.settings import Settings
 from reclaim.storage import metrics as storage_metrics
 from reclaim.storage.bindings import StorageBindings
@@ -41,18 +43,99 @@ def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threa
     metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
     storage_metrics.initialise(binding_names)
     preflight.serve_metrics(port, metrics_addr)
+    _watch(settings, probes, stop)
+
+
+def _watch(settings: Settings, probes: list[health.Probe], stop: threading.Event) -> None:
+    """Keep the in-flight estimate and the dependency gauges current until ``stop``."""
     threading.Thread(target=_refresh_inflight, args=(settings, stop), daemon=True).start()
     health.HealthMonitor(probes).start(stop)
 
 
 def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
-    """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed."""
+    """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed.
+
+    With ``processes`` 1 this process is the worker; with more (or none given, and more fit the host) it
+    checks the dependencies once and supervises that many worker processes (:mod:`reclaim.services.supervisor`).
+    """
     preflight.bootstrap(settings)  # told where its broker is, or one line saying how to tell it, before anything
     stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
     tune_interpreter()
+    if settings.processes == 1:
+        if settings.metrics_port is not None:
+            _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
+        store, bindings = _checked_dependencies(settings)
+        return _run_one(settings, store, bindings, stop)
+    # The port is taken before the checks, as with one process; what it serves is known after them.
+    endpoint = None
     if settings.metrics_port is not None:
-        _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
+        endpoint = Endpoint()
+        preflight.serve_metrics(settings.metrics_port, metrics_addr, registry=endpoint.registry)
     store, bindings = _checked_dependencies(settings)
+    try:
+        processes = settings.processes or _default_processes(settings)
+        if processes == 1 and endpoint is not None:
+            topics = runtime.topic_names(settings)
+            probes, binding_names = health.worker_probes(settings)
+            metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
+            storage_metrics.initialise(binding_names)
+            _watch(settings, probes, stop)
+    except BaseException:
+        bindings.close()
+        store.close()
+        raise
+    if processes == 1:
+        return _run_one(settings, store, bindings, stop)
+    bindings.close()
+    store.close()
+    from reclaim.services.supervised import run_supervised
+
+    return run_supervised(settings, processes, stop, endpoint)
+
+
+def run_child(settings: Settings, index: int, lifeline: BinaryIO) -> int:
+    """Worker process ``index`` of a supervised worker: the supervisor checked the dependencies and serves the
+    metrics (this process's go to prometheus-client's multiprocess files); ``lifeline`` is the supervisor's
+    pipe, whose end stops this process as SIGTERM would."""
+    stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
+    threading.Thread(target=_watch_lifeline, args=(lifeline, stop), name="lifeline", daemon=True).start()
+    tune_interpreter()
+    store = runtime.metadata_store(settings, create=False)
+    bindings = runtime.storage_bindings(settings)
+    if settings.metrics_port is not None:
+        topics = runtime.topic_names(settings)
+        metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], bindings.names())
+        storage_metrics.initialise(bindings.names())
+    try:
+        return _run_consumers(settings, store, bindings, stop)
+    finally:
+        bindings.close()
+        store.close()
+
+
+def _watch_lifeline(lifeline: BinaryIO, stop: threading.Event) -> None:
+    while lifeline.read(4096):
+        pass
+    if not stop.is_set():
+        log.warning("the supervisor is gone: finishing the batch in flight, then stopping")
+        stop.set()
+
+
+def _default_processes(settings: Settings) -> int:
+    """Processes for this host: :func:`~reclaim.services.supervisor.default_processes` of its usable cores and
+    the deletion topic's partitions, as the broker reports them."""
+    from reclaim.services.supervisor import default_processes, host_cores
+
+    topic = runtime.topic_names(settings).deletion
+    partitions = len(preflight.cluster_metadata(preflight.bootstrap(settings)).topics[topic].partitions)
+    cores = host_cores()
+    processes = default_processes(cores, partitions, settings.consumers)
+    log.info("processes: %d (usable cores: %d; partitions of %s: %d; consumers a process: %d)", processes, cores,
+             topic, partitions, settings.consumers)
+    return processes
+
+
+def _run_one(settings: Settings, store: SQLMetadataStore, bindings: StorageBindings, stop: threading.Event) -> int:
     log.info("storage bindings: %s; metadata store: %s; consumers: %d", ", ".join(bindings.names()),
              settings.metadata_shown, settings.consumers)
     try:

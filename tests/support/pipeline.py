@@ -70,7 +70,8 @@ class Pipeline:
             "RECLAIM_RETRY_DELAYS": ",".join(str(d) for d, _ in self.topics.retries),
             self._metadata_variable: self.store.location, "RECLAIM_FS_ROOT": str(fs_root),
             "RECLAIM_GROUP_ID": self.group_id, "RECLAIM_STATE_DIR": str(fs_root.parent / "worker-state"),
-            "RECLAIM_POLL_TIMEOUT_S": "0.5", **extra,
+            # One process, as before ``--processes``: a test of the supervisor asks for more.
+            "RECLAIM_POLL_TIMEOUT_S": "0.5", "RECLAIM_PROCESSES": "1", **extra,
         }
 
     @property
