@@ -42,6 +42,7 @@ from reclaim.schemas.errors import RecordDecodeError
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.security.rules import signers_of
 from reclaim.security.signing import RecordVerifier, Unauthenticated, signature_headers
+from reclaim.stage_clock import stage
 
 __all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tune_interpreter"]
 
@@ -175,7 +176,9 @@ class DeletionWorker:
         """
         self._resume_due()
         timeout = 0.0 if len(self._pipeline) else self._config.poll_timeout_s
-        polled = self._ready(self._consumer.consume(self._config.batch_size, timeout))
+        messages = self._consumer.consume(self._config.batch_size, timeout)
+        with stage("poll"):
+            polled = self._ready(messages)
         if polled:
             self._pipeline.start(self._check(polled))
             while self._pipeline.over_depth:
@@ -253,6 +256,17 @@ class DeletionWorker:
     def _check(self, polled: list[Polled]) -> Checked:
         """Verify and decode (unauthenticated and undecodable records get their verdict here), then run the
         checks before any delete."""
+        with stage("decode"):
+            decoded, undecodable = self._decode(polled)
+        plan = None
+        if decoded:
+            # "prepare" is facts + judge: the facts are timed on their own inside it.
+            with stage("prepare"):
+                plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms,
+                                                       d.polled.redelivered) for d in decoded])
+        return Checked(tuple(decoded), tuple(undecodable), plan)
+
+    def _decode(self, polled: list[Polled]) -> tuple[list[Decoded], list[Undecodable]]:
         decoded: list[Decoded] = []
         undecodable: list[Undecodable] = []
         for record in polled:
@@ -267,11 +281,7 @@ class DeletionWorker:
                 undecodable.append(Undecodable(record, Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)))
             else:
                 decoded.append(Decoded(record, info))
-        plan = None
-        if decoded:
-            plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms, d.polled.redelivered)
-                                           for d in decoded])
-        return Checked(tuple(decoded), tuple(undecodable), plan)
+        return decoded, undecodable
 
     def _refusal(self, record: Polled) -> Unauthenticated | None:
         """Why ``record`` is not obeyed, before anything else is read of it: not signed by the controller's
@@ -290,7 +300,8 @@ class DeletionWorker:
         """Wait for the oldest batch's deletes and row cleanup, then route it and store its offsets."""
         completed = self._pipeline.complete_oldest()
         try:
-            report = self._settle(completed)
+            with stage("route"):
+                report = self._settle(completed)
         except BaseException:
             # This batch's offsets are not stored, so no later batch's may be: they would pass it.
             self._pipeline.clear()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from reclaim.consumers.batches import Checked, Completed, Judged, Partition
 from reclaim.deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
 from reclaim.deletion.outcomes import Verdict
+from reclaim.stage_clock import stage
 
 MAX_IN_FLIGHT = 2
 """Batches a worker keeps going behind the one it is checking: one deleting, one cleaning up rows."""
@@ -50,12 +51,18 @@ class BatchPipeline:
         """Queue the batch's storage deletes, and its row cleanup after them (each stage in order)."""
         verdicts = deleted = None
         if checked.plan is not None:
-            deleted = self._deleter.submit(self._executor.delete, checked.plan)
+            deleted = self._deleter.submit(self._delete, checked.plan)
             verdicts = self._cleaner.submit(self._finish, checked.plan, deleted)
         self._running.append(_Running(checked, verdicts, deleted))
 
+    def _delete(self, plan: BatchPlan) -> DeleteResults:
+        with stage("delete"):
+            return self._executor.delete(plan)
+
     def _finish(self, plan: BatchPlan, deleted: Future[DeleteResults]) -> list[Verdict]:
-        return self._executor.finish(plan, deleted.result())
+        results = deleted.result()
+        with stage("cleanup"):
+            return self._executor.finish(plan, results)
 
     def complete_oldest(self) -> Completed:
         """Wait for the oldest batch; if it failed, every batch behind it is forgotten too (their

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from reclaim.deletion.facts import CopyKey, Facts, Pending
 from reclaim.deletion.retrying import RetryPolicy
+from reclaim.stage_clock import stage
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkInfo, ChunkLocation
 from reclaim.storage.errors import StorageError, StorageMisconfiguredError
@@ -34,6 +35,10 @@ class Prefetcher:
         self._lookups = ThreadPoolExecutor(LOOKUP_PARALLELISM, thread_name_prefix="reclaim-lookup")
 
     def gather(self, batch: Sequence[Pending], now_ms: int) -> Facts:
+        with stage("facts"):
+            return self._gather(batch, now_ms)
+
+    def _gather(self, batch: Sequence[Pending], now_ms: int) -> Facts:
         places = self._places(batch)
         # Marks before rows: the two reads are not one snapshot, and phase 1 commits a mark and retires
         # its rows together. Read in this order, a mark seen committed has its rows seen retired; read

@@ -1,0 +1,288 @@
+"""CPU time per record of one ``reclaim worker`` process draining pending deletes, in all and by stage.
+
+CPU time, not wall time: the process's own clock (user + system, every thread, from ``/proc/<pid>/stat``)
+does not depend on what else runs on the machine, where a drain's wall time does. For each binding (moto,
+MinIO, the filesystem) and each size, one drain: ``size`` live chunks created through the binding with
+their tags and rows; one ``reclaim worker`` started (settings as deployed) and, once it holds its
+partitions, stopped (SIGSTOP); phase 1 (``LedgerDeletionService.mark``) retires the rows, commits the
+mark and publishes one record a chunk; the worker woken (SIGCONT) and timed until its group's lag is 0.
+Every record thus takes the normal path: read for the first time, row found retired, ownership checked
+against it, object deleted in a 1000-key batch, row removed. The run checks afterwards that no object and
+no row is left.
+
+Printed per binding: the *marginal* CPU per record between two drains, ``(cpu_big - cpu_small) /
+(n_big - n_small)`` (the process's start, its join and its idle polls cancel out), for each pair of
+``--pairs``; the CPU per record of each drain with the process's start included; and the same marginal
+split by stage, from the worker's stage clocks (:mod:`reclaim.stage_clock`, enabled by
+``RECLAIM_STAGE_CPU`` for these processes only): each stage's thread CPU time around the code of that
+stage, once per batch. ``other`` is the rest of the process: librdkafka's threads and the consume call,
+the interpreter's garbage collector between stages, the S3 client's connection pool.
+
+With ``--before FILE`` (a results file of an earlier run, say at an earlier commit) its figures are printed
+first, then this run's beside them.
+
+Run: ``.venv/bin/python -m benchmarks.worker_cpu [--bindings moto,minio,fs] [--pairs 2000/10000,5000/20000]
+[--before benchmarks/results/<date>-<commit>.json]``. It starts its own Kafka broker, moto and MinIO
+(built from its Go module on first use) unless RECLAIM_BOOTSTRAP names a running broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import KafkaException  # noqa: E402
+
+from benchmarks.deletion_setup import (  # noqa: E402
+    fresh_topics,
+    group_lag,
+    own_broker,
+    stop_workers,
+    wait_for_members,
+    write_chunks,
+)
+from benchmarks.minio import start_minio  # noqa: E402
+from benchmarks.results import Figures, record  # noqa: E402
+from benchmarks.worker_memory import STALL_S  # noqa: E402
+from reclaim.deletion.mark import LedgerDeletionService  # noqa: E402
+from reclaim.localstack.procs import stop_pid  # noqa: E402
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, start_s3  # noqa: E402
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
+from reclaim.producers.producer import RecordProducer  # noqa: E402
+from reclaim.schemas.codec import build_codec  # noqa: E402
+from reclaim.settings import Settings  # noqa: E402
+from reclaim.stage_clock import ENV as STAGE_ENV  # noqa: E402
+from reclaim.stage_clock import STAGES  # noqa: E402
+from reclaim.storage.base import BaseChunkStorage  # noqa: E402
+from reclaim.storage.filesystem import FileSystemChunkStorage  # noqa: E402
+from reclaim.storage.s3 import S3ChunkStorage  # noqa: E402
+from reclaim.storage.sql_store import SQLiteMetadataStore  # noqa: E402
+
+BINDINGS = ("moto", "minio", "fs")
+#: The target of the S3 path (moto): the marginal CPU per record, at most half of 82-101 µs.
+TARGET_US = 45.0
+#: Stages printed as their own line; ``facts`` is part of ``prepare`` and printed under it.
+SHOWN = (*STAGES, "other")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One drained backlog: its size, the worker's CPU seconds in all (start included) and from its wake-up
+    to lag 0, the drain's wall seconds, and the CPU seconds per stage."""
+
+    records: int
+    cpu_s: float
+    drain_cpu_s: float
+    wall_s: float
+    stages: Mapping[str, float]
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``, every thread (children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a drain's chunks live: the binding to create them through and the worker's environment for it."""
+
+    binding: BaseChunkStorage
+    env: Mapping[str, str]
+
+
+def s3_target(endpoint: S3Endpoint, state: Path) -> Target:
+    bucket = f"cpu-{uuid.uuid4().hex[:8]}"  # a new bucket each drain: moto slows down with every key a bucket holds
+    ensure_bucket(endpoint, bucket)
+    env = {"RECLAIM_S3_ENDPOINT": endpoint.url, "RECLAIM_S3_BUCKET": bucket, "RECLAIM_S3_REGION": endpoint.region,
+           "RECLAIM_S3_ACCESS_KEY": endpoint.access_key, "RECLAIM_S3_SECRET_KEY": endpoint.secret_key,
+           "RECLAIM_FS_CREATE_ROOT": "true"}  # the worker's own filesystem binding, unused, in its state dir
+    return Target(S3ChunkStorage(endpoint.binding_settings(bucket), name="s3-tier2"), env)
+
+
+def fs_target(state: Path) -> Target:
+    binding = FileSystemChunkStorage(state / "tier2", name="fs-tier2", create=True)
+    return Target(binding, {"RECLAIM_FS_ROOT": str(binding.root)})
+
+
+def joined(bootstrap: str, group: str, timeout_s: float = 60.0) -> None:
+    """Until the worker holds its partitions; a broker just started may not answer the first questions."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return wait_for_members(bootstrap, group, 1, timeout_s)
+        except (TimeoutError, KafkaException):  # the group's coordinator not settled yet, say
+            assert time.monotonic() < deadline, f"no answer about group {group}"
+            time.sleep(0.2)
+
+
+def drain(bootstrap: str, target: Target, n: int, state: Path) -> Drain:
+    """Chunks, a worker joined and stopped, phase 1 on every chunk, the worker woken and timed to lag 0."""
+    prefix, topics = fresh_topics(bootstrap)
+    db = state / "metadata.db"
+    store = SQLiteMetadataStore(db)
+    chunks = write_chunks(store, target.binding, n)
+    producer = RecordProducer(bootstrap, "idempotent-producer")
+    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, build_codec(), topics.deletion))
+    group, stages_file = f"{prefix}group", state / "stages.json"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_")}
+    env |= {"RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_METADATA_PATH": str(db),
+            "RECLAIM_GROUP_ID": group, "RECLAIM_STATE_DIR": str(state), "RECLAIM_PROCESSES": "1",
+            STAGE_ENV: str(stages_file), **target.env}
+    log_path = state / "worker.log"
+    proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=log_path.open("wb"))
+    try:
+        try:
+            joined(bootstrap, group)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the worker said:\n{log_path.read_text(errors='replace')[-2000:]}") from exc
+        proc.send_signal(signal.SIGSTOP)
+        joined_cpu = process_cpu_s(proc.pid)
+        os.sync()
+        marked = service.mark(chunks)
+        assert not marked.failed, f"{len(marked.failed)} chunks not confirmed by phase 1"
+        started = time.perf_counter()
+        proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + STALL_S + n / 100
+        while group_lag(bootstrap, group, topics.deletion_inputs) != 0:
+            assert proc.poll() is None, f"the worker exited: {log_path.read_text(errors='replace')[-2000:]}"
+            assert time.monotonic() < deadline, "the worker did not drain the deletion topic"
+            time.sleep(0.02)
+        wall = time.perf_counter() - started
+        cpu = process_cpu_s(proc.pid)
+    finally:
+        stop_workers([proc])
+        producer.close()
+    stages = json.loads(stages_file.read_text()) if stages_file.exists() else {}
+    left = next(iter(target.binding.iter_names()), None)
+    rows = sum(len(store.list_chunks(segment, active_only=False)) for segment in store.segment_names())
+    store.close()
+    assert left is None, f"chunk {left} left behind"
+    assert not rows, f"{rows} chunk rows left behind"
+    others = sum(seconds for name, seconds in stages.items() if name != "facts")
+    return Drain(n, cpu, cpu - joined_cpu, wall, {**stages, "other": max(0.0, cpu - joined_cpu - others)})
+
+
+def pairs(text: str) -> list[tuple[int, int]]:
+    """``2000/10000,5000/20000``: the sizes of each pair of drains, smaller first."""
+    try:
+        found = [tuple(int(size) for size in pair.split("/")) for pair in text.split(",") if pair.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of SMALL/BIG: {text!r}") from None
+    if not found or any(len(p) != 2 or not 0 < p[0] < p[1] for p in found):
+        raise argparse.ArgumentTypeError(f"each pair must be SMALL/BIG with 0 < SMALL < BIG: {text!r}")
+    return [(p[0], p[1]) for p in found]
+
+
+def bindings(text: str) -> list[str]:
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(chosen) - set(BINDINGS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"bindings are {', '.join(BINDINGS)}; got {text!r}")
+    return chosen
+
+
+def report(name: str, drains: Mapping[int, Drain], size_pairs: Sequence[tuple[int, int]], figures: Figures) -> None:
+    """Print and record one binding's figures: per drain, then the marginal per pair, in all and by stage."""
+    for n, run in sorted(drains.items()):
+        key = f"{name}_{n}"
+        figures.add(f"{key}_cpu_s", run.cpu_s)
+        figures.add(f"{key}_with_start_us_per_record", run.cpu_s / n * 1e6)
+        figures.add(f"{key}_drain_us_per_record", run.drain_cpu_s / n * 1e6)
+        figures.add(f"{key}_wall_s", run.wall_s)
+        print(f"  {n:>6} records: CPU {run.cpu_s:6.2f} s, {run.cpu_s / n * 1e6:6.1f} µs/record with the start, "
+              f"{run.drain_cpu_s / n * 1e6:6.1f} µs/record from wake-up to lag 0 ({run.wall_s:5.1f} s wall)")
+    header = "".join(f"{stage:>9}" for stage in SHOWN)
+    print(f"  marginal µs/record     total |{header}")
+    for small, big in size_pairs:
+        a, b = drains[small], drains[big]
+        key = f"{name}_{small}_{big}_marginal"
+        total = (b.cpu_s - a.cpu_s) / (big - small) * 1e6
+        figures.add(f"{key}_us_per_record", total)
+        by_stage = {stage: (b.stages.get(stage, 0.0) - a.stages.get(stage, 0.0)) / (big - small) * 1e6
+                    for stage in SHOWN}
+        for stage, value in by_stage.items():
+            figures.add(f"{key}_{stage}_us_per_record", value)
+        cells = "".join(f"{by_stage[stage]:9.1f}" for stage in SHOWN)
+        goal = f"   (target <= {TARGET_US:g} on moto: {'met' if total <= TARGET_US else 'not met'})" \
+            if name == "moto" else ""
+        print(f"  {small:>6} -> {big:<6}   {total:8.1f} |{cells}{goal}")
+
+
+def print_before(path: Path) -> None:
+    """The figures of the last ``worker_cpu`` run in an earlier results file, as that run printed them."""
+    runs = [run for run in json.loads(path.read_text())["runs"] if run["benchmark"] == "worker_cpu"]
+    if not runs:
+        raise SystemExit(f"{path} holds no worker_cpu run")
+    commit = json.loads(path.read_text()).get("commit", "?")
+    figures = runs[-1]["figures"]
+    print(f"before (commit {commit}, from {path}):")
+    for name in runs[-1]["args"]["bindings"]:
+        for small, big in (tuple(p) for p in runs[-1]["args"]["pairs"]):
+            key = f"{name}_{small}_{big}_marginal"
+            if f"{key}_us_per_record" not in figures:
+                continue
+            cells = "  ".join(f"{stage} {figures.get(f'{key}_{stage}_us_per_record', 0):.1f}" for stage in SHOWN)
+            starts = ", ".join(f"{figures.get(f'{name}_{n}_with_start_us_per_record', 0):.0f}" for n in (small, big))
+            print(f"  {name:5} {small}->{big}: marginal {figures[f'{key}_us_per_record']:.1f} µs/record "
+                  f"(with the start {starts}); {cells}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bindings", type=bindings, default=list(BINDINGS),
+                        help=f"a comma list of {', '.join(BINDINGS)} (default all)")
+    parser.add_argument("--pairs", type=pairs, default=[(2000, 10_000), (5000, 20_000)],
+                        help="sizes of the drains whose difference is measured (default 2000/10000,5000/20000)")
+    parser.add_argument("--before", type=Path, help="a results file of an earlier run, printed first")
+    args = parser.parse_args()
+    if args.before:
+        print_before(args.before)
+    settings = Settings.from_env()
+    sizes = sorted({n for pair in args.pairs for n in pair})
+    begun, figures = time.time(), Figures()
+    print(f"one reclaim worker process's CPU (user + system, all threads), {os.cpu_count()} cores:")
+    with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
+        work = Path(tmp)
+        started: list[int] = []
+        try:
+            bootstrap = own_broker(settings, work, started)
+            for name in args.bindings:
+                endpoint = None
+                if name == "moto":
+                    proc, endpoint = start_s3(work / "s3.log")
+                    started.append(proc.pid)
+                elif name == "minio":
+                    pid, endpoint = start_minio(work / "minio", settings.cache_dir)
+                    started.append(pid)
+                print(f"{name}:")
+                drains: dict[int, Drain] = {}
+                for n in sizes:
+                    state = work / f"{name}-{n}"
+                    state.mkdir()
+                    target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
+                    drains[n] = drain(bootstrap, target, n, state)
+                report(name, drains, args.pairs, figures)
+        finally:
+            for pid in started:
+                stop_pid(pid)
+    record("worker_cpu", {**vars(args), "before": str(args.before) if args.before else None}, figures, begun)
+
+
+if __name__ == "__main__":
+    main()
