@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tenacity import RetryError
 
 from reclaim.deletion import metrics
-from reclaim.deletion.facts import Facts, Pending, Policy, Proceed
+from reclaim.deletion.facts import CopyKey, Facts, Pending, Policy, Proceed
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.deletion.prefetch import Prefetcher
 from reclaim.deletion.retrying import RetryPolicy
@@ -41,6 +41,14 @@ DeleteResults = dict[tuple[str, str], DeleteResult]
 """The storage deletes of a plan: the result per (binding name, chunk name)."""
 
 _Copies = dict[str, set[tuple[str, str | None, str]]]
+
+RECENT_BATCHES = 8
+"""Finished batches whose deleted copies an executor remembers. A batch is checked while up to two
+batches before it are still deleting (:mod:`reclaim.consumers.pipeline`): a record of a copy that one
+of them deletes is cleared for deletion too (the copy's row is still there), and its delete, of a key
+already gone, is answered "deleted" by S3. Remembering more batches than can overlap costs a set each."""
+
+DUPLICATE_DELETE = Verdict(Outcome.ALREADY_GONE, "deleted by another record of the same chunk copy")
 
 
 class _StillFailing(Exception):
@@ -74,6 +82,7 @@ class DeletionExecutor:
         self._policy = Policy(mark_timeout_ms=int(mark_timeout_s * 1000))
         self._retry = retry or RetryPolicy()
         self._prefetch = Prefetcher(store, bindings, self._retry)
+        self._recently_deleted: deque[set[CopyKey]] = deque(maxlen=RECENT_BATCHES)
 
     def execute(self, infos: Sequence[PendingDeleteLedgerInfo]) -> list[Verdict]:
         """One verdict per record, in input order: :meth:`prepare`, :meth:`delete`, :meth:`finish`."""
@@ -106,15 +115,27 @@ class DeletionExecutor:
         return results
 
     def finish(self, plan: BatchPlan, results: DeleteResults) -> list[Verdict]:
-        """Remove the deleted copies from their rows (one transaction); one verdict per record, in order."""
+        """Remove the deleted copies from their rows (one transaction); one verdict per record, in order.
+
+        Batches must finish in the order they were prepared (the pipeline's cleanup thread). One delete
+        of a copy is one ``deleted``: another record of the same copy, in this batch or checked while
+        an earlier batch's delete of it was in flight, is ``already-gone``.
+        """
         deletable = plan.deletable
         cleanup_error = self._drop_copies([p for _, p in deletable if results[p.copy].ok], plan.facts)
         concluded: dict[int, Verdict] = {}
         deleted: Counter[str] = Counter()
         failed: Counter[tuple[str, str]] = Counter()
+        gone_now: set[CopyKey] = set()
         for i, pending in deletable:
             result = results[pending.copy]
-            verdict = concluded[i] = conclude(result, plan.facts.was_present(pending.copy), cleanup_error)
+            verdict = conclude(result, plan.facts.was_present(pending.copy), cleanup_error)
+            if verdict.outcome is Outcome.DELETED:
+                if pending.copy in gone_now or self._deleted_before(pending.copy):
+                    verdict = DUPLICATE_DELETE
+                else:
+                    gone_now.add(pending.copy)
+            concluded[i] = verdict
             if verdict.outcome is Outcome.DELETED:
                 deleted[pending.info.ledger_type.name] += 1
             elif not result.ok:
@@ -123,7 +144,11 @@ class DeletionExecutor:
             metrics.DELETED.labels(metrics.snake(ledger_type)).inc(count)
         for (ledger_type, error_class), count in failed.items():
             metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type), metrics.snake(error_class)).inc(count)
+        self._recently_deleted.append(gone_now)
         return [concluded[i] if d is Proceed.DELETE else d for i, d in enumerate(plan.decisions)]
+
+    def _deleted_before(self, copy: CopyKey) -> bool:
+        return any(copy in gone for gone in self._recently_deleted)
 
     def close(self) -> None:
         self._prefetch.close()

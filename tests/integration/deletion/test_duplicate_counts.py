@@ -1,0 +1,132 @@
+"""Two records for the same chunk copy delete it once and count it once: one ``deleted``, the other
+``already-gone`` (``reclaim_ledgers_deleted_total`` +1 for one object), on the filesystem and on S3.
+
+S3 answers "deleted" for a key that is already gone, so its two paths are tested apart: both records
+in one batch (one delete request), and the second record checked while the first one's delete is
+still in flight (a later batch, checked before the earlier one's row cleanup, as the worker's pipeline
+does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.facts import Pending
+from reclaim.deletion.mark import LedgerDeletionService, new_mark_id
+from reclaim.deletion.outcomes import Outcome
+from reclaim.deletion.records import pending_deletes_for
+from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import ChunkTags, DeleteOutcome, DeleteResult
+from reclaim.storage.errors import StorageUnavailableError
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import ChunkRecord, SegmentRecord
+from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.storage.sql_store import SQLiteMetadataStore
+
+pytestmark = pytest.mark.integration
+
+SEGMENT = "scope/stream/0.#epoch.0"
+
+
+class Marked:
+    """One chunk written to ``binding``, with its row and a committed mark: its pending delete is cleared."""
+
+    def __init__(self, tmp_path: Path, binding: BaseChunkStorage) -> None:
+        self.binding = binding
+        self.store = SQLiteMetadataStore(tmp_path / "metadata.db")
+        self.executor = DeletionExecutor(self.store, StorageBindings([binding]))
+        tags = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=1)
+        self.name = f"{SEGMENT}.E-1-O-0.0123456789abcdef0123456789abcdef"
+        binding.create_with_content(self.name, b"x" * 16, tags)
+        with self.store.transaction() as txn:
+            txn.put_segment(SegmentRecord(name=SEGMENT, stream="scope/stream"))
+            chunk = txn.put_chunk(ChunkRecord(name=self.name, segment=SEGMENT, start_offset=0, length=16, tags=tags,
+                                              locations=(binding.location(self.name),)))
+            mark_id = new_mark_id()
+            LedgerDeletionService(self.store, publisher=None).commit_mark(  # type: ignore[arg-type]
+                txn, [chunk], mark_id)
+        (self.record,) = pending_deletes_for([chunk], mark_id, int(time.time() * 1000))
+
+    def first_reading(self) -> Pending:
+        return Pending(self.record, redelivered=False)
+
+    def close(self) -> None:
+        self.executor.close()
+        self.store.close()
+
+
+def deleted_total() -> float:
+    return sum(sample.value for metric in REGISTRY.collect() if metric.name == "reclaim_ledgers_deleted"
+               for sample in metric.samples if sample.name == "reclaim_ledgers_deleted_total")
+
+
+def both_copies_in_one_batch(marked: Marked) -> None:
+    before = deleted_total()
+    plan = marked.executor.prepare([marked.first_reading(), marked.first_reading()])
+    verdicts = marked.executor.finish(plan, marked.executor.delete(plan))
+    assert [v.outcome for v in verdicts] == [Outcome.DELETED, Outcome.ALREADY_GONE]
+    assert deleted_total() - before == 1
+    assert not marked.binding.exists(marked.name)
+    assert marked.store.get_chunks([marked.name]) == {}
+
+
+def second_checked_while_the_first_deletes(marked: Marked) -> None:
+    before = deleted_total()
+    first = marked.executor.prepare([marked.first_reading()])
+    second = marked.executor.prepare([marked.first_reading()])  # the row is still there: cleared too
+    first_verdicts = marked.executor.finish(first, marked.executor.delete(first))
+    second_verdicts = marked.executor.finish(second, marked.executor.delete(second))
+    assert [v.outcome for v in first_verdicts + second_verdicts] == [Outcome.DELETED, Outcome.ALREADY_GONE]
+    assert deleted_total() - before == 1
+    assert not marked.binding.exists(marked.name)
+
+
+@pytest.fixture
+def fs_marked(tmp_path: Path) -> Iterator[Marked]:
+    marked = Marked(tmp_path, FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True))
+    yield marked
+    marked.close()
+
+
+@pytest.fixture
+def s3_marked(tmp_path: Path, s3_binding: S3ChunkStorage) -> Iterator[Marked]:
+    marked = Marked(tmp_path, s3_binding)
+    yield marked
+    marked.close()
+
+
+def test_two_records_of_one_copy_in_a_batch_count_one_deleted_on_the_filesystem(fs_marked: Marked) -> None:
+    both_copies_in_one_batch(fs_marked)
+
+
+def test_two_records_of_one_copy_in_a_batch_count_one_deleted_on_s3(s3_marked: Marked) -> None:
+    both_copies_in_one_batch(s3_marked)
+
+
+def test_a_record_checked_while_its_copys_delete_is_in_flight_is_already_gone_on_s3(s3_marked: Marked) -> None:
+    second_checked_while_the_first_deletes(s3_marked)
+
+
+def test_a_record_checked_while_its_copys_delete_is_in_flight_is_already_gone_on_the_filesystem(
+        fs_marked: Marked) -> None:
+    second_checked_while_the_first_deletes(fs_marked)
+
+
+def test_a_failed_delete_does_not_make_a_later_record_of_the_copy_a_duplicate(fs_marked: Marked) -> None:
+    """Only a copy concluded ``deleted`` is remembered: when the first record's delete fails, the record
+    that deletes the copy later is the one counted. (The failure is handed to ``finish`` as the delete's
+    result: root's unlink cannot be made to fail on demand.)"""
+    first = fs_marked.executor.prepare([fs_marked.first_reading()])
+    second = fs_marked.executor.prepare([fs_marked.first_reading()])
+    failed = {first.batch[0].copy: DeleteResult(fs_marked.name, DeleteOutcome.FAILED,
+                                                StorageUnavailableError("disk went away"))}
+    assert [v.outcome for v in fs_marked.executor.finish(first, failed)] == [Outcome.RETRYABLE]
+    assert [v.outcome for v in fs_marked.executor.finish(second, fs_marked.executor.delete(second))] == [
+        Outcome.DELETED]
