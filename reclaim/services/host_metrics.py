@@ -61,8 +61,15 @@ class HostCollector(Collector):
                 owned.add(family.name)
                 yield family
         for family in self._children.collect():  # type: ignore[no-untyped-call]
-            if family.name not in owned:
+            if family.name not in owned and not _per_process(family):
                 yield family
+
+
+def _per_process(family: Metric) -> bool:
+    """A gauge of the library's default multiprocess mode (``all``): one series per pid, which no sum or
+    maximum merges. A gauge a child sets for the host declares its mode (``livesum``, ``max``, ...); the
+    others are there only because a module defining them was imported (the audit's, the supervisor's)."""
+    return family.type == "gauge" and any("pid" in sample.labels for sample in family.samples)
 
 
 def child_exited(path: Path, pid: int) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from typing import BinaryIO
 
 from reclaim.consumers.deletion_worker import DeletionWorker, tune_interpreter
 from reclaim.consumers.lag import estimated_inflight
@@ -93,10 +93,10 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     return run_supervised(settings, processes, stop, endpoint)
 
 
-def run_child(settings: Settings, index: int, lifeline: BinaryIO) -> int:
+def run_child(settings: Settings, index: int, lifeline: int) -> int:
     """Worker process ``index`` of a supervised worker: the supervisor checked the dependencies and serves the
-    metrics (this process's go to prometheus-client's multiprocess files); ``lifeline`` is the supervisor's
-    pipe, whose end stops this process as SIGTERM would."""
+    metrics (this process's go to prometheus-client's multiprocess files); ``lifeline`` is the file descriptor
+    of the supervisor's pipe, whose end stops this process as SIGTERM would."""
     stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
     threading.Thread(target=_watch_lifeline, args=(lifeline, stop), name="lifeline", daemon=True).start()
     tune_interpreter()
@@ -113,8 +113,10 @@ def run_child(settings: Settings, index: int, lifeline: BinaryIO) -> int:
         store.close()
 
 
-def _watch_lifeline(lifeline: BinaryIO, stop: threading.Event) -> None:
-    while lifeline.read(4096):
+def _watch_lifeline(lifeline: int, stop: threading.Event) -> None:
+    # os.read, not a file object's read: a daemon thread blocked inside a buffered reader holds its lock,
+    # and the interpreter aborts at exit when it cannot take it.
+    while os.read(lifeline, 4096):
         pass
     if not stop.is_set():
         log.warning("the supervisor is gone: finishing the batch in flight, then stopping")

@@ -49,7 +49,7 @@ def main() -> int:
 
         client_security.install_kafka_properties(spec.settings)
         client_security.registry_connection(spec.settings)
-        return run_child(spec.settings, spec.index, sys.stdin.buffer)
+        return run_child(spec.settings, spec.index, sys.stdin.fileno())
     except CommandError as exc:
         return _fail(str(exc), exc.exit_code)
     except (ReclaimError, KafkaException, OSError) as exc:

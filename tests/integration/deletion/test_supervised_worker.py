@@ -1,0 +1,111 @@
+"""``reclaim worker --processes 2`` on the real broker: two processes of one group drain a backlog, the host's
+one endpoint sums their counters, a killed child is restarted with nothing lost or deleted twice, SIGTERM
+stops them with their offsets committed, and a supervisor killed outright leaves no child behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from reclaim.localstack.procs import free_port, pid_alive
+from reclaim.producers.topics import TopicNames
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.sql_store import open_metadata_store
+from tests.support.chaos import Backlog, spawn_worker
+from tests.support.pipeline import Pipeline, inflight, scrape
+from tests.support.supervised import counted, member_partitions, stops, wait_children, wait_gone
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def four_partitions(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
+                    unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
+    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=4), open_metadata_store(str(tmp_path / "meta.db")),
+                    StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
+                    unique_name("group"))
+    yield pipe
+    pipe.close()
+
+
+def test_two_processes_drain_share_the_partitions_sum_their_counters_and_stop_committed(
+        four_partitions: Pipeline, tmp_path: Path) -> None:
+    pipe, log, port = four_partitions, tmp_path / "worker.log", free_port()
+    backlog = Backlog.marked(pipe, live=20, segments=4, per_segment=100)
+    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2", RECLAIM_METRICS_PORT=str(port),
+                          RECLAIM_BATCH_SIZE="20")
+    try:
+        pids = wait_children(log, 2)
+        assert sorted(pids) == [0, 1]
+        deadline = time.monotonic() + 120
+        while True:
+            members = member_partitions(pipe.bootstrap, pipe.group_id, pipe.topics.deletion)
+            if len(members) == 2 and all(members.values()):
+                break
+            assert time.monotonic() < deadline and worker.poll() is None, (members, log.read_text()[-3000:])
+            time.sleep(0.2)
+        assert sorted(members.values()) == [2, 2], members  # each child owns two partitions of the main topic
+        while backlog.left() or counted(port, "reclaim_ledgers_deleted_total") < len(backlog.doomed):
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        metrics = scrape(port)
+        # One endpoint for the host: the two children's counters summed, the supervisor's own series beside.
+        assert counted(port, "reclaim_ledgers_deleted_total") == len(backlog.doomed)
+        assert counted(port, "reclaim_deletion_messages_received_total") >= len(backlog.doomed)
+        assert "reclaim_worker_processes 2.0" in metrics
+        assert "reclaim_deletion_batch_delete_seconds_bucket" in metrics
+        assert metrics.count("# TYPE reclaim_estimated_inflight_deletions gauge") == 1
+        assert 'pid="' not in metrics  # no per-child series: one value per series for the host
+        assert "# TYPE reclaim_dependency_up gauge" in metrics
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    assert code == 0, log.read_text()[-3000:]
+    assert sorted((index, how) for index, _, how in stops(log)) == [(0, "exit code 0"), (1, "exit code 0")]
+    wait_gone(list(pids.values()), timeout_s=5)
+    assert inflight(pipe) == 0  # committed offsets are the end offsets, on every input topic
+    assert set(backlog.binding.iter_names()) == {c.name for c in backlog.live}
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"reclaim-worker-metrics-{worker.pid}-*"))
+
+
+def test_a_killed_child_is_restarted_and_nothing_is_lost_or_deleted_twice(four_partitions: Pipeline,
+                                                                           tmp_path: Path) -> None:
+    pipe, log, port = four_partitions, tmp_path / "worker.log", free_port()
+    backlog = Backlog.marked(pipe, live=20, segments=8, per_segment=150)
+    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2", RECLAIM_METRICS_PORT=str(port),
+                          RECLAIM_BATCH_SIZE="10", RECLAIM_INSTANCE_ID="supervised")
+    try:
+        victim = wait_children(log, 2)[0]
+        backlog.wait_left(0.8, worker, log)
+        os.kill(victim, signal.SIGKILL)
+        restarted = wait_children(log, 3)
+        assert restarted[0] != victim and pid_alive(restarted[0])
+        assert any(index == 0 and how == "signal SIGKILL" for index, _, how in stops(log))
+        backlog.assert_clean("supervised worker, one child killed", "1 × SIGKILL of a child", tmp_path / "tier2",
+                             worker, log, timeout_s=120)
+        deleted = counted(port, "reclaim_ledgers_deleted_total")
+        gone = counted(port, 'reclaim_deletion_outcomes_total{outcome="already_gone"}')
+        # Each chunk deleted once: the killed child's deletions that were not committed come back as
+        # already gone, never as a second delete.
+        assert deleted <= len(backlog.doomed) <= deleted + gone, (deleted, gone)
+        assert counted(port, "reclaim_worker_restarts_total") == 1
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+
+def test_a_supervisor_killed_outright_leaves_no_child_behind(four_partitions: Pipeline, tmp_path: Path) -> None:
+    pipe, log, port = four_partitions, tmp_path / "worker.log", free_port()
+    Backlog.marked(pipe, live=5, segments=2, per_segment=20)
+    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2", RECLAIM_METRICS_PORT=str(port))
+    pids = list(wait_children(log, 2).values())
+    worker.kill()
+    worker.wait(timeout=30)
+    wait_gone(pids, timeout_s=60)  # each read the end of its lifeline and stopped as on SIGTERM
+    assert "the supervisor is gone: finishing the batch in flight, then stopping" in log.read_text()
