@@ -21,6 +21,7 @@ from reclaim.deletion.facts import Pending
 from reclaim.deletion.mark import LedgerDeletionService, new_mark_id
 from reclaim.deletion.outcomes import Outcome
 from reclaim.deletion.records import pending_deletes_for
+from reclaim.schemas import millis_now
 from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkTags, DeleteOutcome, DeleteResult
@@ -29,6 +30,7 @@ from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
+from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
 
@@ -130,3 +132,21 @@ def test_a_failed_delete_does_not_make_a_later_record_of_the_copy_a_duplicate(fs
     assert [v.outcome for v in fs_marked.executor.finish(first, failed)] == [Outcome.RETRYABLE]
     assert [v.outcome for v in fs_marked.executor.finish(second, fs_marked.executor.delete(second))] == [
         Outcome.DELETED]
+
+
+def test_a_worker_draining_every_record_twice_counts_each_object_deleted_once(pipeline: Pipeline) -> None:
+    """End to end through a real broker: phase 1's records published twice (a publisher that retried a
+    batch), in one batch or across batches as the worker polls them."""
+    binding = pipeline.bindings.get("fs-tier2")
+    chunks = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 60)
+    with pipeline.store.transaction() as txn:
+        pipeline.service.commit_mark(txn, chunks, "twice-mark")
+    records = pending_deletes_for(chunks, "twice-mark", millis_now())
+    for _ in range(2):
+        assert pipeline.publisher.publish(records) == []
+    before = deleted_total()
+    worker = pipeline.worker(batch_size=45)
+    reports = pipeline.drain(worker, lambda rs: sum(outcomes(rs).values()) >= 120)
+    assert outcomes(reports) == {"deleted": 60, "already-gone": 60}
+    assert deleted_total() - before == 60
+    assert not any(binding.exists(c.name) for c in chunks)
