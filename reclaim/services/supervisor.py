@@ -94,6 +94,12 @@ def exit_description(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+def _clean(returncode: int) -> bool:
+    """A stop asked for by SIGTERM went well: exit 0, or death by that SIGTERM itself, which only a child that
+    had not yet installed its handler dies of: one that had not joined the group, with nothing in flight."""
+    return returncode in (0, -signal.SIGTERM)
+
+
 def default_processes(cores: int, partitions: int, consumers: int) -> int:
     """Worker processes for a host with ``cores`` usable cores whose group reads a deletion topic of
     ``partitions`` partitions with ``consumers`` consumer threads per process: one per core, and no more
@@ -259,7 +265,7 @@ class Supervisor:
             if slot.process is not None:
                 slot.process.wait()
         self._reap(stopping=True)
-        failed = self.gave_up or bool(killed) or any(slot.last_returncode != 0 for slot in running)
+        failed = self.gave_up or bool(killed) or not all(_clean(slot.last_returncode) for slot in running)
         return 1 if failed else 0
 
     @staticmethod

@@ -93,11 +93,10 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     return run_supervised(settings, processes, stop, endpoint)
 
 
-def run_child(settings: Settings, index: int, lifeline: int) -> int:
+def run_child(settings: Settings, index: int, lifeline: int, stop: threading.Event) -> int:
     """Worker process ``index`` of a supervised worker: the supervisor checked the dependencies and serves the
     metrics (this process's go to prometheus-client's multiprocess files); ``lifeline`` is the file descriptor
-    of the supervisor's pipe, whose end stops this process as SIGTERM would."""
-    stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
+    of the supervisor's pipe, whose end stops this process as SIGTERM does (``stop``)."""
     threading.Thread(target=_watch_lifeline, args=(lifeline, stop), name="lifeline", daemon=True).start()
     tune_interpreter()
     store = runtime.metadata_store(settings, create=False)

@@ -16,8 +16,11 @@ from confluent_kafka import KafkaException
 
 from reclaim.errors import ReclaimError
 from reclaim.exits import CommandError, ExitCode
+from reclaim.localstack.procs import stop_on_signals
 from reclaim.logs import configure_logging
 from reclaim.services.supervisor import ChildSpec
+
+log = logging.getLogger("reclaim.services.worker")  # its lines read as a worker's
 
 
 class _ChildLines(logging.Filter):
@@ -34,6 +37,8 @@ class _ChildLines(logging.Filter):
 
 
 def main() -> int:
+    # First, before the imports of the worker: a SIGTERM from here on ends in a clean stop.
+    stop = stop_on_signals("finishing the batch in flight, then stopping", log.info)
     spec = pickle.load(sys.stdin.buffer)
     if not isinstance(spec, ChildSpec):
         print("reclaim: error: worker_child is started by `reclaim worker --processes N`", file=sys.stderr)
@@ -49,7 +54,7 @@ def main() -> int:
 
         client_security.install_kafka_properties(spec.settings)
         client_security.registry_connection(spec.settings)
-        return run_child(spec.settings, spec.index, sys.stdin.fileno())
+        return run_child(spec.settings, spec.index, sys.stdin.fileno(), stop)
     except CommandError as exc:
         return _fail(str(exc), exc.exit_code)
     except (ReclaimError, KafkaException, OSError) as exc:
