@@ -275,7 +275,7 @@ def compare(before_file: Path, figures: Figures) -> None:
         raise SystemExit(f"{before_file} holds no mark_cpu run")
     before = runs[-1]["figures"]
     print(f"before ({before_file.name}, {runs[-1]['started']}) -> now, CPU µs/record:")
-    for name, value in figures.values.items():
+    for name, value in list(figures.values.items()):
         old = before.get(name)
         if name.endswith("_cpu_us_per_record") and isinstance(old, int | float) and isinstance(value, int | float):
             share = f"{value / old:6.2f}x" if old > 0.05 else "     -"

@@ -24,6 +24,8 @@ _UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
 
 #: ``component_of`` once per distinct tag: the chunks of a batch share a handful.
 _component = functools.lru_cache(maxsize=64)(component_of)
+#: ``LEDGER_TYPES`` by the tier's name: an enum member hashes in Python code, its name in C.
+_LEDGER_TYPE_OF_TIER = {tier.name: ledger_type for tier, ledger_type in LEDGER_TYPES.items()}
 
 
 def _uuid_prefix(mark_id: str) -> Any:
@@ -83,7 +85,7 @@ class _MarkBatch:
         ledger_id = ledger_id_for(chunk.name)
         records = []
         for location in chunk.locations:
-            ledger_type = LEDGER_TYPES[location.tier]
+            ledger_type = _LEDGER_TYPE_OF_TIER[location.tier._name_]
             records.append(PendingDeleteLedgerInfo.from_checked({
                 "topic_name": tags.stream,
                 "ledger_component": component,

@@ -31,6 +31,11 @@ class AvroRecord(abc.ABC):
     """
 
     SCHEMA: ClassVar[RecordSchema]
+    AVRO_ATTRIBUTES: ClassVar[bool] = False
+    """True when ``to_avro()`` is each schema field's attribute of the same name, an enum by its name, a
+    nested record by its own ``to_avro()`` (its type ``AVRO_ATTRIBUTES`` too), a map from a tuple of
+    key-unique pairs, and nothing else: the codec then encodes the record from its attributes, without
+    building the dict (its output is checked against fastavro's for every such type)."""
 
     @abc.abstractmethod
     def to_avro(self) -> dict[str, Any]:

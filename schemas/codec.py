@@ -73,6 +73,8 @@ class SingleObjectCodec:
         self.catalog = catalog if catalog is not None else SchemaCatalog()
         # Compiled body encoders by schema fingerprint; None where a schema uses what they do not cover.
         self._encoders: dict[bytes, Encoder | None] = {}
+        # The same, reading a record's attributes (types with ``AVRO_ATTRIBUTES``): no ``to_avro`` dicts.
+        self._attribute_encoders: dict[bytes, Encoder | None] = {}
 
     def register_writer_schema(self, schema: RecordSchema) -> None:
         """Make records written with ``schema`` (another version of a known record) decodable."""
@@ -102,7 +104,16 @@ class SingleObjectCodec:
         return out.getvalue()
 
     def _fast_body(self, record: AvroRecord, schema: RecordSchema) -> bytes | None:
-        """The Avro body from the compiled encoder, or None when the checked path must encode it."""
+        """The Avro body from the compiled encoders, or None when the checked path must encode it."""
+        if record.AVRO_ATTRIBUTES:
+            if schema.fingerprint not in self._attribute_encoders:
+                self._attribute_encoders[schema.fingerprint] = compile_encoder(schema.parsed, attributes=True)
+            reader = self._attribute_encoders[schema.fingerprint]
+            if reader is not None:
+                try:
+                    return reader(record)
+                except _FALLBACK:
+                    pass  # the datum's encoder below, or fastavro, says what is wrong
         if schema.fingerprint not in self._encoders:
             self._encoders[schema.fingerprint] = compile_encoder(schema.parsed)
         encoder = self._encoders[schema.fingerprint]
@@ -110,7 +121,7 @@ class SingleObjectCodec:
             return None
         try:
             return encoder(record.to_avro())
-        except (_NotFast, KeyError, TypeError, ValueError, OverflowError, struct.error):
+        except _FALLBACK:
             # Not a datum the compiled encoder takes as is: fastavro's checked path names the problem.
             return None
 
@@ -207,6 +218,12 @@ class _Unsupported(Exception):
     """A schema construct the compiled encoder does not cover (fastavro encodes such schemas)."""
 
 
+#: What a compiled encoder raises on a value it does not take as is (an attribute encoder: also a
+#: record without the attribute, or an enum field holding something else than an enum).
+_FALLBACK = (_NotFast, KeyError, TypeError, ValueError, OverflowError, struct.error, AttributeError)
+_MISSING = object()
+
+
 def _zigzag_varint(value: int) -> bytes:
     """Avro's int/long encoding: zig-zag, then 7 bits a byte, low group first, high bit set while more follow."""
     n = (value << 1) ^ (value >> 63)
@@ -224,13 +241,20 @@ _CONTINUATION = tuple(sum(0x80 << (8 * byte) for byte in range(size - 1)) for si
 _SMALL = tuple(_zigzag_varint(n) for n in range(-64, 1024))
 _PLAIN_LOGICAL = {"timestamp-millis", "timestamp-micros", "date", "time-millis", "time-micros"}
 _RANGES = {"int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX)}
+_MEMO_KINDS = {"int", "long", "string"}
 _PYTHON_TYPES = {"boolean": "bool", "int": "int", "long": "int", "float": "float", "double": "float",
                  "bytes": "bytes", "string": "str"}
 
 
-def compile_encoder(schema: Any) -> Encoder | None:
-    """An encoder of Avro bodies for fastavro's parsed record ``schema``, or None if it uses what it does not cover."""
-    generator = _Generator()
+def compile_encoder(schema: Any, *, attributes: bool = False) -> Encoder | None:
+    """An encoder of Avro bodies for fastavro's parsed record ``schema``, or None if it uses what it does not cover.
+
+    ``attributes``: the encoder takes the record object itself, not its ``to_avro()`` dict, and reads
+    each field from the attribute of its name; it writes the bytes of ``to_avro()`` for a record of an
+    :class:`~reclaim.schemas.base.AvroRecord` type whose ``AVRO_ATTRIBUTES`` is true (and so for every
+    record nested in it), and raises for any other.
+    """
+    generator = _Generator(attributes)
     try:
         entry = generator.named_function(schema)
     except _Unsupported:
@@ -246,11 +270,14 @@ def compile_encoder(schema: Any) -> Encoder | None:
 class _Generator:
     """Writes the source of one function per named record, appending each field's bytes to ``out``."""
 
-    def __init__(self) -> None:
+    def __init__(self, attributes: bool = False) -> None:
+        self.attributes = attributes
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self.functions: dict[str, str] = {}
         self._names = 0
+        self._memos: list[list[str]] = []  # per function being written: its memos' global names
+        self._loops = 0  # how deep in an array's or a map's items the code being written is
 
     def _fresh(self, prefix: str) -> str:
         self._names += 1
@@ -259,15 +286,27 @@ class _Generator:
     def named_function(self, schema: dict[str, Any]) -> str:
         function = self.functions[schema["name"]] = self._fresh("_record")
         body: list[str] = []
+        self._memos.append([])
         self._record_fields(schema, "value", body, "    ")
-        self.lines += [f"def {function}(value):", "    out = []", *body, "    return b''.join(out)", ""]
+        memos = self._memos.pop()
+        declared = [f"    global {', '.join(memos)}"] if memos else []
+        self.lines += [f"def {function}(value):", *declared, "    out = []", *body, "    return b''.join(out)", ""]
         return function
 
     def _record_fields(self, schema: dict[str, Any], value: str, body: list[str], indent: str) -> None:
-        body.append(f"{indent}if type({value}) is not dict: raise _NotFast")
+        if self.attributes:
+            # Only a record whose to_avro() is its attributes (AVRO_ATTRIBUTES) is read this way.
+            body.append(f"{indent}if {value}.AVRO_ATTRIBUTES is not True: raise _NotFast")
+        else:
+            body.append(f"{indent}if type({value}) is not dict: raise _NotFast")
         for field in schema["fields"]:
             item = self._fresh("v")
-            body.append(f"{indent}{item} = {value}[{field['name']!r}]")
+            if self.attributes:
+                if not field["name"].isidentifier():
+                    raise _Unsupported(field["name"])
+                body.append(f"{indent}{item} = {value}.{field['name']}")
+            else:
+                body.append(f"{indent}{item} = {value}[{field['name']!r}]")
             self._value(field["type"], item, body, indent)
 
     def _value(self, schema: Any, value: str, body: list[str], indent: str) -> None:
@@ -282,12 +321,18 @@ class _Generator:
             raise _Unsupported(logical)
         if kind == "null":
             return body.append(f"{indent}if {value} is not None: raise _NotFast")
+        if kind in _MEMO_KINDS and not self._loops:
+            return self._memoised(kind, value, body, indent)
         if kind in _PYTHON_TYPES:
             body.append(f"{indent}if type({value}) is not {_PYTHON_TYPES[kind]}: raise _NotFast")
             return self._primitive(kind, value, body, indent)
         if kind == "enum":
             indexes = self._fresh("_enum")
             self.constants[indexes] = {symbol: _SMALL[i + 64] for i, symbol in enumerate(schema["symbols"])}
+            if self.attributes:  # an enum member, written by its name as to_avro() gives it
+                self.functions[schema["name"]] = f"_enum_member({indexes})"
+                self.constants["_enum_member"] = _enum_member
+                return body.append(f"{indent}out.append({indexes}[{value}._name_])")
             self.functions[schema["name"]] = f"{indexes}.__getitem__"
             body.append(f"{indent}if type({value}) is not str: raise _NotFast")
             return body.append(f"{indent}out.append({indexes}[{value}])")
@@ -296,6 +341,28 @@ class _Generator:
         if kind in ("array", "map"):
             return self._repeated(schema, value, body, indent)
         raise _Unsupported(kind)
+
+    def _memoised(self, kind: str, value: str, body: list[str], indent: str) -> None:
+        """A string or long field whose last value and bytes are kept: the records of one batch share most
+        of theirs (the same stream, segment, binding, mark and timestamp objects), so the next one often
+        holds the very same object and its bytes are reused. Kept as one tuple, swapped whole (threads)."""
+        memo = self._fresh("_memo")
+        self.constants[memo] = (_MISSING, b"")
+        self._memos[-1].append(memo)
+        piece = self._fresh("p")
+        body += [f"{indent}if {memo}[0] is {value}:", f"{indent}    out.append({memo}[1])", f"{indent}else:",
+                 f"{indent}    if type({value}) is not {_PYTHON_TYPES[kind]}: raise _NotFast"]
+        inner = indent + "    "
+        if kind == "string":
+            data = self._fresh("b")
+            body += [f"{inner}{data} = {value}.encode()",
+                     f"{inner}{piece} = (_SMALL[len({data}) + 64] if len({data}) < 1024 else _varint(len({data})))"
+                     f" + {data}"]
+        else:
+            low, high = _RANGES[kind]
+            body += [f"{inner}if not {low} <= {value} <= {high}: raise _NotFast",
+                     f"{inner}{piece} = _SMALL[{value} + 64] if -64 <= {value} < 1024 else _varint({value})"]
+        body += [f"{inner}{memo} = ({value}, {piece})", f"{inner}out.append({piece})"]
 
     def _primitive(self, kind: str, value: str, body: list[str], indent: str) -> None:
         if kind in _RANGES:
@@ -324,11 +391,14 @@ class _Generator:
     def _repeated(self, schema: dict[str, Any], value: str, body: list[str], indent: str) -> None:
         # Avro writes a non-empty array or map as one block (its count, then the items) and a 0.
         is_map = schema["type"] == "map"
+        if is_map and self.attributes:  # key-unique (key, value) pairs, as AVRO_ATTRIBUTES records keep a map
+            return self._pairs(schema, value, body, indent)
         body += [f"{indent}if type({value}) is not {'dict' if is_map else 'list'}"
                  + ("" if is_map else f" and type({value}) is not tuple") + ": raise _NotFast",
                  f"{indent}if {value}:",
                  f"{indent}    out.append(_SMALL[len({value}) + 64] if len({value}) < 1024 else _varint(len({value})))"]
         item = self._fresh("v")
+        self._loops += 1
         if is_map:
             key = self._fresh("k")
             body.append(f"{indent}    for {key}, {item} in {value}.items():")
@@ -337,4 +407,22 @@ class _Generator:
         else:
             body.append(f"{indent}    for {item} in {value}:")
             self._value(schema["items"], item, body, indent + "        ")
+        self._loops -= 1
         body.append(f"{indent}out.append(b'\\x00')")
+
+    def _pairs(self, schema: dict[str, Any], value: str, body: list[str], indent: str) -> None:
+        body += [f"{indent}if type({value}) is not tuple: raise _NotFast",
+                 f"{indent}if {value}:",
+                 f"{indent}    out.append(_SMALL[len({value}) + 64] if len({value}) < 1024 else _varint(len({value})))"]
+        key, item = self._fresh("k"), self._fresh("v")
+        body.append(f"{indent}    for {key}, {item} in {value}:")
+        self._loops += 1
+        self._value("string", key, body, indent + "        ")
+        self._value(schema["values"], item, body, indent + "        ")
+        self._loops -= 1
+        body.append(f"{indent}out.append(b'\\x00')")
+
+
+def _enum_member(indexes: dict[str, bytes]) -> Callable[[Any], bytes]:
+    """An enum's encoding by member (a named enum used again in the same schema, read from attributes)."""
+    return lambda member: indexes[member._name_]

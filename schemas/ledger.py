@@ -32,10 +32,16 @@ _R = TypeVar("_R")
 
 
 def _from_checked(cls: type[_R], fields: dict[str, Any]) -> _R:
-    """An instance of the frozen dataclass ``cls`` holding ``fields`` as given, without ``__init__``."""
+    """An instance of the frozen dataclass ``cls`` holding ``fields`` as given, without ``__init__``.
+
+    ``fields`` becomes the instance's own ``__dict__`` (no copy): callers hand over a dict they built
+    for it and keep no reference."""
     record = object.__new__(cls)
-    record.__dict__.update(fields)
+    _set_attribute(record, "__dict__", fields)
     return record
+
+
+_set_attribute = object.__setattr__
 
 
 class LedgerComponent(enum.Enum):
@@ -87,6 +93,7 @@ class OffloadContext(AvroRecord):
     """
 
     SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.OffloadContext")
+    AVRO_ATTRIBUTES: ClassVar[bool] = True
 
     uuid_msb: int
     uuid_lsb: int
@@ -142,6 +149,7 @@ class ChunkLocation(AvroRecord):
     """
 
     SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.ChunkLocation")
+    AVRO_ATTRIBUTES: ClassVar[bool] = True
 
     key: str
     bucket: str | None = None
@@ -198,6 +206,7 @@ class PendingDeleteLedgerInfo(AvroRecord):
     """
 
     SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.PendingDeleteLedgerInfo")
+    AVRO_ATTRIBUTES: ClassVar[bool] = True
 
     topic_name: str
     ledger_component: LedgerComponent
