@@ -28,8 +28,8 @@ from tests.support.supervised import children, counted, starts, wait_children, w
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CHUNKS = 6_000
-SUPERVISOR_LIVES = 4
+CHUNKS = 10_000
+SUPERVISOR_LIVES = 3
 CHILD_KILLS_A_LIFE = 3
 
 
@@ -44,7 +44,7 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
         backlog = Backlog.marked(pipe, live=50, segments=20, per_segment=CHUNKS // 20)
         rng = random.Random(20261126)
         # Static members (chaos-0, chaos-1): a restarted child takes its place back without a rebalance wait.
-        env = {"RECLAIM_PROCESSES": "2", "RECLAIM_INSTANCE_ID": "chaos", "RECLAIM_BATCH_SIZE": "20"}
+        env = {"RECLAIM_PROCESSES": "2", "RECLAIM_INSTANCE_ID": "chaos", "RECLAIM_BATCH_SIZE": "10"}
         child_kills = 0
         for _ in range(SUPERVISOR_LIVES):
             port = free_port()
@@ -81,8 +81,8 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
 
 def wait_for_work(rng: random.Random, port: int, supervisor: subprocess.Popen[bytes], log: Path) -> None:
     """Until the host has deleted a random few more chunks, or a random while has passed."""
-    start, target = counted(port, "reclaim_ledgers_deleted_total"), rng.randint(1, CHUNKS // 40)
-    began, patience = time.monotonic(), rng.uniform(0.5, 4)
+    start, target = counted(port, "reclaim_ledgers_deleted_total"), rng.randint(1, CHUNKS // 100)
+    began, patience = time.monotonic(), rng.uniform(0.3, 2)
     while counted(port, "reclaim_ledgers_deleted_total") - start < target and time.monotonic() - began < patience:
         assert supervisor.poll() is None, f"the supervisor died by itself: {log.read_text()[-3000:]}"
         time.sleep(0.05)
