@@ -88,7 +88,8 @@ class MultiHostStack:
             own["RECLAIM_METRICS_PORT"] = str(METRICS_PORT)
             argv += ["--metrics-addr", self.net[host].address]
         with self.net[host].entered():
-            return spawn(argv, state_dir / "worker.log", env={**os.environ, **env, **own})
+            # One worker process a host, as before --processes, unless ``env`` asks for more.
+            return spawn(argv, state_dir / "worker.log", env={**os.environ, "RECLAIM_PROCESSES": "1", **env, **own})
 
     def metrics(self, host: str) -> dict[str, float]:
         """The samples a worker on ``host`` serves, keyed ``name{label="value",...}``; empty when it does not

@@ -38,12 +38,16 @@ def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
 def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threading.Event) -> None:
     """Create the zero series of the worker's topics and bindings, serve every metric, and keep the
     in-flight estimate and the dependency gauges current until ``stop``."""
-    topics = runtime.topic_names(settings)
     probes, binding_names = health.worker_probes(settings)
-    metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
-    storage_metrics.initialise(binding_names)
+    _zero_series(settings, binding_names)
     preflight.serve_metrics(port, metrics_addr)
     _watch(settings, probes, stop)
+
+
+def _zero_series(settings: Settings, binding_names: list[str]) -> None:
+    topics = runtime.topic_names(settings)
+    metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
+    storage_metrics.initialise(binding_names)
 
 
 def _watch(settings: Settings, probes: list[health.Probe], stop: threading.Event) -> None:
@@ -66,6 +70,11 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
             _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
         store, bindings = _checked_dependencies(settings)
         return _run_one(settings, store, bindings, stop)
+    return _run_sized(settings, metrics_addr, stop)
+
+
+def _run_sized(settings: Settings, metrics_addr: str, stop: threading.Event) -> int:
+    """Check the dependencies, then run as one worker or supervise several, as the host and topic allow."""
     # The port is taken before the checks, as with one process; what it serves is known after them.
     endpoint = None
     if settings.metrics_port is not None:
@@ -75,10 +84,8 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
     try:
         processes = settings.processes or _default_processes(settings)
         if processes == 1 and endpoint is not None:
-            topics = runtime.topic_names(settings)
             probes, binding_names = health.worker_probes(settings)
-            metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
-            storage_metrics.initialise(binding_names)
+            _zero_series(settings, binding_names)
             _watch(settings, probes, stop)
     except BaseException:
         bindings.close()
@@ -102,9 +109,7 @@ def run_child(settings: Settings, index: int, lifeline: int, stop: threading.Eve
     store = runtime.metadata_store(settings, create=False)
     bindings = runtime.storage_bindings(settings)
     if settings.metrics_port is not None:
-        topics = runtime.topic_names(settings)
-        metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], bindings.names())
-        storage_metrics.initialise(bindings.names())
+        _zero_series(settings, bindings.names())
     try:
         return _run_consumers(settings, store, bindings, stop)
     finally:
