@@ -21,6 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from reclaim.storage import s3_delete
 from reclaim.storage.base import MAX_PAGE_SIZE, BaseChunkStorage, LevelPage, ObjectPage, StoredObject
 from reclaim.storage.chunks import (
     MAX_CHUNK_NAME_BYTES,
@@ -127,6 +128,7 @@ class S3ChunkStorage(BaseChunkStorage):
         self._settings = settings
         self._client = client
         self._client_lock = threading.Lock()
+        self._own_delete_body = False  # set when the client built here carries s3_delete's hooks
 
     @property
     def bucket(self) -> str | None:
@@ -157,7 +159,7 @@ class S3ChunkStorage(BaseChunkStorage):
         # boto3's default session resolves the credential chain once per process: a session of its
         # own reads the environment (AWS_PROFILE, a refreshed token file) as it is now.
         client = boto3.client if keys else boto3.Session().client
-        return client(
+        built = client(
             "s3", endpoint_url=s.endpoint_url, region_name=s.region, **keys,
             config=Config(
                 s3={"addressing_style": "path" if path_style else "virtual"},
@@ -168,6 +170,8 @@ class S3ChunkStorage(BaseChunkStorage):
                 parameter_validation=False,
             ),
         )
+        self._own_delete_body = s3_delete.install(built)
+        return built
 
     def object_key(self, name: str) -> str:
         """The S3 key of chunk ``name``: the configured key prefix followed by the name."""
@@ -314,9 +318,7 @@ class S3ChunkStorage(BaseChunkStorage):
     def _delete_batch(self, names: Sequence[str]) -> list[DeleteResult]:
         by_key = {self.object_key(name): name for name in names}
         try:
-            # Quiet mode: the response lists only the keys that failed, which keeps a 1000-key reply small.
-            response = self._call(None, "delete_objects", Delete={
-                "Objects": [{"Key": key} for key in by_key], "Quiet": True})
+            response = self._delete_objects(list(by_key))
         except StorageError as exc:
             return [DeleteResult(name, DeleteOutcome.FAILED, exc) for name in names]
         results: dict[str, DeleteResult] = {}
@@ -331,6 +333,17 @@ class S3ChunkStorage(BaseChunkStorage):
             error = classify_s3_code(code, 0, f"S3 {code}: {item.get('Message', '')}", name)
             results[name] = DeleteResult(name, DeleteOutcome.FAILED, error)
         return [results.get(name, DeleteResult(name, DeleteOutcome.DELETED)) for name in names]
+
+    def _delete_objects(self, keys: list[str]) -> Any:
+        """One ``DeleteObjects`` in Quiet mode: the response lists only the keys that failed, which keeps a
+        1000-key reply small. A client built here gets its body from :mod:`reclaim.storage.s3_delete`."""
+        client = self.client  # built first: whether it carries the hooks is known from then on
+        if not self._own_delete_body:
+            return self._call(None, "delete_objects", Delete={"Objects": [{"Key": key} for key in keys], "Quiet": True})
+        try:
+            return s3_delete.delete_objects(client, self._settings.bucket, keys)
+        except (ClientError, BotoCoreError) as exc:
+            raise map_s3_error(exc, None) from exc
 
     def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
         results: list[DeleteResult] = []

@@ -1,0 +1,80 @@
+"""S3 ``DeleteObjects`` of up to 1000 keys through boto3 without botocore's work per key.
+
+Two hooks on the binding's own client, through botocore's documented events:
+
+- the request body is built here as one string (``before-call``), where botocore would build an
+  ElementTree element per key and serialize it: about 5 ms of CPU per 1000 keys. botocore is handed an
+  empty ``Objects`` list, so a call whose body this module did not supply is a malformed request that the
+  server refuses (every key fails and is retried), never a delete of fewer keys reported as all deleted;
+  botocore still signs the body, adds its checksum, sends and retries it;
+- the reply's ``<Deleted>`` entries are dropped before botocore parses it (``before-parse``). In
+  ``Quiet`` mode, which the request asks for, the server lists only the keys that failed (AWS does);
+  moto ignores ``Quiet`` and lists every key, which botocore then turned into 1000 dicts nobody reads.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+from xml.sax.saxutils import escape
+
+from reclaim.storage.errors import StorageError
+
+__all__ = ["delete_objects", "install"]
+
+_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
+_DELETED = re.compile(rb"<Deleted>.*?</Deleted>", re.DOTALL)
+_pending = threading.local()
+
+
+class BodyNotSent(StorageError):
+    """The request went out without the body built here (the client has no hook installed): every key of
+    it failed."""
+
+
+def request_body(keys: Iterable[str]) -> bytes:
+    """The ``Delete`` document of ``keys`` in Quiet mode, as botocore would serialize it."""
+    objects = "".join(f"<Object><Key>{escape(key)}</Key></Object>" for key in keys)
+    return f'<Delete xmlns="{_NAMESPACE}">{objects}<Quiet>true</Quiet></Delete>'.encode()
+
+
+def install(client: Any) -> bool:
+    """Register the two hooks on a botocore client; False for a client that has no event system (a stub)."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is None:
+        return False
+    events.register("before-call.s3.DeleteObjects", _use_body)
+    events.register_first("before-parse.s3.DeleteObjects", _drop_deleted)
+    return True
+
+
+def delete_objects(client: Any, bucket: str | None, keys: Iterable[str]) -> dict[str, Any]:
+    """``client.delete_objects`` of ``keys`` in Quiet mode, with the body built here (``install`` first).
+
+    Raises
+    ------
+    BodyNotSent
+        When the hook did not take the body (nothing was deleted: botocore sent an empty list).
+    """
+    _pending.body = request_body(keys)
+    try:
+        response: dict[str, Any] = client.delete_objects(Bucket=bucket, Delete={"Objects": [], "Quiet": True})
+    finally:
+        unsent = _pending.__dict__.pop("body", None)
+    if unsent is not None:
+        raise BodyNotSent("DeleteObjects went out without its keys: the client's hook is not installed")
+    return response
+
+
+def _use_body(params: dict[str, Any], **_kwargs: Any) -> None:
+    body = _pending.__dict__.pop("body", None)
+    if body is not None:
+        params["body"] = body
+
+
+def _drop_deleted(response_dict: dict[str, Any], **_kwargs: Any) -> None:
+    body = response_dict.get("body")
+    if response_dict.get("status_code") == 200 and body and b"<Deleted>" in body:
+        response_dict["body"] = _DELETED.sub(b"", body)
