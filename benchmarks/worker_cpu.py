@@ -2,10 +2,10 @@
 
 CPU time, not wall time: the process's own clock (user + system, every thread, from ``/proc/<pid>/stat``)
 does not depend on what else runs on the machine, where a drain's wall time does. For each binding (moto,
-MinIO, the filesystem) and each size, one drain: ``size`` live chunks created through the binding with
-their tags and rows; one ``reclaim worker`` started (settings as deployed) and, once it holds its
-partitions, phase 1 (``LedgerDeletionService.mark``) retires the rows, commits the mark and publishes one
-record a chunk while the worker drains them, until its group's lag is 0.
+MinIO, the filesystem) and each size, one drain: ``size`` chunks created through the binding with their
+tags, their rows retired under a committed mark as phase 1 leaves them; one ``reclaim worker`` started
+(settings as deployed) and, once it holds its partitions, one pending delete a chunk (phase 1's records,
+encoded by its codec) produced while it runs, until its group's lag is 0.
 Every record thus takes the normal path: read for the first time, row found retired, ownership checked
 against it, object deleted in a 1000-key batch, row removed. The run checks afterwards that no object and
 no row is left.
@@ -18,11 +18,12 @@ split by stage, from the worker's stage clocks (:mod:`reclaim.stage_clock`, enab
 stage, once per batch. ``other`` is the rest of the process: librdkafka's threads and the consume call,
 the interpreter's garbage collector between stages, the S3 client's connection pool.
 
-With ``--before FILE`` (a results file of an earlier run, say at an earlier commit) its figures are printed
-first, then this run's beside them.
+With ``--before-commit REV`` each drain is also run, just before this tree's, by the worker of commit REV
+(a git worktree of it, run with ``PYTHONPATH`` pointing at it), and its figures are printed first: before
+and after measured in the same conditions, on a machine whose load moves every figure.
 
 Run: ``.venv/bin/python -m benchmarks.worker_cpu [--bindings moto,minio,fs] [--pairs 2000/10000,5000/20000]
-[--before benchmarks/results/<date>-<commit>.json]``. It starts its own Kafka broker, moto and MinIO
+[--before-commit REV]``. It starts its own Kafka broker, moto and MinIO
 (built from its Go module on first use) unless RECLAIM_BOOTSTRAP names a running broker.
 """
 
@@ -35,38 +36,42 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from confluent_kafka import KafkaException  # noqa: E402
+from confluent_kafka import KafkaException, Producer  # noqa: E402
 
 from benchmarks.deletion_setup import (  # noqa: E402
+    PAYLOAD,
     fresh_topics,
     group_lag,
+    new_chunks,
     own_broker,
     stop_workers,
+    store_rows,
     wait_for_members,
-    write_chunks,
 )
 from benchmarks.minio import start_minio  # noqa: E402
 from benchmarks.results import Figures, record  # noqa: E402
 from benchmarks.worker_memory import STALL_S  # noqa: E402
-from reclaim.deletion.mark import LedgerDeletionService  # noqa: E402
+from reclaim.deletion.mark import new_mark_id  # noqa: E402
+from reclaim.deletion.records import pending_deletes_for  # noqa: E402
 from reclaim.localstack.procs import stop_pid  # noqa: E402
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, start_s3  # noqa: E402
-from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher  # noqa: E402
-from reclaim.producers.producer import RecordProducer  # noqa: E402
 from reclaim.schemas.codec import build_codec  # noqa: E402
 from reclaim.settings import Settings  # noqa: E402
 from reclaim.stage_clock import ENV as STAGE_ENV  # noqa: E402
 from reclaim.stage_clock import STAGES  # noqa: E402
 from reclaim.storage.base import BaseChunkStorage  # noqa: E402
 from reclaim.storage.filesystem import FileSystemChunkStorage  # noqa: E402
+from reclaim.storage.metadata import MarkRecord, MarkState  # noqa: E402
 from reclaim.storage.s3 import S3ChunkStorage  # noqa: E402
 from reclaim.storage.sql_store import SQLiteMetadataStore  # noqa: E402
 
@@ -76,6 +81,7 @@ TARGET_US = 45.0
 #: Stages printed as their own line; ``facts`` is part of ``prepare`` and printed under it.
 SHOWN = (*STAGES, "other")
 TICKS = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -129,33 +135,71 @@ def joined(bootstrap: str, group: str, timeout_s: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def drain(bootstrap: str, target: Target, n: int, state: Path) -> Drain:
-    """Chunks, a worker joined, phase 1 on every chunk, the worker timed until its group's lag is 0."""
+def backlog(store: SQLiteMetadataStore, binding: BaseChunkStorage, n: int) -> list[tuple[bytes, bytes]]:
+    """``n`` chunks created through ``binding`` with their tags, their rows retired under a committed mark
+    (as phase 1 leaves them), and their pending deletes as phase 1 encodes them: (key, value)."""
+    mark_id = new_mark_id()
+    chunks = new_chunks(binding, n, active=False, mark_id=mark_id)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda c: binding.create_with_content(c.name, PAYLOAD, c.tags), chunks))
+    with store.transaction() as txn:
+        txn.put_mark(MarkRecord(mark_id, MarkState.COMMITTED, time.time()))
+    store_rows(store, chunks)
+    codec = build_codec()
+    return [(info.chunk_name.encode(), codec.encode(info, "")) for info in
+            pending_deletes_for(chunks, mark_id, int(time.time() * 1000))]
+
+
+def produce(bootstrap: str, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    failures: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(120) == 0 and not failures, f"backlog not fully produced: {failures[:1]}"
+
+
+def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None = None) -> Drain:
+    """A backlog of retired chunks; a worker joined; their pending deletes produced while it runs, the
+    worker timed until its group's lag is 0.
+
+    The rows are retired before the records exist and the records arrive after the worker holds its
+    partitions, so each record is read once, for the first time, and cleared for deletion (a record
+    read before its mark commits would be retried, and a retried record's key listed first). ``tree``: a
+    checkout of another commit to run the worker from (:func:`before_tree`).
+    """
     prefix, topics = fresh_topics(bootstrap)
     db = state / "metadata.db"
     store = SQLiteMetadataStore(db)
-    chunks = write_chunks(store, target.binding, n)
-    producer = RecordProducer(bootstrap, "idempotent-producer")
-    service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, build_codec(), topics.deletion))
+    records = backlog(store, target.binding, n)
     group, stages_file = f"{prefix}group", state / "stages.json"
     env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_")}
     env |= {"RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_METADATA_PATH": str(db),
             "RECLAIM_GROUP_ID": group, "RECLAIM_STATE_DIR": str(state), "RECLAIM_PROCESSES": "1",
             STAGE_ENV: str(stages_file), **target.env}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     log_path = state / "worker.log"
     proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=log_path.open("wb"))
+                            stderr=log_path.open("wb"), cwd=tree)
     try:
         try:
             joined(bootstrap, group)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the worker said:\n{log_path.read_text(errors='replace')[-2000:]}") from exc
-        # The worker keeps polling while phase 1 runs (a stopped one would miss its heartbeats and, rejoining,
-        # find every record below its horizon: the listed path). Idle polls cost it next to nothing.
         os.sync()
         joined_cpu, started = process_cpu_s(proc.pid), time.perf_counter()
-        marked = service.mark(chunks)
-        assert not marked.failed, f"{len(marked.failed)} chunks not confirmed by phase 1"
+        produce(bootstrap, topics.deletion, records)
         deadline = time.monotonic() + STALL_S + n / 100
         while group_lag(bootstrap, group, topics.deletion_inputs) != 0:
             assert proc.poll() is None, f"the worker exited: {log_path.read_text(errors='replace')[-2000:]}"
@@ -165,7 +209,6 @@ def drain(bootstrap: str, target: Target, n: int, state: Path) -> Drain:
         cpu = process_cpu_s(proc.pid)
     finally:
         stop_workers([proc])
-        producer.close()
     stages = json.loads(stages_file.read_text()) if stages_file.exists() else {}
     left = next(iter(target.binding.iter_names()), None)
     rows = sum(len(store.list_chunks(segment, active_only=False)) for segment in store.segment_names())
@@ -204,7 +247,7 @@ def report(name: str, drains: Mapping[int, Drain], size_pairs: Sequence[tuple[in
         figures.add(f"{key}_drain_us_per_record", run.drain_cpu_s / n * 1e6)
         figures.add(f"{key}_wall_s", run.wall_s)
         print(f"  {n:>6} records: CPU {run.cpu_s:6.2f} s, {run.cpu_s / n * 1e6:6.1f} µs/record with the start, "
-              f"{run.drain_cpu_s / n * 1e6:6.1f} µs/record from phase 1 to lag 0 ({run.wall_s:5.1f} s wall)")
+              f"{run.drain_cpu_s / n * 1e6:6.1f} µs/record from the first record to lag 0 ({run.wall_s:5.1f} s wall)")
     header = "".join(f"{stage:>9}" for stage in SHOWN)
     print(f"  marginal µs/record     total |{header}")
     for small, big in size_pairs:
@@ -222,23 +265,20 @@ def report(name: str, drains: Mapping[int, Drain], size_pairs: Sequence[tuple[in
         print(f"  {small:>6} -> {big:<6}   {total:8.1f} |{cells}{goal}")
 
 
-def print_before(path: Path) -> None:
-    """The figures of the last ``worker_cpu`` run in an earlier results file, as that run printed them."""
-    runs = [run for run in json.loads(path.read_text())["runs"] if run["benchmark"] == "worker_cpu"]
-    if not runs:
-        raise SystemExit(f"{path} holds no worker_cpu run")
-    commit = json.loads(path.read_text()).get("commit", "?")
-    figures = runs[-1]["figures"]
-    print(f"before (commit {commit}, from {path}):")
-    for name in runs[-1]["args"]["bindings"]:
-        for small, big in (tuple(p) for p in runs[-1]["args"]["pairs"]):
-            key = f"{name}_{small}_{big}_marginal"
-            if f"{key}_us_per_record" not in figures:
-                continue
-            cells = "  ".join(f"{stage} {figures.get(f'{key}_{stage}_us_per_record', 0):.1f}" for stage in SHOWN)
-            starts = ", ".join(f"{figures.get(f'{name}_{n}_with_start_us_per_record', 0):.0f}" for n in (small, big))
-            print(f"  {name:5} {small}->{big}: marginal {figures[f'{key}_us_per_record']:.1f} µs/record "
-                  f"(with the start {starts}); {cells}")
+def before_tree(commit: str, work: Path) -> Path:
+    """A checkout of ``commit`` that ``python -m reclaim`` runs from with ``PYTHONPATH`` set to it: its design
+    folders linked into its ``reclaim`` package, as the install maps them (``consumers/`` is ``reclaim.consumers``)."""
+    tree = work / "before"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(tree), commit], check=True)
+    mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in mapping.items():
+        if package.count(".") == 1 and folder != "reclaim":
+            (tree / "reclaim" / package.split(".")[1]).symlink_to(tree / folder)
+    return tree
+
+
+def drop_tree(tree: Path) -> None:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
 
 def main() -> None:
@@ -247,10 +287,9 @@ def main() -> None:
                         help=f"a comma list of {', '.join(BINDINGS)} (default all)")
     parser.add_argument("--pairs", type=pairs, default=[(2000, 10_000), (5000, 20_000)],
                         help="sizes of the drains whose difference is measured (default 2000/10000,5000/20000)")
-    parser.add_argument("--before", type=Path, help="a results file of an earlier run, printed first")
+    parser.add_argument("--before-commit", metavar="REV", help="also run, drain for drain before this tree's, the "
+                        "worker of an earlier commit (a git worktree of it), and print its figures first")
     args = parser.parse_args()
-    if args.before:
-        print_before(args.before)
     settings = Settings.from_env()
     sizes = sorted({n for pair in args.pairs for n in pair})
     begun, figures = time.time(), Figures()
@@ -260,6 +299,9 @@ def main() -> None:
         started: list[int] = []
         try:
             bootstrap = own_broker(settings, work, started)
+            versions: dict[str, Path | None] = {"now": None}
+            if args.before_commit:
+                versions = {"before": before_tree(args.before_commit, work), **versions}
             for name in args.bindings:
                 endpoint = None
                 if name == "moto":
@@ -268,18 +310,23 @@ def main() -> None:
                 elif name == "minio":
                     pid, endpoint = start_minio(work / "minio", settings.cache_dir)
                     started.append(pid)
-                print(f"{name}:")
-                drains: dict[int, Drain] = {}
+                drains: dict[str, dict[int, Drain]] = {version: {} for version in versions}
                 for n in sizes:
-                    state = work / f"{name}-{n}"
-                    state.mkdir()
-                    target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
-                    drains[n] = drain(bootstrap, target, n, state)
-                report(name, drains, args.pairs, figures)
+                    for version, tree in versions.items():  # the same conditions for both, one after the other
+                        state = work / f"{version}-{name}-{n}"
+                        state.mkdir()
+                        target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
+                        drains[version][n] = drain(bootstrap, target, n, state, tree)
+                for version in versions:
+                    label = f"at {args.before_commit}" if version == "before" else "this tree"
+                    print(f"{name}, {label}:")
+                    report(f"before_{name}" if version == "before" else name, drains[version], args.pairs, figures)
         finally:
             for pid in started:
                 stop_pid(pid)
-    record("worker_cpu", {**vars(args), "before": str(args.before) if args.before else None}, figures, begun)
+            if args.before_commit:
+                drop_tree(work / "before")
+    record("worker_cpu", vars(args), figures, begun)
 
 
 if __name__ == "__main__":
