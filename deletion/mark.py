@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import operator
 import threading
 import time
 import uuid
@@ -21,6 +22,8 @@ from reclaim.segments.garbage import PreparedMark, retire
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, MetadataStore, MetadataTransaction
 
 log = logging.getLogger(__name__)
+
+_ledger_type = operator.attrgetter("ledger_type")
 
 LayoutUpdate = Callable[[MetadataTransaction, Sequence[ChunkRecord]], None]
 
@@ -187,7 +190,8 @@ class LedgerDeletionService:
         failed_records = self._publisher.publish(records) if records else []
         failed = {record.chunk_name for record in failed_records}
         # A chunk's records count as sent only when all of them were confirmed, as the chunk is marked.
-        sent = Counter(record.ledger_type for record in records if not failed or record.chunk_name not in failed)
+        sent = Counter(map(_ledger_type, records) if not failed else
+                       (record.ledger_type for record in records if record.chunk_name not in failed))
         for ledger_type, count in sent.items():
             metrics.PENDING_DELETES_SENT.labels(metrics.snake(ledger_type.name)).inc(count)
         if failed:

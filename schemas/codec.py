@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
 from fastavro import schemaless_writer
@@ -33,6 +33,10 @@ class RecordCodec(Protocol):
 
     def encode(self, record: AvroRecord, topic: str) -> bytes:
         """Encode ``record`` for ``topic``; raise ``RecordEncodeError``."""
+        ...
+
+    def encode_all(self, records: Sequence[AvroRecord], topic: str) -> list[bytes]:
+        """``encode`` of each of ``records``, in order (a batch, such as one mark's pending deletes)."""
         ...
 
     @overload
@@ -91,7 +95,7 @@ class SingleObjectCodec:
         schema = self.catalog.schema_for(type(record))
         body = self._fast_body(record, schema)
         if body is not None:
-            return SINGLE_OBJECT_MARKER + schema.fingerprint + body
+            return b"".join((SINGLE_OBJECT_MARKER, schema.fingerprint, body))
         datum = record_datum(record, schema)
         out = io.BytesIO()
         out.write(SINGLE_OBJECT_MARKER)
@@ -102,6 +106,33 @@ class SingleObjectCodec:
             # validate() has already checked the datum; this guards fastavro's own limits.
             raise RecordEncodeError(EncodeReason.INVALID_RECORD, f"{schema.name}: {exc}") from exc
         return out.getvalue()
+
+    def encode_all(self, records: Sequence[AvroRecord], topic: str = "") -> list[bytes]:
+        """``encode`` of each of ``records``, in order; ``topic`` is not used.
+
+        The schema, header and attribute encoder are looked up once per run of records of one type (a
+        mark's pending deletes are all one), not once per record; anything the attribute encoder does
+        not take goes through ``encode``.
+        """
+        values: list[bytes] = []
+        kind: type[AvroRecord] | None = None
+        header, reader = b"", None
+        for record in records:
+            if type(record) is not kind:
+                kind = type(record)
+                schema = self.catalog.schema_for(kind)
+                header = SINGLE_OBJECT_MARKER + schema.fingerprint
+                if kind.AVRO_ATTRIBUTES and schema.fingerprint not in self._attribute_encoders:
+                    self._attribute_encoders[schema.fingerprint] = compile_encoder(schema.parsed, attributes=True)
+                reader = self._attribute_encoders.get(schema.fingerprint) if kind.AVRO_ATTRIBUTES else None
+            if reader is not None:
+                try:
+                    values.append(header + reader(record))
+                    continue
+                except _FALLBACK:
+                    pass
+            values.append(self.encode(record))
+        return values
 
     def _fast_body(self, record: AvroRecord, schema: RecordSchema) -> bytes | None:
         """The Avro body from the compiled encoders, or None when the checked path must encode it."""
@@ -242,6 +273,8 @@ _SMALL = tuple(_zigzag_varint(n) for n in range(-64, 1024))
 _PLAIN_LOGICAL = {"timestamp-millis", "timestamp-micros", "date", "time-millis", "time-micros"}
 _RANGES = {"int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX)}
 _MEMO_KINDS = {"int", "long", "string"}
+#: How many strings an array's or a map's items keep the bytes of, per schema field.
+_CACHED_STRINGS = 256
 _PYTHON_TYPES = {"boolean": "bool", "int": "int", "long": "int", "float": "float", "double": "float",
                  "bytes": "bytes", "string": "str"}
 
@@ -323,6 +356,8 @@ class _Generator:
             return body.append(f"{indent}if {value} is not None: raise _NotFast")
         if kind in _MEMO_KINDS and not self._loops:
             return self._memoised(kind, value, body, indent)
+        if kind == "string" and self._loops:
+            return self._cached_string(value, body, indent)
         if kind in _PYTHON_TYPES:
             body.append(f"{indent}if type({value}) is not {_PYTHON_TYPES[kind]}: raise _NotFast")
             return self._primitive(kind, value, body, indent)
@@ -363,6 +398,20 @@ class _Generator:
             body += [f"{inner}if not {low} <= {value} <= {high}: raise _NotFast",
                      f"{inner}{piece} = _SMALL[{value} + 64] if -64 <= {value} < 1024 else _varint({value})"]
         body += [f"{inner}{memo} = ({value}, {piece})", f"{inner}out.append({piece})"]
+
+    def _cached_string(self, value: str, body: list[str], indent: str) -> None:
+        """A string among an array's or a map's items: the bytes of the first strings seen kept by value
+        (a map's keys, and most of its values, are the same few names record after record)."""
+        cache, piece, data = self._fresh("_cache"), self._fresh("p"), self._fresh("b")
+        self.constants[cache] = {}
+        body += [f"{indent}if type({value}) is not str: raise _NotFast",
+                 f"{indent}{piece} = {cache}.get({value})",
+                 f"{indent}if {piece} is None:",
+                 f"{indent}    {data} = {value}.encode()",
+                 f"{indent}    {piece} = (_SMALL[len({data}) + 64] if len({data}) < 1024 else _varint(len({data})))"
+                 f" + {data}",
+                 f"{indent}    if len({cache}) < {_CACHED_STRINGS}: {cache}[{value}] = {piece}",
+                 f"{indent}out.append({piece})"]
 
     def _primitive(self, kind: str, value: str, body: list[str], indent: str) -> None:
         if kind in _RANGES:

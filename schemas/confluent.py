@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from confluent_kafka.schema_registry import (
@@ -92,6 +92,10 @@ class ConfluentCodec:
         """Build with a new registry client for ``url`` (``mock://...`` gives an in-memory one)."""
         client = SchemaRegistryClient.new_client({**(registry_config or {}), "url": url})
         return cls(client, catalog=catalog, auto_register=auto_register)
+
+    def encode_all(self, records: Sequence[AvroRecord], topic: str) -> list[bytes]:
+        """``encode`` of each of ``records``, in order."""
+        return [self.encode(record, topic) for record in records]
 
     def encode(self, record: AvroRecord, topic: str) -> bytes:
         """Encode ``record`` in Confluent framing for ``topic``.

@@ -125,3 +125,20 @@ def test_values_kept_from_the_record_before_are_used_only_for_the_very_same_obje
     different = dataclasses.replace(first, topic_name="scope/other", segment_name="s", created_at=5, mark_id="m2")
     for record in (first, shared, copied, different, first, minimal_pending_delete(), first):
         assert codec.encode(record) == fastavro_encoding(record)
+
+
+def test_encode_all_is_encode_of_each_record_in_order() -> None:
+    mixed = [full_pending_delete(), minimal_pending_delete(), *sample_records().values(), full_pending_delete()]
+    codec = SingleObjectCodec()
+    assert codec.encode_all(mixed) == [fastavro_encoding(record) for record in mixed]
+    # One the attribute encoder does not take (an int in a float field) goes through encode.
+    segment = TopologySegment(5, 0.0, 1.0)
+    object.__setattr__(segment, "key_end", 1)
+    assert codec.encode_all([segment]) == [fastavro_encoding(TopologySegment(5, 0.0, 1.0))]
+
+
+def test_encode_all_names_an_invalid_field_as_encode_does() -> None:
+    record = dataclasses.replace(minimal_pending_delete(), ledger_id=-(2**63) - 1)
+    with pytest.raises(RecordEncodeError) as caught:
+        SingleObjectCodec().encode_all([minimal_pending_delete(), record])
+    assert "reclaim.PendingDeleteLedgerInfo.ledger_id" in str(caught.value)

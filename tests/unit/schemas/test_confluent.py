@@ -159,3 +159,8 @@ def test_random_framed_bytes_never_escape_the_typed_error(codec: ConfluentCodec,
             codec.decode(data, TOPIC)
         except RecordDecodeError as exc:
             assert str(exc).startswith(exc.reason.value)
+
+
+def test_encode_all_is_encode_of_each_record(codec: ConfluentCodec) -> None:
+    records = list(sample_records().values())
+    assert codec.encode_all(records, TOPIC) == [codec.encode(record, TOPIC) for record in records]
