@@ -330,8 +330,8 @@ def pace(n: int, fast_s: float, slow_s: float) -> Callable[[Sequence[Sweep]], fl
         if not first:
             first.append(last)
         done = deleted - first[0].counters[DELETED]
-        if done <= 0:
-            return slow_s
+        if done <= 0:  # no rate yet: the next batch may be the last
+            return fast_s
         rate = done / (last.ended - first[0].ended)
         return fast_s if (n - deleted) / rate < 0.5 + slow_s else slow_s
 

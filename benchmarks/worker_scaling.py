@@ -14,9 +14,14 @@ many objects. A drain:
    and no rebalance falls inside the drain (the stop is printed; past the consumers' 10 s session
    timeout a member leaves, which the run reports as a rebalanced round);
 4. SIGCONT, and the drain watched from outside the workers (:mod:`benchmarks.drain_watch`): their
-   metrics scraped every ``--scrape-ms``, the group's committed offsets polled at the same pace once every
-   object is deleted; CPU time of the workers, of the broker and S3 server, and of the whole machine read
-   from ``/proc``. Afterwards the bucket must be empty, the group's lag 0 and its members the same.
+   counters read every ``--scrape-ms`` (10) at the start and the end of the drain and every
+   ``--steady-scrape-ms`` (250) in between, from each worker's metrics endpoint, or, under a supervisor,
+   from its children's multiprocess files (its endpoint would sum them all again on every scrape, at a
+   cost to the workers of several ms each); the group's committed offsets polled every ``--scrape-ms``
+   once every object is deleted; CPU time of the workers, of the broker and S3 server, and of the whole
+   machine read from ``/proc``. Afterwards the bucket must be empty, the group's lag 0, its members the
+   same (else the round is marked as rebalanced), every outcome ``deleted`` and no key listed (a listed
+   round took the path of records read again).
 
 From the timestamps: *start* = first record polled -> first objects deleted (the first batched delete
 answered and its rows dropped); *steady* = the objects deleted after that, over the time until the last
@@ -154,6 +159,7 @@ def run_rounds(args: argparse.Namespace, bootstrap: str, tier2: Tier2, modes: li
         raw.append(raw_seconds(tier2, n, work))
         print(f"  raw {tier2.raw_name}: {raw[-1]:.3f} s ({n / raw[-1]:,.0f} objects/s)", flush=True)
     key = f"scaling_{tier2.name.lower()}_{n}"
+    print("figures (median, min, max over the rounds; spread = (max - min) / median):")
     figures.rate(f"{key}_raw", f"raw {tier2.raw_name}", n, raw)
     for mode in modes:
         print(f"{mode}:")
@@ -162,7 +168,7 @@ def run_rounds(args: argparse.Namespace, bootstrap: str, tier2: Tier2, modes: li
         for procs in args.processes[1:]:
             gain = steady[procs] / steady[base]
             figures.add(f"{key}_{mode}_{procs}p_over_{base}p_steady_ratio", gain)
-            figures.ratio(f"{key}_{mode}_{procs}p_over_{base}p_drain", f"{procs}p / {base}p, drain:",
+            figures.ratio(f"{key}_{mode}_{procs}p_over_{base}p_drain", f"speed-up {procs}p / {base}p, drain:",
                           [d.drain_s for d in drains[(mode, procs)]], [d.drain_s for d in drains[(mode, base)]])
             print(f"  speed-up {procs} / {base} processes, steady median: {gain:.2f}x "
                   f"(per process {gain * base / procs:.2f}x)")
