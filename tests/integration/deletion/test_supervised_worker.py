@@ -14,12 +14,13 @@ import pytest
 
 from reclaim.localstack.procs import free_port, pid_alive
 from reclaim.producers.topics import TopicNames
+from reclaim.services.supervisor import host_cores
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
 from tests.support.chaos import Backlog, spawn_worker
 from tests.support.pipeline import Pipeline, inflight, scrape
-from tests.support.supervised import counted, member_partitions, stops, wait_children, wait_gone
+from tests.support.supervised import counted, member_partitions, starts, stops, wait_children, wait_gone
 
 pytestmark = [pytest.mark.integration]
 
@@ -109,3 +110,29 @@ def test_a_supervisor_killed_outright_leaves_no_child_behind(four_partitions: Pi
     worker.wait(timeout=30)
     wait_gone(pids, timeout_s=60)  # each read the end of its lifeline and stopped as on SIGTERM
     assert "the supervisor is gone: finishing the batch in flight, then stopping" in log.read_text()
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_by_default_one_process_per_core_at_most_one_per_partition(
+        partitions: int, kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
+        unique_name: Callable[[str], str]) -> None:
+    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=partitions), open_metadata_store(str(tmp_path / "m.db")),
+                    StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
+                    unique_name("group"))
+    log, expected = tmp_path / "worker.log", min(host_cores(), partitions)
+    try:
+        worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="")  # unset: the default
+        deadline = time.monotonic() + 60
+        while "deletion worker started" not in log.read_text():
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        assert f"processes: {expected} (usable cores: {host_cores()}; partitions of {pipe.topics.deletion}: " \
+               f"{partitions}; consumers a process: 1)" in log.read_text()
+        if expected == 1:  # no supervisor: the worker itself, as with --processes 1
+            assert "storage bindings: fs-tier2" in log.read_text() and not starts(log)
+        else:
+            assert sorted(wait_children(log, expected)) == list(range(expected))
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        pipe.close()
