@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from reclaim.consumers.batches import BatchReport, Checked, Completed, Decoded, Judged, Partition, Polled, Undecodable
 from reclaim.consumers.horizons import Horizons, end_offset
-from reclaim.consumers.offsets import Position, plan_offsets
+from reclaim.consumers.offsets import Position, all_final, plan_offsets
 from reclaim.consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
 from reclaim.consumers.rerouter import Rerouter
 from reclaim.consumers.retry import Delivery, RetryTiers
@@ -226,7 +226,7 @@ class DeletionWorker:
                 held += 1
                 continue
             headers = msg.headers()
-            signature = tuple(signature_headers(headers))
+            signature = tuple(signature_headers(headers)) if headers else ()
             # A record as phase 1 wrote it carries its signature only: no retry history to read.
             history = headers if headers and len(headers) > len(signature) else None
             delivery = Delivery.of(topic, partition, offset, history, msg.timestamp()[1])
@@ -334,8 +334,11 @@ class DeletionWorker:
         sends = [(i, (j.polled, j.verdict, r)) for i, (j, r) in enumerate(zip(judged, routings, strict=True))
                  if r.route is not Route.ACK]
         unconfirmed = {sends[i][0] for i in self._rerouter.send([send for _, send in sends])}
-        plan = plan_offsets(Position(j.polled.source, j.polled.offset, i not in unconfirmed)
-                            for i, j in enumerate(judged))
+        if sends:
+            plan = plan_offsets(Position(j.polled.source, j.polled.offset, i not in unconfirmed)
+                                for i, j in enumerate(judged))
+        else:  # every record acked: nothing to seek back to, and no Position a record to build
+            plan = all_final((j.polled.source, j.polled.offset) for j in judged)
         if plan.store:
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in plan.store.items()])
             metrics.ACKED.inc(plan.acked)

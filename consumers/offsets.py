@@ -58,3 +58,16 @@ def plan_offsets(positions: Iterable[Position], dropped: AbstractSet[Partition] 
             seek[source] = group[final].offset
         acked += final
     return OffsetPlan(store, seek, acked)
+
+
+def all_final(read: Iterable[tuple[Partition, int]]) -> OffsetPlan:
+    """The plan of a batch whose records are all final, from where each was read: what
+    :func:`plan_offsets` gives for it (each partition stored past its last record, nothing sought),
+    without a :class:`Position` per record."""
+    store: dict[Partition, int] = {}
+    acked = 0
+    for source, offset in read:
+        acked += 1
+        if offset >= store.get(source, 0):
+            store[source] = offset + 1
+    return OffsetPlan(store, {}, acked)

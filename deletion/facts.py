@@ -37,10 +37,11 @@ class Pending:
     info: PendingDeleteLedgerInfo
     first_failure_ms: int | None = None
     redelivered: bool = True
+    copy: CopyKey = field(init=False, repr=False, compare=False)
+    """(storage binding, chunk name): made once, since every step of a batch looks the copy up by it."""
 
-    @property
-    def copy(self) -> CopyKey:
-        return (self.info.storage_binding, self.info.chunk_name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "copy", (self.info.storage_binding, self.info.chunk_name))
 
 
 @dataclass(frozen=True)

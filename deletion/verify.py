@@ -24,6 +24,9 @@ DELETED = Verdict(Outcome.DELETED)
 
 def missing_fields(info: PendingDeleteLedgerInfo) -> list[str]:
     """Essential fields that are empty: a record without them can never be acted on."""
+    if (info.topic_name and info.chunk_name and info.segment_name and info.storage_binding and info.location.key
+            and info.mark_id):
+        return []  # every record of a batch passes through here: the list is built only for one that fails
     essentials = {
         "topic_name": info.topic_name, "chunk_name": info.chunk_name, "segment_name": info.segment_name,
         "storage_binding": info.storage_binding, "location.key": info.location.key, "mark_id": info.mark_id,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reclaim.consumers.offsets import Position, plan_offsets
+from reclaim.consumers.batches import Partition
+from reclaim.consumers.offsets import Position, all_final, plan_offsets
 
 A, B = ("t", 0), ("t.retry-10s", 1)
 
@@ -68,3 +69,9 @@ def test_the_stored_offset_never_passes_a_record_that_is_not_final(batch: list[P
     kept = [p for p in batch if p.source not in dropped]
     assert plan.acked == sum(1 for p in kept if p.offset < plan.store.get(p.source, -1))
     assert set(plan.seek) == {p.source for p in kept if not p.final}
+
+
+
+@given(st.lists(st.tuples(st.sampled_from([A, B]), st.integers(0, 1000)), unique=True, max_size=40))
+def test_all_final_is_plan_offsets_of_a_batch_whose_records_are_all_final(read: list[tuple[Partition, int]]) -> None:
+    assert all_final(read) == plan_offsets(Position(source, offset, True) for source, offset in read)
