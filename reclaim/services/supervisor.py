@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -128,7 +128,13 @@ def usable_cores(affinity: int, cgroup_limit: int | None) -> int:
 
 def host_cores() -> int:
     """:func:`usable_cores` of this process: its affinity mask and its cgroup's ``cpu.max``."""
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    counted = getattr(os, "process_cpu_count", None)  # Python 3.13: the affinity where there is one
+    if counted is not None:
+        affinity = counted() or 1
+    elif hasattr(os, "sched_getaffinity"):
+        affinity = len(os.sched_getaffinity(0))
+    else:
+        affinity = os.cpu_count() or 1
     try:
         cpu_max: str | None = CGROUP_CPU_MAX.read_text()
     except OSError:
@@ -177,7 +183,6 @@ class Slot:
     failed_starts: int = 0
     restart_at: float = 0.0
     last_returncode: int = 0
-    exits: list[int] = field(default_factory=list)
 
 
 class Supervisor:
@@ -198,7 +203,8 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until stopped; 0 when every child stopped cleanly, else 1."""
         for slot in self.slots:
-            self._start(slot)
+            if not self._stop.is_set():  # a signal during the start checks: nothing to start
+                self._start(slot)
         while not self._stop.is_set():
             self._reap(stopping=False)
             if self.gave_up:
@@ -223,7 +229,6 @@ class Supervisor:
             if process is None or process.poll() is None:
                 continue
             slot.process, slot.last_returncode = None, process.returncode
-            slot.exits.append(process.returncode)
             if process.stdin is not None:
                 process.stdin.close()
             self._on_exit(process.pid)

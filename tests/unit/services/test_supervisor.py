@@ -3,6 +3,7 @@ the default process count, the settings each child gets, and its loop over stand
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from reclaim.services.supervisor import (
     child_settings,
     default_processes,
     exit_description,
+    host_cores,
     usable_cores,
 )
 from reclaim.settings import Settings
@@ -219,3 +221,14 @@ def test_children_failing_at_start_make_the_supervisor_give_up(caplog: pytest.Lo
     thread.join(10)
     assert result == [1] and supervisor.gave_up
     assert any("giving up, stopping the others" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stop_before_the_children_start_starts_none() -> None:
+    children, stop = Children(), threading.Event()
+    stop.set()
+    assert Supervisor(2, stop, children.launch).run() == 0
+    assert children.started == []
+
+
+def test_this_hosts_cores_are_at_least_one_and_at_most_the_machines() -> None:
+    assert 1 <= host_cores() <= (os.cpu_count() or 1)
