@@ -27,7 +27,7 @@ from reclaim.deletion.prefetch import Prefetcher
 from reclaim.deletion.retrying import RetryPolicy
 from reclaim.deletion.verify import Decision, conclude, error_verdict, judge
 from reclaim.logs import LogLimiter
-from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.schemas.ledger import LedgerType, PendingDeleteLedgerInfo
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import DeleteOutcome, DeleteResult
 from reclaim.storage.errors import MetadataError, StorageError
@@ -124,8 +124,8 @@ class DeletionExecutor:
         deletable = plan.deletable
         cleanup_error = self._drop_copies([p for _, p in deletable if results[p.copy].ok], plan.facts)
         concluded: dict[int, Verdict] = {}
-        deleted: Counter[str] = Counter()
-        failed: Counter[tuple[str, str]] = Counter()
+        deleted: Counter[LedgerType] = Counter()  # named once a batch, not once a record
+        failed: Counter[tuple[LedgerType, str]] = Counter()
         gone_now: set[CopyKey] = set()
         for i, pending in deletable:
             result = results[pending.copy]
@@ -137,13 +137,13 @@ class DeletionExecutor:
                     gone_now.add(pending.copy)
             concluded[i] = verdict
             if verdict.outcome is Outcome.DELETED:
-                deleted[pending.info.ledger_type.name] += 1
+                deleted[pending.info.ledger_type] += 1
             elif not result.ok:
-                failed[(pending.info.ledger_type.name, verdict.error_class)] += 1
+                failed[(pending.info.ledger_type, verdict.error_class)] += 1
         for ledger_type, count in deleted.items():
-            metrics.DELETED.labels(metrics.snake(ledger_type)).inc(count)
+            metrics.DELETED.labels(metrics.snake(ledger_type.name)).inc(count)
         for (ledger_type, error_class), count in failed.items():
-            metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type), metrics.snake(error_class)).inc(count)
+            metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type.name), metrics.snake(error_class)).inc(count)
         self._recently_deleted.append(gone_now)
         return [concluded[i] if d is Proceed.DELETE else d for i, d in enumerate(plan.decisions)]
 

@@ -11,11 +11,11 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.errors import MetadataConflictError
-from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
+from reclaim.storage.metadata import MAX_LOCATIONS, ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
 from reclaim.storage.metrics import METADATA_TRANSACTIONS
 from reclaim.storage.sql_base import Database, Migration, Outcome, Queries, StoreBase, Transaction, distinct
 from reclaim.storage.sqlite_base import SQLiteDatabase
@@ -95,13 +95,29 @@ def _tags_from_json(raw: str) -> ChunkTags:
     return ChunkTags(**json.loads(raw))
 
 
+_T = TypeVar("_T")
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _built(cls: type[_T], fields: dict[str, Any]) -> _T:
+    """A frozen dataclass holding ``fields`` without its ``__init__``: a batch's lookups build a row's
+    records by the thousand, and what they hold was checked when the row was written."""
+    record = _new(cls)
+    _set(record, "__dict__", fields)
+    return record
+
+
 def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
     name, version, segment, start_offset, length, next_chunk, active, mark_id, tags, locations = row
-    return ChunkRecord(
-        name=name, segment=segment, start_offset=start_offset, length=length, next_chunk=next_chunk,
-        active=bool(active), mark_id=mark_id, version=version, tags=_tags_from_json(tags),
-        locations=tuple(ChunkLocation(loc["binding"], _TIERS[loc["tier"]], loc["bucket"], loc["key"])
-                        for loc in (json.loads(locations) if isinstance(locations, str) else locations)))
+    copies = tuple(_built(ChunkLocation, {"binding": loc["binding"], "tier": _TIERS[loc["tier"]],
+                                          "bucket": loc["bucket"], "key": loc["key"]})
+                   for loc in (json.loads(locations) if isinstance(locations, str) else locations))
+    if not 1 <= len(copies) <= MAX_LOCATIONS:
+        raise ValueError(f"chunk row {name!r} has {len(copies)} locations")
+    return _built(ChunkRecord, {
+        "name": name, "segment": segment, "start_offset": start_offset, "length": length, "tags": _tags_from_json(tags),
+        "locations": copies, "next_chunk": next_chunk, "active": bool(active), "mark_id": mark_id, "version": version})
 
 
 def _chunk_values(record: ChunkRecord) -> dict[str, Any]:
