@@ -118,8 +118,8 @@ def still_active(pending: Pending, mark: MarkRecord | None, now_ms: int, policy:
 
 def row_mismatch(info: PendingDeleteLedgerInfo, row: ChunkRecord) -> str:
     """Why ``info``'s owner fields disagree with the chunk row, or ``""`` when they agree."""
-    location = (info.storage_binding, info.location.bucket, info.location.key)
-    if location not in {(loc.binding, loc.bucket, loc.key) for loc in row.locations}:
+    binding, bucket, key = info.storage_binding, info.location.bucket, info.location.key
+    if not any(loc.key == key and loc.binding == binding and loc.bucket == bucket for loc in row.locations):
         return "the chunk row has no copy at this location"
     if row.segment != info.segment_name:
         # The row, not the write-time tag, says who owns a chunk: a merged transaction chunk
