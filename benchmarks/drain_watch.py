@@ -1,26 +1,26 @@
-"""A phase-2 drain watched from outside its workers: their metrics scraped, the group's commits polled, CPU read.
+"""A phase-2 drain watched from outside its workers: their counters read, the group's commits polled, CPU read.
 
-Nothing here runs inside a worker or changes one. The workers' own Prometheus endpoints (``--metrics-port``)
-are read every few milliseconds, only the counters below (``?name[]=``, so a scrape costs a worker little);
-the group's committed offsets are read with ``Consumer.committed()`` by a consumer of the same group id
-that never subscribes (it asks the coordinator, it does not join); CPU time comes from ``/proc``.
+Nothing here runs inside a worker or changes one. The workers' counters are read every few milliseconds
+from prometheus-client's multiprocess files, which they write anyway in that mode (a supervisor's
+children always), so reading them costs the workers nothing; their metrics endpoints are read once at the
+end. The group's committed offsets are read with ``Consumer.committed()`` by a consumer of the same group
+id that never subscribes (it asks the coordinator, it does not join); CPU time comes from ``/proc``.
 
-Every timestamp is this process's ``time.perf_counter()`` at the end of the first sweep (one scrape of
-each endpoint) or poll that showed the change, and comes with how early the change may have happened:
-back to the start of the sweep or poll before it (:class:`Seen`).
+Every timestamp is this process's ``time.perf_counter()`` at the end of the first sweep (one read of
+every file) or poll that showed the change, and comes with how early the change may have happened: back
+to the start of the sweep or poll before it (:class:`Seen`).
 """
 
 from __future__ import annotations
 
 import http.client
-import json
 import os
+import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlencode
 
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.mmap_dict import MmapedDict
@@ -79,66 +79,103 @@ def counter_sums(text: str, names: Iterable[str]) -> dict[str, float]:
     return sums
 
 
-def multiprocess_counters(directory: Path) -> dict[str, float]:
-    """The fast counters summed over the counter files of prometheus-client's multiprocess mode under
-    ``directory`` (a supervised worker's children write theirs there): read from the files, so the
-    workers spend nothing on it."""
+def counter_files(directory: Path) -> list[str]:
+    """Every counter file of prometheus-client's multiprocess mode under ``directory`` (one per process)."""
+    return sorted(str(path) for path in directory.glob("**/counter_*.db"))
+
+
+def multiprocess_counters(files: Sequence[str]) -> dict[str, float]:
+    """The fast counters summed over counter ``files``, every entry of each file parsed."""
     totals: dict[str, float] = {}
-    for path in directory.glob("**/counter_*.db"):
-        for key, value, _, _ in MmapedDict.read_all_values_from_file(str(path)):  # type: ignore[no-untyped-call]
-            if key.startswith('["reclaim_'):
-                name = json.loads(key)[1]
-                if name in FAST:
-                    totals[name] = totals.get(name, 0.0) + value
+    for path in files:
+        for key, value, _, _ in MmapedDict.read_all_values_from_file(path):  # type: ignore[no-untyped-call]
+            name = _fast_name(key)
+            if name is not None:
+                totals[name] = totals.get(name, 0.0) + value
     return totals
 
 
-class MetricsWatch:
-    """Sweeps the workers' counters in a thread of its own, keeping every sweep; ``pace`` says, from the sweeps
-    so far, how long after the start of the last one the next one starts.
+def _fast_name(key: str) -> str | None:
+    """The fast counter an entry's key (``[family, sample, labels, help]`` as JSON) is a series of, if any."""
+    return next((name for name in FAST if f'"{name}"' in key), None)
 
-    A sweep reads the metrics endpoints on ``ports`` (only the counters it needs), or, given ``files``, the
-    multiprocess files under it. The endpoints' whole pages are read once, at the end (:meth:`page`).
+
+class CounterFiles:
+    """The fast counters of a fixed set of counter files, each read with one ``pread`` of 8 bytes per series.
+
+    An entry never moves in its file (the library only appends, and grows the file in place), so the
+    places found once are read again and again; a series created later is not seen, which
+    :meth:`check_complete` catches at the end.
     """
 
-    def __init__(self, ports: Sequence[int], pace: Callable[[Sequence[Sweep]], float], files: Path | None = None,
-                 host: str = "127.0.0.1") -> None:
-        self._ports = list(ports)
+    def __init__(self, paths: Sequence[str]) -> None:
+        self._paths = list(paths)
+        self._places: list[tuple[int, list[tuple[str, int]]]] = []
+        for path in paths:
+            places = [(name, pos) for key, _, _, pos in MmapedDict.read_all_values_from_file(path)  # type: ignore[no-untyped-call]
+                      if (name := _fast_name(key)) is not None]
+            self._places.append((os.open(path, os.O_RDONLY), places))
+
+    def read(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for fd, places in self._places:
+            for name, pos in places:
+                totals[name] = totals.get(name, 0.0) + struct.unpack("d", os.pread(fd, 8, pos))[0]
+        return totals
+
+    def check_complete(self, last: Mapping[str, float]) -> None:
+        """Every entry parsed now sums to ``last`` (the last read): no series was created after the places were
+        found."""
+        now = multiprocess_counters(self._paths)
+        assert dict(now) == dict(last), f"the counter files hold series created during the drain: {now} != {last}"
+
+    def close(self) -> None:
+        for fd, _ in self._places:
+            os.close(fd)
+
+
+class MetricsWatch:
+    """Reads the workers' counters every ``interval_s`` in a thread of its own, keeping every sweep.
+
+    A sweep reads the multiprocess files under ``files`` (the workers run prometheus-client's multiprocess
+    mode: a supervisor's children always, an unsupervised worker when told where by
+    ``PROMETHEUS_MULTIPROC_DIR``). Scraping the metrics endpoints instead would cost the workers CPU on every
+    sweep (a supervisor's endpoint sums every child's files again: several ms each); they are read once, at
+    the end (:meth:`page`), for what is not counted in the sweeps.
+    """
+
+    def __init__(self, files: Path, ports: Sequence[int], interval_s: float, host: str = "127.0.0.1") -> None:
         self._files = files
+        self._ports = list(ports)
         self._host = host
-        self._pace = pace
-        self._path = "/metrics?" + urlencode([("name[]", name) for name in FAST])
+        self._interval_s = interval_s
         self._origin = 0.0
+        self.counters = CounterFiles([])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.sweeps: list[Sweep] = []
 
-    def check(self) -> Sweep:
-        """One sweep now, before the watch starts: it finds every counter. An endpoint that ignores the
-        ``name[]`` filter is then read whole."""
+    def check(self, processes: int) -> Sweep:
+        """One sweep now, before the watch starts: it finds the files of ``processes`` processes (the workers
+        started by then: a child started again later would be missed, and the drain would stall) and every
+        counter in them."""
+        paths = counter_files(self._files)
+        assert len(paths) == processes, f"{len(paths)} counter files under {self._files}, not {processes}"
+        self.counters = CounterFiles(paths)
         sweep = self.sweep()
-        if set(FAST) - set(sweep.counters) and self._files is None:
-            self._path = "/metrics"
-            sweep = self.sweep()
         missing = sorted(set(FAST) - set(sweep.counters))
-        assert not missing, f"the workers' metrics lack {missing}"
+        assert not missing, f"the workers' multiprocess files under {self._files} lack {missing}"
         return sweep
 
     def sweep(self) -> Sweep:
         began = time.perf_counter()
-        if self._files is not None:
-            return Sweep(began, time.perf_counter(), multiprocess_counters(self._files))
-        totals: dict[str, float] = {}
-        for port in self._ports:
-            for name, value in counter_sums(self._get(port), FAST).items():
-                totals[name] = totals.get(name, 0.0) + value
-        return Sweep(began, time.perf_counter(), totals)
+        return Sweep(began, time.perf_counter(), self.counters.read())
 
-    def _get(self, port: int, path: str | None = None) -> str:
+    def _get(self, port: int) -> str:
         connection = http.client.HTTPConnection(self._host, port, timeout=10)
         try:
-            connection.request("GET", path or self._path)
+            connection.request("GET", "/metrics")
             response = connection.getresponse()
             body = response.read().decode()
         finally:
@@ -148,7 +185,7 @@ class MetricsWatch:
 
     def page(self) -> str:
         """The endpoints' whole pages, one after the other."""
-        return "\n".join(self._get(port, "/metrics") for port in self._ports)
+        return "\n".join(self._get(port) for port in self._ports)
 
     def by_label(self, sample: str, label: str, page: str | None = None) -> dict[str, float]:
         """One sample summed by one of its labels over the endpoints' whole pages (``page``, or read now);
@@ -167,17 +204,23 @@ class MetricsWatch:
         self._thread = threading.Thread(target=self._run, name="metrics-watch", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, check: bool = True) -> None:
+        """Stop sweeping; with ``check``, the series read must have been all there are (checked)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        try:
+            if check and self.sweeps and self.error is None:
+                self.counters.check_complete(self.sweeps[-1].counters)
+        finally:
+            self.counters.close()
 
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
                 sweep = self.sweep()
                 self.sweeps.append(sweep)
-                self._stop.wait(max(0.0, self._pace(self.sweeps) - (sweep.ended - sweep.began)))
+                self._stop.wait(max(0.0, self._interval_s - (sweep.ended - sweep.began)))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, which raises it
             self.error = exc
 

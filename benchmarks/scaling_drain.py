@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from benchmarks.drain_watch import (
     CommitWatch,
     MetricsWatch,
     Seen,
-    Sweep,
     counter_sums,
     cpu_seconds,
     machine_busy_s,
@@ -130,7 +129,7 @@ class Drain:
     server_cpu_s: float
     machine_cores: float
     sweep_ms: float
-    scrape_cpu_s: float
+    watcher_cpu_s: float
     not_deleted: int
     listings: int
     rebalanced: bool
@@ -142,15 +141,16 @@ class Fleet:
 
     def __init__(self, mode: str, processes: int, env: dict[str, str], state: Path) -> None:
         state.mkdir(parents=True, exist_ok=True)
+        self.processes = processes
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ports: list[int] = []
         self.logs: list[Path] = []
-        # A supervisor's children keep their metrics in files under its temporary directory: read there, they
-        # cost the workers nothing (its endpoint sums them all again on every scrape).
-        self.files = state / "tmp" if mode == "supervisor" and processes > 1 else None
-        if self.files is not None:
-            self.files.mkdir()
-            env = {**env, "TMPDIR": str(self.files)}
+        # Every worker process keeps its counters in prometheus-client's multiprocess files, under files/: an
+        # unsupervised one told so, a supervisor's children in the directory it makes in its TMPDIR.
+        self.files = state / "metrics"
+        self.files.mkdir()
+        key = "TMPDIR" if mode == "supervisor" and processes > 1 else "PROMETHEUS_MULTIPROC_DIR"
+        env = {**env, key: str(self.files)}
         for i in range(processes if mode == "separate" else 1):
             port, log = free_port(), state / f"worker-{i}.log"
             # One process each, or the supervisor's N: a worker's own default is one per usable core.
@@ -259,8 +259,7 @@ def drain(bootstrap: str, tier2: Tier2, mode: str, processes: int, n: int, work:
         # Stopped before that, it would read the ends after phase 1 and take every record for one read again
         # (each listed before its delete). A drain that listed anything is reported.
         time.sleep(args.settle_s)
-        watched = watch(fleet, service, chunks, commits, n, args.scrape_ms / 1000, args.steady_scrape_ms / 1000,
-                        servers)
+        watched = watch(fleet, service, chunks, commits, n, args.scrape_ms / 1000, servers)
         rebalanced = settled_members(bootstrap, group, processes) != members or fleet.lost_partitions()
     finally:
         fleet.stop()
@@ -273,80 +272,59 @@ def drain(bootstrap: str, tier2: Tier2, mode: str, processes: int, n: int, work:
 
 
 def watch(fleet: Fleet, service: LedgerDeletionService, chunks: Sequence[ChunkRecord], commits: CommitWatch, n: int,
-          interval_s: float, slow_s: float, servers: Sequence[int]) -> dict[str, Any]:
+          interval_s: float, servers: Sequence[int]) -> dict[str, Any]:
     """Stop the joined workers, run phase 1, wake them and time the drain from outside (the module's steps
     3 and 4); the spans of :class:`Drain` after ``join_s``."""
-    metrics = MetricsWatch(fleet.ports, pace(n, interval_s, slow_s), fleet.files)
-    metrics.check()
-    scrape_cpu_s = scrape_cost(metrics, fleet)
-    fleet.pause()
-    paused = time.perf_counter()
-    os.sync()  # every object durable before any delete, as on a real tier-2
-    assert not service.mark(chunks).failed, "phase 1 could not publish every pending delete"
-    ends = commits.ends()
-    assert sum(ends.values()) == n, f"the deletion topic holds {sum(ends.values())} records, not {n}"
-    stopped_s = time.perf_counter() - paused
-    before = cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s()
+    metrics = MetricsWatch(fleet.files, fleet.ports, interval_s)
+    metrics.check(fleet.processes)
+    ends, stopped_s = phase1_stopped(fleet, service, chunks, commits, n)
+    before = cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s(), time.process_time()
     woke = time.perf_counter()
     fleet.send(signal.SIGCONT)
     metrics.start(woke)
     try:
         last = all_deleted(metrics, fleet, n)
         committed = commits.reached(ends, last.at - last.within, interval_s, time.perf_counter() + STALL_S)
+        watcher_cpu_s = time.process_time() - before[3]
         after = cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s()
-    finally:
-        metrics.stop()
+    except BaseException:
+        metrics.stop(check=False)
+        raise
+    metrics.stop()
     polled, first = metrics.first(RECEIVED, 1), metrics.first(DELETED, 1)
     assert polled is not None and first is not None
     steady = (n - first.value) / (last.at - first.at) if last.at > first.at else n / (last.at - polled.at)
+    return {"stopped_s": stopped_s, "wake_s": polled.at - woke, "start_s": first.at - polled.at,
+            "steady_per_s": steady, "stop_s": committed.at - last.at, "drain_s": committed.at - polled.at,
+            "resolution_s": max(seen.within for seen in (polled, first, last, committed)),
+            "worker_cpu_s": after[0] - before[0], "server_cpu_s": after[1] - before[1],
+            "machine_cores": (after[2] - before[2]) / (committed.at - woke), "watcher_cpu_s": watcher_cpu_s,
+            "sweep_ms": statistics.median(metrics.periods() or [0.0]) * 1000, **final_reading(metrics)}
+
+
+def phase1_stopped(fleet: Fleet, service: LedgerDeletionService, chunks: Sequence[ChunkRecord], commits: CommitWatch,
+                   n: int) -> tuple[dict[int, int], float]:
+    """Phase 1 while the workers are stopped: the deletion topic's end offsets after it, and how long they were."""
+    fleet.pause()
+    paused = time.perf_counter()
+    os.sync()  # every object durable before any delete, as on a real tier-2
+    assert not service.mark(chunks).failed, "phase 1 could not publish every pending delete"
+    ends = commits.ends()
+    assert sum(ends.values()) == n, f"the deletion topic holds {sum(ends.values())} records, not {n}"
+    return ends, time.perf_counter() - paused
+
+
+def final_reading(metrics: MetricsWatch) -> dict[str, Any]:
+    """From the workers' whole metrics pages, once the drain is over: the mean batched delete, the records
+    with another outcome than deleted, and the existence listings (records taken for read again)."""
     page = metrics.page()
     deletes = counter_sums(page, (DELETE_SECONDS, DELETES))
     outcomes = metrics.by_label(OUTCOMES, "outcome", page)
     listings = metrics.by_label(STORAGE_OPERATIONS, "operation", page).get("present", 0.0)
     if set(outcomes) != {"deleted"} or listings:
         print(f"    outcomes: {outcomes}; existence listings: {listings:.0f}")
-    return {"stopped_s": stopped_s, "wake_s": polled.at - woke, "start_s": first.at - polled.at,
-            "steady_per_s": steady, "stop_s": committed.at - last.at, "drain_s": committed.at - polled.at,
-            "resolution_s": max(seen.within for seen in (polled, first, last, committed)),
-            "delete_request_s": deletes.get(DELETE_SECONDS, 0.0) / max(1.0, deletes.get(DELETES, 0.0)),
-            "worker_cpu_s": after[0] - before[0], "server_cpu_s": after[1] - before[1],
-            "machine_cores": (after[2] - before[2]) / (committed.at - woke),
-            "sweep_ms": statistics.median(metrics.periods() or [0.0]) * 1000,
-            "scrape_cpu_s": scrape_cpu_s * len(metrics.sweeps),
+    return {"delete_request_s": deletes.get(DELETE_SECONDS, 0.0) / max(1.0, deletes.get(DELETES, 0.0)),
             "not_deleted": int(sum(v for k, v in outcomes.items() if k != "deleted")), "listings": int(listings)}
-
-
-def pace(n: int, fast_s: float, slow_s: float) -> Callable[[Sequence[Sweep]], float]:
-    """Sweeps every ``fast_s`` until the first objects are deleted, every ``slow_s`` while the drain runs
-    steadily, and every ``fast_s`` again once the last of ``n`` is due within half a second (at the rate
-    so far): scraping costs the workers CPU, and only the start and the end need the finer resolution."""
-    first: list[Sweep] = []
-
-    def interval(sweeps: Sequence[Sweep]) -> float:
-        last = sweeps[-1]
-        deleted = last.counters.get(DELETED, 0.0)
-        if not deleted:
-            return fast_s
-        if not first:
-            first.append(last)
-        done = deleted - first[0].counters[DELETED]
-        if done <= 0:  # no rate yet: the next batch may be the last
-            return fast_s
-        rate = done / (last.ended - first[0].ended)
-        return fast_s if (n - deleted) / rate < 0.5 + slow_s else slow_s
-
-    return interval
-
-
-def scrape_cost(metrics: MetricsWatch, fleet: Fleet, sweeps: int = 50) -> float:
-    """The workers' CPU seconds per sweep of their metrics, measured over ``sweeps`` sweeps while they idle
-    (their idle polling included: an upper bound)."""
-    if fleet.files is not None:
-        return 0.0
-    before = cpu_seconds(fleet.pids)
-    for _ in range(sweeps):
-        metrics.sweep()
-    return (cpu_seconds(fleet.pids) - before) / sweeps
 
 
 def all_deleted(metrics: MetricsWatch, fleet: Fleet, n: int) -> Seen:

@@ -14,14 +14,15 @@ many objects. A drain:
    and no rebalance falls inside the drain (the stop is printed; past the consumers' 10 s session
    timeout a member leaves, which the run reports as a rebalanced round);
 4. SIGCONT, and the drain watched from outside the workers (:mod:`benchmarks.drain_watch`): their
-   counters read every ``--scrape-ms`` (10) at the start and the end of the drain and every
-   ``--steady-scrape-ms`` (250) in between, from each worker's metrics endpoint, or, under a supervisor,
-   from its children's multiprocess files (its endpoint would sum them all again on every scrape, at a
-   cost to the workers of several ms each); the group's committed offsets polled every ``--scrape-ms``
-   once every object is deleted; CPU time of the workers, of the broker and S3 server, and of the whole
-   machine read from ``/proc``. Afterwards the bucket must be empty, the group's lag 0, its members the
-   same (else the round is marked as rebalanced), every outcome ``deleted`` and no key listed (a listed
-   round took the path of records read again).
+   counters read every ``--scrape-ms`` (10) from prometheus-client's multiprocess files, which a
+   supervisor's children write anyway and an unsupervised worker is told to (``PROMETHEUS_MULTIPROC_DIR``),
+   so that no process count pays for being watched (scraping a supervisor's endpoint, which sums every
+   child's files again, cost the workers several ms of CPU a scrape); the group's committed offsets
+   polled every ``--scrape-ms`` once every object is deleted; CPU time of the workers, of the broker and
+   S3 server ("servers"), of this process (the watcher) and of the whole machine read from ``/proc``.
+   Afterwards the bucket must be empty, the group's lag 0, its members the same (else the round is
+   marked as rebalanced), every outcome ``deleted`` and no key listed (a listed round took the path of
+   records read again).
 
 From the timestamps: *start* = first record polled -> first objects deleted (the first batched delete
 answered and its rows dropped); *steady* = the objects deleted after that, over the time until the last
@@ -80,7 +81,7 @@ def round_line(drain_: Drain, mode: str) -> str:
     """One drain in two lines: its spans, then its resolution and CPU."""
     d, each = drain_, drain_.steady_per_s / drain_.processes
     workers_us, servers_us = d.worker_cpu_s / d.objects * 1e6, d.server_cpu_s / d.objects * 1e6
-    scraping = d.scrape_cpu_s / d.worker_cpu_s if d.worker_cpu_s else 0.0
+    watcher_us = d.watcher_cpu_s / d.objects * 1e6
     flag = "  REBALANCED (a member left: this round includes a rebalance)" if d.rebalanced else ""
     flag += f"  {d.not_deleted} records with another outcome than deleted" if d.not_deleted else ""
     flag += f"  LISTED ({d.listings} existence listings: records taken for read again)" if d.listings else ""
@@ -88,7 +89,7 @@ def round_line(drain_: Drain, mode: str) -> str:
              f"| steady {d.steady_per_s:7,.0f}/s ({each:6,.0f}/s each) | stop {d.stop_s:5.3f} "
              f"| drain {d.drain_s:6.3f} s")
     cpu = (f"±{d.resolution_s * 1000:3.0f} ms (sweeps {d.sweep_ms:3.0f} ms apart); CPU per record: workers "
-           f"{workers_us:4.0f} µs (scrapes ~{scraping:.0%} of it), broker + S3 server {servers_us:4.0f} µs; "
+           f"{workers_us:4.0f} µs, servers {servers_us:4.0f} µs, this watcher {watcher_us:3.0f} µs; "
            f"machine {d.machine_cores:4.2f} cores busy; a batched delete {d.delete_request_s * 1000:4.0f} ms")
     return f"    {d.processes} process{'es' if d.processes > 1 else '  '} ({mode}): {spans}{flag}\n{'':30}{cpu}"
 
@@ -110,7 +111,7 @@ def summarize(figures: Figures, key: str, n: int, drains: list[Drain], raw: list
                "s", 3)
     stats_line(figures, f"{key}_worker_cpu", "worker CPU µs/record", [d.worker_cpu_s / n * 1e6 for d in drains],
                "us_per_record", 0)
-    stats_line(figures, f"{key}_server_cpu", "broker + S3 server CPU µs/record",
+    stats_line(figures, f"{key}_server_cpu", "servers' CPU µs/record",
                [d.server_cpu_s / n * 1e6 for d in drains], "us_per_record", 0)
     stats_line(figures, f"{key}_machine", "whole machine, cores busy", [d.machine_cores for d in drains], "cores", 2)
     figures.ratio(f"{key}_over_raw", f"{procs}p drain / raw:", [d.drain_s for d in drains], raw)
@@ -125,8 +126,9 @@ def header(args: argparse.Namespace, tier2: Tier2, modes: list[str]) -> None:
           f"{args.objects} objects of 64 bytes per drain, {args.partitions} partitions, workers as deployed "
           f"(batches of 1000, commit interval {args.commit_interval_ms or 1000} ms); processes "
           f"{', '.join(map(str, args.processes))} in {args.rounds} interleaved round(s); modes: {', '.join(modes)}")
-    print(f"  timestamps: this process's perf_counter at the end of the first sweep of the workers' /metrics "
-          f"(every {args.scrape_ms} ms, counters summed over processes) or of the first committed() poll (every "
+    print(f"  timestamps: this process's perf_counter at the end of the first read of the workers' counters "
+          f"(their multiprocess files, every {args.scrape_ms} ms, summed over processes) or of the first committed() "
+          "poll (every "
           f"{args.scrape_ms} ms once all is deleted) that showed the change; ± = how much earlier it may have "
           "happened (back to the start of the sweep or poll before), the widest in the drain. 'first polled': "
           "reclaim_deletion_messages_received_total > 0; 'deleted': reclaim_ledgers_deleted_total (a batch "
@@ -187,10 +189,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the deletion topic (default 8)")
     parser.add_argument("--warmup", type=int, default=1000, help="objects of an untimed drain per process count "
                         "first (default 1000; 0: none)")
-    parser.add_argument("--scrape-ms", type=int, default=10, help="how often the metrics are read at the start and "
-                        "the end of a drain, and the offsets at its end (default 10)")
-    parser.add_argument("--steady-scrape-ms", type=int, default=250, help="how often the metrics are read while a "
-                        "drain runs steadily (default 250)")
+    parser.add_argument("--scrape-ms", type=int, default=10, help="how often the workers' counters are read, and "
+                        "the group's committed offsets once every object is deleted (default 10)")
     parser.add_argument("--settle-s", type=float, default=2.0, help="how long the workers run after their group "
                         "is stable before they are stopped: time to take their partitions (default 2)")
     parser.add_argument("--commit-interval-ms", type=int, help="the workers' commit interval (default: theirs, 1000)")
