@@ -12,6 +12,7 @@ finish its batch and commit, then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -230,7 +231,8 @@ class Supervisor:
                 continue
             slot.process, slot.last_returncode = None, process.returncode
             if process.stdin is not None:
-                process.stdin.close()
+                with contextlib.suppress(OSError):  # what a child that never read it left unsent
+                    process.stdin.close()
             self._on_exit(process.pid)
             how = exit_description(process.returncode)
             if stopping:
