@@ -315,11 +315,11 @@ def _tree(roots: Iterable[int]) -> set[int]:
     return found
 
 
-def cpu_seconds(roots: Iterable[int]) -> float:
-    """User + system CPU seconds of ``roots`` and their descendants (every thread), as the kernel counts them
-    (in clock ticks, 1/``SC_CLK_TCK`` s)."""
+def cpu_seconds(roots: Iterable[int], descendants: bool = True) -> float:
+    """User + system CPU seconds of ``roots`` and (unless told not to) their descendants, every thread, as the
+    kernel counts them (in clock ticks, 1/``SC_CLK_TCK`` s)."""
     total = 0
-    for pid in _tree(roots):
+    for pid in _tree(roots) if descendants else set(roots):
         fields = _stat(pid)
         if fields is not None:
             total += int(fields[11]) + int(fields[12])

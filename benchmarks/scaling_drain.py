@@ -130,6 +130,7 @@ class Drain:
     machine_cores: float
     sweep_ms: float
     watcher_cpu_s: float
+    supervisor_cpu_s: float
     not_deleted: int
     listings: int
     rebalanced: bool
@@ -142,6 +143,7 @@ class Fleet:
     def __init__(self, mode: str, processes: int, env: dict[str, str], state: Path) -> None:
         state.mkdir(parents=True, exist_ok=True)
         self.processes = processes
+        self.supervised = mode == "supervisor" and processes > 1
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ports: list[int] = []
         self.logs: list[Path] = []
@@ -149,7 +151,7 @@ class Fleet:
         # unsupervised one told so, a supervisor's children in the directory it makes in its TMPDIR.
         self.files = state / "metrics"
         self.files.mkdir()
-        key = "TMPDIR" if mode == "supervisor" and processes > 1 else "PROMETHEUS_MULTIPROC_DIR"
+        key = "TMPDIR" if self.supervised else "PROMETHEUS_MULTIPROC_DIR"
         env = {**env, key: str(self.files)}
         for i in range(processes if mode == "separate" else 1):
             port, log = free_port(), state / f"worker-{i}.log"
@@ -278,7 +280,8 @@ def watch(fleet: Fleet, service: LedgerDeletionService, chunks: Sequence[ChunkRe
     metrics = MetricsWatch(fleet.files, fleet.ports, interval_s)
     metrics.check(fleet.processes)
     ends, stopped_s = phase1_stopped(fleet, service, chunks, commits, n)
-    before = cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s(), time.process_time()
+    before = (cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s(), time.process_time(),
+              cpu_seconds(fleet.pids, descendants=False))
     woke = time.perf_counter()
     fleet.send(signal.SIGCONT)
     metrics.start(woke)
@@ -286,7 +289,8 @@ def watch(fleet: Fleet, service: LedgerDeletionService, chunks: Sequence[ChunkRe
         last = all_deleted(metrics, fleet, n)
         committed = commits.reached(ends, last.at - last.within, interval_s, time.perf_counter() + STALL_S)
         watcher_cpu_s = time.process_time() - before[3]
-        after = cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s()
+        after = (cpu_seconds(fleet.pids), cpu_seconds(servers), machine_busy_s(), 0.0,
+                 cpu_seconds(fleet.pids, descendants=False))
     except BaseException:
         metrics.stop(check=False)
         raise
@@ -299,6 +303,7 @@ def watch(fleet: Fleet, service: LedgerDeletionService, chunks: Sequence[ChunkRe
             "resolution_s": max(seen.within for seen in (polled, first, last, committed)),
             "worker_cpu_s": after[0] - before[0], "server_cpu_s": after[1] - before[1],
             "machine_cores": (after[2] - before[2]) / (committed.at - woke), "watcher_cpu_s": watcher_cpu_s,
+            "supervisor_cpu_s": after[4] - before[4] if fleet.supervised else 0.0,
             "sweep_ms": statistics.median(metrics.periods() or [0.0]) * 1000, **final_reading(metrics)}
 
 

@@ -82,6 +82,7 @@ def round_line(drain_: Drain, mode: str) -> str:
     d, each = drain_, drain_.steady_per_s / drain_.processes
     workers_us, servers_us = d.worker_cpu_s / d.objects * 1e6, d.server_cpu_s / d.objects * 1e6
     watcher_us = d.watcher_cpu_s / d.objects * 1e6
+    supervisor = f" (the supervisor {d.supervisor_cpu_s / d.objects * 1e6:.0f})" if d.supervisor_cpu_s else ""
     flag = "  REBALANCED (a member left: this round includes a rebalance)" if d.rebalanced else ""
     flag += f"  {d.not_deleted} records with another outcome than deleted" if d.not_deleted else ""
     flag += f"  LISTED ({d.listings} existence listings: records taken for read again)" if d.listings else ""
@@ -89,7 +90,7 @@ def round_line(drain_: Drain, mode: str) -> str:
              f"| steady {d.steady_per_s:7,.0f}/s ({each:6,.0f}/s each) | stop {d.stop_s:5.3f} "
              f"| drain {d.drain_s:6.3f} s")
     cpu = (f"±{d.resolution_s * 1000:3.0f} ms (sweeps {d.sweep_ms:3.0f} ms apart); CPU per record: workers "
-           f"{workers_us:4.0f} µs, servers {servers_us:4.0f} µs, this watcher {watcher_us:3.0f} µs; "
+           f"{workers_us:4.0f} µs{supervisor}, servers {servers_us:4.0f} µs, this watcher {watcher_us:3.0f} µs; "
            f"machine {d.machine_cores:4.2f} cores busy; a batched delete {d.delete_request_s * 1000:4.0f} ms")
     return f"    {d.processes} process{'es' if d.processes > 1 else '  '} ({mode}): {spans}{flag}\n{'':30}{cpu}"
 
@@ -111,6 +112,9 @@ def summarize(figures: Figures, key: str, n: int, drains: list[Drain], raw: list
                "s", 3)
     stats_line(figures, f"{key}_worker_cpu", "worker CPU µs/record", [d.worker_cpu_s / n * 1e6 for d in drains],
                "us_per_record", 0)
+    if any(d.supervisor_cpu_s for d in drains):
+        stats_line(figures, f"{key}_supervisor_cpu", "  of it the supervisor, µs/record",
+                   [d.supervisor_cpu_s / n * 1e6 for d in drains], "us_per_record", 0)
     stats_line(figures, f"{key}_server_cpu", "servers' CPU µs/record",
                [d.server_cpu_s / n * 1e6 for d in drains], "us_per_record", 0)
     stats_line(figures, f"{key}_machine", "whole machine, cores busy", [d.machine_cores for d in drains], "cores", 2)
