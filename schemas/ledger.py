@@ -105,7 +105,9 @@ class OffloadContext(AvroRecord):
 
     @classmethod
     def from_checked(cls, fields: dict[str, Any]) -> Self:
-        """Build from every field by name, ``metadata`` already key-sorted and unique; nothing is re-checked."""
+        """Build from every field by name, ``metadata`` already key-sorted and unique; nothing is re-checked.
+
+        ``fields`` becomes the record's own attribute dict (not copied): pass a dict built for it."""
         return _from_checked(cls, fields)
 
     @classmethod
@@ -156,7 +158,7 @@ class ChunkLocation(AvroRecord):
 
     @classmethod
     def from_checked(cls, fields: dict[str, Any]) -> Self:
-        """Build from every field by name, as given."""
+        """Build from every field by name, as given; ``fields`` becomes the record's own (not copied)."""
         return _from_checked(cls, fields)
 
     def to_avro(self) -> dict[str, Any]:
@@ -229,6 +231,7 @@ class PendingDeleteLedgerInfo(AvroRecord):
     @classmethod
     def from_checked(cls, fields: dict[str, Any]) -> Self:
         """Build from every field by name, with ``created_at`` already checked; ``__post_init__`` is skipped.
+        ``fields`` becomes the record's own attribute dict (not copied).
 
         For phase 1's builder, which checks ``created_at`` once for a whole mark batch.
         """
