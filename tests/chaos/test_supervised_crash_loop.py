@@ -1,9 +1,9 @@
 """A supervised ``reclaim worker --processes 2`` in a kill loop while it drains a marked backlog: its children
 are SIGKILLed at random (the supervisor restarts them), and the supervisor itself is SIGKILLed now and then
 (its children must stop by themselves, none left consuming) and started again. Each kill falls once the
-host has deleted a random number more chunks, or a random while after the last one, so kills land
-mid-drain, mid-batch, in a rebalance or in a start-up. The last life drains the rest; the audit proves
-nothing live was deleted, nothing was leaked and nothing dead-lettered."""
+host has deleted a random number more chunks (or a random while has passed) and its victim has lived a
+random while, so kills land mid-drain, mid-batch, in a rebalance or in a start-up. The last life drains
+the rest; the audit proves nothing live was deleted, nothing was leaked and nothing dead-lettered."""
 
 from __future__ import annotations
 
@@ -51,24 +51,29 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
             supervisor = spawn_worker(pipe, fs_root, log, RECLAIM_METRICS_PORT=str(port), **env)
             seen = len(starts(log))
             wait_children(log, seen + 2)
+            born = dict.fromkeys(children(log), time.monotonic())
             for _ in range(CHILD_KILLS_A_LIFE):
                 wait_for_work(rng, port, supervisor, log)
-                _, pid = rng.choice(sorted(children(log).items()))
+                index, pid = rng.choice(sorted(children(log).items()))
+                # A child lives a random while first: some kills fall in its start-up, most mid-drain.
+                time.sleep(max(0.0, born[index] + rng.uniform(0.5, 6) - time.monotonic()))
                 if pid_alive(pid):
                     before = len(starts(log))
                     os.kill(pid, signal.SIGKILL)
                     child_kills += 1
                     wait_children(log, before + 1)  # the supervisor started it again
+                    born[index] = time.monotonic()
             wait_for_work(rng, port, supervisor, log)
             orphans = list(children(log).values())
             supervisor.kill()
             supervisor.wait(timeout=30)
             wait_gone(orphans, timeout_s=60)  # each read the end of its lifeline and stopped
-        assert backlog.left() > 0, "the backlog ran out before the last kill"
+        left = backlog.left()
+        assert left > 0, "the backlog ran out before the last kill"
         supervisor = spawn_worker(pipe, fs_root, log, **env)
         try:
             faults = (f"{child_kills} × SIGKILL of a child, {SUPERVISOR_LIVES} × SIGKILL of the supervisor "
-                      "(worker --processes 2)")
+                      f"(worker --processes 2; {left:,} chunks left to the last life)")
             backlog.assert_clean(f"supervised worker crash loop ({CHUNKS:,} chunks)", faults, fs_root, supervisor,
                                  log, timeout_s=240)
         finally:
