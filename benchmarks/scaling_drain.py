@@ -10,17 +10,20 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
 
-from benchmarks.deletion_setup import connect, group_lag, write_chunks
-from benchmarks.deletion_throughput import raw_batched, start_endpoint, unlink_loop
+from benchmarks.audit_spark import EmptyPut
+from benchmarks.deletion_setup import connect, group_lag, new_chunks, store_rows, write_chunks
+from benchmarks.deletion_throughput import start_endpoint, unlink_loop
 from benchmarks.drain_watch import (
     ACKED,
     DELETE_SECONDS,
@@ -39,7 +42,7 @@ from benchmarks.drain_watch import (
 )
 from reclaim.deletion.mark import LedgerDeletionService
 from reclaim.localstack.procs import free_port
-from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket
+from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
 from reclaim.producers.kafka_errors import ErrorKind, classify, kafka_error_of
 from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
 from reclaim.producers.producer import RecordProducer
@@ -103,11 +106,46 @@ class Tier2:
             "RECLAIM_FS_CREATE_ROOT": "true"}  # the workers' own filesystem binding, unused, in their state dir
 
 
+def put_empty(endpoint: S3Endpoint, bucket: str, keys: Sequence[str], threads: int = 4) -> None:
+    """Empty objects at ``keys``, each PUT signed by hand (:class:`benchmarks.audit_spark.EmptyPut`: a fifth
+    of boto3's client CPU a PUT, which on two cores made laying out 20,000 objects the longest part)."""
+    local = threading.local()
+
+    def put(key: str) -> None:
+        if not hasattr(local, "client"):
+            local.client = EmptyPut(endpoint)
+        local.client.put(bucket, key)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(put, keys))
+
+
+def laid_out(tier2: Tier2, binding: BaseChunkStorage, store: SQLiteMetadataStore, n: int) -> list[ChunkRecord]:
+    """``n`` live chunks of one segment, their objects in ``binding`` and their rows in ``store``."""
+    if tier2.endpoint is None or not isinstance(binding, S3ChunkStorage):
+        return write_chunks(store, binding, n)
+    chunks, bucket = new_chunks(binding, n), binding.bucket
+    assert bucket is not None
+    put_empty(tier2.endpoint, bucket, [chunk.name for chunk in chunks])  # no key prefix: the key is the name
+    return store_rows(store, chunks)
+
+
 def raw_seconds(tier2: Tier2, n: int, work: Path) -> float:
-    """Raw deletes of ``n`` fresh objects: ``DeleteObjects`` (1000 keys a request), or an unlink loop."""
+    """Raw deletes of ``n`` fresh objects: ``DeleteObjects`` (1000 keys a request, as
+    :func:`benchmarks.deletion_throughput.raw_batched` times it), or an unlink loop."""
     if tier2.endpoint is None:
         return unlink_loop(FileSystemChunkStorage(work / f"unlink-{uuid.uuid4().hex[:8]}", name="fs-raw"), n)
-    return raw_batched(tier2.endpoint, n)
+    bucket, keys = f"raw-{uuid.uuid4().hex[:8]}", [f"chunks/{i:06d}" for i in range(n)]
+    ensure_bucket(tier2.endpoint, bucket)
+    put_empty(tier2.endpoint, bucket, keys)
+    client = s3_client(tier2.endpoint)
+    started = time.perf_counter()
+    for start in range(0, n, 1000):
+        objects = [{"Key": key} for key in keys[start:start + 1000]]
+        client.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+    elapsed = time.perf_counter() - started
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    return elapsed
 
 
 @dataclass(frozen=True)
@@ -116,6 +154,7 @@ class Drain:
 
     processes: int
     objects: int
+    layout_s: float
     join_s: float
     stopped_s: float
     wake_s: float
@@ -237,7 +276,9 @@ def drain(bootstrap: str, tier2: Tier2, mode: str, processes: int, n: int, work:
     topics = TopicNames.for_prefix(prefix)
     binding, tier2_env = tier2.binding(work / prefix)
     store = SQLiteMetadataStore(work / f"{prefix}db")
-    chunks = write_chunks(store, binding, n)
+    started = time.perf_counter()
+    chunks = laid_out(tier2, binding, store, n)
+    layout_s = time.perf_counter() - started
     producer = RecordProducer(bootstrap, "idempotent-producer")
     service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, build_codec(), topics.deletion))
     connect(producer, bootstrap, prefix)
@@ -270,7 +311,7 @@ def drain(bootstrap: str, tier2: Tier2, mode: str, processes: int, n: int, work:
         store.close()
     assert not any(True for _ in binding.iter_names()), "objects left behind"
     assert group_lag(bootstrap, group, topics.deletion_inputs) == 0, "records left on the deletion topics"
-    return Drain(processes, n, join_s, rebalanced=rebalanced, **watched)
+    return Drain(processes, n, layout_s, join_s, rebalanced=rebalanced, **watched)
 
 
 def watch(fleet: Fleet, service: LedgerDeletionService, chunks: Sequence[ChunkRecord], commits: CommitWatch, n: int,
