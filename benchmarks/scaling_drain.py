@@ -268,6 +268,17 @@ def settled_members(bootstrap: str, group: str, count: int, timeout_s: float = 9
     raise AssertionError(f"group {group} did not settle with {count} members")
 
 
+def worker_env(tier2_env: dict[str, str], bootstrap: str, prefix: str, group: str, metadata: Path, state: Path,
+               commit_interval_ms: int | None) -> dict[str, str]:
+    """The workers' environment: this one's, less its S3 settings, plus the drain's."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_S3_")}
+    env |= {**tier2_env, "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_GROUP_ID": group,
+            "RECLAIM_METADATA_PATH": str(metadata), "RECLAIM_STATE_DIR": str(state)}
+    if commit_interval_ms is not None:
+        env["RECLAIM_COMMIT_INTERVAL_MS"] = str(commit_interval_ms)
+    return env
+
+
 def drain(bootstrap: str, tier2: Tier2, mode: str, processes: int, n: int, work: Path, args: argparse.Namespace,
           servers: Sequence[int]) -> Drain:
     """Lay out ``n`` objects with their rows, start the workers, and watch them drain (the module's steps)."""
@@ -283,11 +294,8 @@ def drain(bootstrap: str, tier2: Tier2, mode: str, processes: int, n: int, work:
     service = LedgerDeletionService(store, KafkaPendingDeletePublisher(producer, build_codec(), topics.deletion))
     connect(producer, bootstrap, prefix)
     group = f"{prefix}group"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_S3_")}
-    env |= {**tier2_env, "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_GROUP_ID": group,
-            "RECLAIM_METADATA_PATH": str(store.path), "RECLAIM_STATE_DIR": str(work / prefix / "state")}
-    if args.commit_interval_ms is not None:
-        env["RECLAIM_COMMIT_INTERVAL_MS"] = str(args.commit_interval_ms)
+    env = worker_env(tier2_env, bootstrap, prefix, group, Path(store.path), work / prefix / "state",
+                     args.commit_interval_ms)
     commits = CommitWatch(bootstrap, group, topics.deletion)
     launched = time.perf_counter()
     fleet = Fleet(mode, processes, env, work / prefix / "logs")
