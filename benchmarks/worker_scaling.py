@@ -141,7 +141,8 @@ def header(args: argparse.Namespace, tier2: Tier2, modes: list[str]) -> None:
           "the mean batched delete is printed too); 'committed': every partition's committed offset at its end")
     if cores <= 2:
         print(f"  NOTE: {cores} cores, shared by the workers with the Kafka broker and the S3 server: 2 and 4 "
-              "processes are bounded by the cores, not by reclaim")
+              "processes get no core of their own, so their figures are bounded by the cores and do not say what "
+              "a host with more cores would give")
 
 
 def drain_again_on_failure(bootstrap: str, tier2: Tier2, mode: str, procs: int, n: int, work: Path,
@@ -226,6 +227,7 @@ def main() -> None:
     settings = Settings.from_env()
     begun, figures = time.time(), Figures()
     figures.add("cores", os.cpu_count() or 1)
+    figures.add("load_average_1m_at_start", os.getloadavg()[0])
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         started: list[int] = []
