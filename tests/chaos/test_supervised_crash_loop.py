@@ -1,9 +1,9 @@
 """A supervised ``reclaim worker --processes 2`` in a kill loop while it drains a marked backlog: its children
 are SIGKILLed at random (the supervisor restarts them), and the supervisor itself is SIGKILLed now and then
-(its children must stop by themselves, none left consuming) and started again. Each kill falls once the
-host has deleted a random number more chunks (or a random while has passed) and its victim has lived a
-random while, so kills land mid-drain, mid-batch, in a rebalance or in a start-up. The last life drains
-the rest; the audit proves nothing live was deleted, nothing was leaked and nothing dead-lettered."""
+(its children must stop by themselves, none left consuming) and started again. The kills fall at random
+shares of the backlog deleted (5 to 75 %), so they land mid-drain, mid-batch, in a rebalance or in a
+start-up, and the last life drains the rest; the audit proves nothing live was deleted, nothing was leaked
+and nothing dead-lettered."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.support.supervised import children, counted, starts, wait_children, w
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CHUNKS = 10_000
+CHUNKS = 20_000
 SUPERVISOR_LIVES = 3
 CHILD_KILLS_A_LIFE = 3
 
@@ -45,25 +45,28 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
         rng = random.Random(20261126)
         # Static members (chaos-0, chaos-1): a restarted child takes its place back without a rebalance wait.
         env = {"RECLAIM_PROCESSES": "2", "RECLAIM_INSTANCE_ID": "chaos", "RECLAIM_BATCH_SIZE": "10"}
+        # Where the kills fall, as shares of the backlog deleted: drawn up front, so that every kill falls
+        # mid-drain and the last life has a good share to drain, whatever the machine's speed.
+        kill_at = iter(sorted(rng.uniform(0.05, 0.75) * CHUNKS
+                              for _ in range(SUPERVISOR_LIVES * (CHILD_KILLS_A_LIFE + 1))))
         child_kills = 0
         for _ in range(SUPERVISOR_LIVES):
+            carried = len(backlog.doomed) - backlog.left()  # this life's counters start at 0
             port = free_port()
             supervisor = spawn_worker(pipe, fs_root, log, RECLAIM_METRICS_PORT=str(port), **env)
-            seen = len(starts(log))
-            wait_children(log, seen + 2)
-            born = dict.fromkeys(children(log), time.monotonic())
+            first = len(starts(log))
+            wait_children(log, first + 2)
             for _ in range(CHILD_KILLS_A_LIFE):
-                wait_for_work(rng, port, supervisor, log)
-                index, pid = rng.choice(sorted(children(log).items()))
-                # A child lives a random while first: some kills fall in its start-up, most mid-drain.
-                time.sleep(max(0.0, born[index] + rng.uniform(0.5, 6) - time.monotonic()))
-                if pid_alive(pid):
-                    before = len(starts(log))
-                    os.kill(pid, signal.SIGKILL)
-                    child_kills += 1
-                    wait_children(log, before + 1)  # the supervisor started it again
-                    born[index] = time.monotonic()
-            wait_for_work(rng, port, supervisor, log)
+                wait_deleted(next(kill_at) - carried, port, supervisor, log)
+                # A child running now (a killed one may still wait out its backoff), without waiting for
+                # restarts: the drain goes on meanwhile and the kills keep to their shares.
+                victim = rng.choice(running(log))
+                os.kill(victim, signal.SIGKILL)
+                wait_gone([victim], timeout_s=10)  # dead, so never picked twice
+                child_kills += 1
+            # Every killed child was started again before the supervisor goes.
+            wait_children(log, first + 2 + CHILD_KILLS_A_LIFE, timeout_s=90)
+            wait_deleted(next(kill_at) - carried, port, supervisor, log)
             orphans = list(children(log).values())
             supervisor.kill()
             supervisor.wait(timeout=30)
@@ -84,10 +87,20 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
         pipe.close()
 
 
-def wait_for_work(rng: random.Random, port: int, supervisor: subprocess.Popen[bytes], log: Path) -> None:
-    """Until the host has deleted a random few more chunks, or a random while has passed."""
-    start, target = counted(port, "reclaim_ledgers_deleted_total"), rng.randint(1, CHUNKS // 100)
-    began, patience = time.monotonic(), rng.uniform(0.3, 2)
-    while counted(port, "reclaim_ledgers_deleted_total") - start < target and time.monotonic() - began < patience:
+def running(log: Path, timeout_s: float = 30) -> list[int]:
+    """The children running now; once one is, when all wait out their backoff."""
+    deadline = time.monotonic() + timeout_s
+    while not (alive := [pid for pid in children(log).values() if pid_alive(pid)]):
+        assert time.monotonic() < deadline, f"no child running: {log.read_text()[-3000:]}"
+        time.sleep(0.05)
+    return alive
+
+
+def wait_deleted(target: float, port: int, supervisor: subprocess.Popen[bytes], log: Path,
+                 timeout_s: float = 120) -> None:
+    """Until the supervisor's endpoint counts ``target`` chunks deleted in this life."""
+    deadline = time.monotonic() + timeout_s
+    while counted(port, "reclaim_ledgers_deleted_total") < target:
         assert supervisor.poll() is None, f"the supervisor died by itself: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"the drain stalled: {log.read_text()[-3000:]}"
         time.sleep(0.05)
