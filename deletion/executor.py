@@ -210,7 +210,7 @@ class DeletionExecutor:
                     txn.put_chunk(replace(row, locations=left))
                 else:
                     emptied.append(name)
-            txn.remove_chunks(emptied)
+            txn.discard_chunks(emptied)
 
 
 def _transient(result: DeleteResult) -> bool:

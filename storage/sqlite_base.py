@@ -81,6 +81,11 @@ class SQLiteConnection:
             removed.extend(json.loads(text))
         return removed
 
+    def discard_in(self, table: str, key: str, values: Sequence[Any], where: str) -> None:
+        for start in range(0, len(values), IN_BATCH):
+            batch = values[start:start + IN_BATCH]
+            self.raw.execute(f"DELETE FROM {table} WHERE {where} AND {key} IN ({', '.join('?' * len(batch))})", batch)
+
 
 class SQLiteDatabase:
     """The SQLite-specific part of a store: opening the file, the transaction verbs, what an error means.
