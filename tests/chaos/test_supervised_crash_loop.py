@@ -40,6 +40,7 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
     pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=4), open_metadata_store(str(tmp_path / "meta.db")),
                     StorageBindings([FileSystemChunkStorage(fs_root, name="fs-tier2", create=True)]),
                     unique_name("group"))
+    supervisor: subprocess.Popen[bytes] | None = None
     try:
         backlog = Backlog.marked(pipe, live=50, segments=20, per_segment=CHUNKS // 20)
         rng = random.Random(20261126)
@@ -84,6 +85,9 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
             stopped(supervisor, log)
             wait_gone(last, timeout_s=5)
     finally:
+        if supervisor is not None and supervisor.poll() is None:  # a failure mid-loop: its children follow it
+            supervisor.kill()
+            supervisor.wait(timeout=30)
         pipe.close()
 
 

@@ -105,8 +105,10 @@ def test_a_supervisor_killed_outright_leaves_no_child_behind(four_partitions: Pi
     pipe, log, port = four_partitions, tmp_path / "worker.log", free_port()
     Backlog.marked(pipe, live=5, segments=2, per_segment=20)
     worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2", RECLAIM_METRICS_PORT=str(port))
-    pids = list(wait_children(log, 2).values())
-    worker.kill()
+    try:
+        pids = list(wait_children(log, 2).values())
+    finally:
+        worker.kill()
     worker.wait(timeout=30)
     wait_gone(pids, timeout_s=60)  # each read the end of its lifeline and stopped as on SIGTERM
     assert "the supervisor is gone: finishing the batch in flight, then stopping" in log.read_text()
@@ -120,8 +122,8 @@ def test_by_default_one_process_per_core_at_most_one_per_partition(
                     StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
                     unique_name("group"))
     log, expected = tmp_path / "worker.log", min(host_cores(), partitions)
+    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="")  # unset: the default
     try:
-        worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="")  # unset: the default
         deadline = time.monotonic() + 60
         while "deletion worker started" not in log.read_text():
             assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
@@ -135,4 +137,7 @@ def test_by_default_one_process_per_core_at_most_one_per_partition(
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
     finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
         pipe.close()
