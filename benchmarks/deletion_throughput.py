@@ -206,7 +206,8 @@ def worker_processes(bootstrap: str, binding: BaseChunkStorage, env: dict[str, s
     env = {**os.environ, **env, "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
            "RECLAIM_METADATA_PATH": str(db), "RECLAIM_GROUP_ID": group, "RECLAIM_STATE_DIR": str(work / prefix),
            "RECLAIM_POLL_TIMEOUT_S": "0.05", "RECLAIM_COMMIT_INTERVAL_MS": "20",
-           "RECLAIM_FS_CREATE_ROOT": "true"}  # the workers' own (unused) filesystem binding, in their state dir
+           # the workers' own (unused) filesystem binding, in their state dir; n unsupervised processes
+           "RECLAIM_FS_CREATE_ROOT": "true", "RECLAIM_PROCESSES": "1"}
     logs = [work / f"{prefix}worker-{i}.log" for i in range(processes)]
     procs = [subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
                               stderr=log.open("wb")) for log in logs]

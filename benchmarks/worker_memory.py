@@ -122,7 +122,8 @@ def drain(bootstrap: str, size: int, work: Path) -> MemoryRun:
     env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_S3_")}
     env |= {"RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
             "RECLAIM_STATE_DIR": str(state), "RECLAIM_FS_ROOT": str(binding.root),
-            "RECLAIM_METADATA_PATH": str(state / "metadata.db"), "RECLAIM_GROUP_ID": group}
+            "RECLAIM_METADATA_PATH": str(state / "metadata.db"), "RECLAIM_GROUP_ID": group,
+            "RECLAIM_PROCESSES": "1"}  # one process: its own peak RSS is the figure
     proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     started = time.perf_counter()
