@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import struct
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -16,7 +17,6 @@ from reclaim.storage.chunks import ChunkLocation
 from reclaim.storage.metadata import ChunkRecord
 
 _UUID5_NAMESPACE = uuid.NAMESPACE_URL.bytes
-_LONG_MASK = 2**64 - 1
 # uuid5's version (5) and RFC 4122 variant bits, set over the first 16 bytes of a SHA-1 digest.
 _UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
@@ -39,6 +39,22 @@ def _copy_uuid_after(prefix: Any, location: ChunkLocation) -> int:
     return (int.from_bytes(hasher.digest()[:16], "big") & _UUID5_CLEAR) | _UUID5_SET
 
 
+#: A SHA-1 digest's first 16 bytes as two big-endian signed longs, the halves Java keeps of a uuid.
+_UUID_HALVES = struct.Struct(">qq").unpack_from
+#: uuid5's version nibble in the high half: cleared, then 5.
+_VERSION_CLEAR, _VERSION_SET = ~0xF000, 0x5000
+#: The low half with the RFC 4122 variant (top bits 10): its low 62 bits, less 2**63 as a signed long.
+_VARIANT_BITS, _VARIANT_SIGNED = 2**62 - 1, 2**63
+
+
+def _copy_uuid_halves(prefix: Any, location: ChunkLocation) -> tuple[int, int]:
+    """``_copy_uuid_after`` as Java's signed (msb, lsb), read off the digest as two longs: no 128-bit int."""
+    hasher = prefix.copy()
+    hasher.update(f"{location.binding}:{location.key}".encode())
+    msb, lsb = _UUID_HALVES(hasher.digest())
+    return (msb & _VERSION_CLEAR) | _VERSION_SET, (lsb & _VARIANT_BITS) - _VARIANT_SIGNED
+
+
 def copy_uuid(mark_id: str, location: ChunkLocation) -> int:
     """``uuid5(NAMESPACE_URL, "reclaim:<mark>:<binding>:<key>")`` as an int: stable per (mark, copy).
 
@@ -46,11 +62,6 @@ def copy_uuid(mark_id: str, location: ChunkLocation) -> int:
     phase 1 makes one per tier-2 copy.
     """
     return _copy_uuid_after(_uuid_prefix(mark_id), location)
-
-
-def _signed(half: int) -> int:
-    """Two's-complement view of a 64-bit half, as Java stores a uuid's halves."""
-    return half - (1 << 64) if half >> 63 else half
 
 
 class _MarkBatch:
@@ -68,14 +79,13 @@ class _MarkBatch:
 
     def _offload_context(self, chunk: ChunkRecord, location: ChunkLocation) -> OffloadContext:
         # A stable uuid per (mark, copy), so a re-published record carries the same context.
-        copy_id = _copy_uuid_after(self._uuid_prefix, location)
+        msb, lsb = _copy_uuid_halves(self._uuid_prefix, location)
         # Key-sorted, as OffloadContext keeps them: binding < bucket < key < segment.
         metadata = ((("binding", location.binding), ("key", location.key), ("segment", chunk.segment))
                     if location.bucket is None else
                     (("binding", location.binding), ("bucket", location.bucket), ("key", location.key),
                      ("segment", chunk.segment)))
-        return OffloadContext.from_checked({"uuid_msb": _signed(copy_id >> 64),
-                                            "uuid_lsb": _signed(copy_id & _LONG_MASK),
+        return OffloadContext.from_checked({"uuid_msb": msb, "uuid_lsb": lsb,
                                             "driver_name": location.binding, "metadata": metadata})
 
     def records(self, chunk: ChunkRecord) -> list[PendingDeleteLedgerInfo]:
