@@ -19,11 +19,7 @@ import pytest
 
 from reclaim.localstack.procs import free_port, pid_alive
 from reclaim.producers.topics import TopicNames
-from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.sql_store import open_metadata_store
-from tests.support.chaos import Backlog, spawn_worker, stopped
-from tests.support.pipeline import Pipeline
+from tests.support.chaos import Backlog, filesystem_pipeline, spawn_worker, stopped
 from tests.support.supervised import children, counted, starts, wait_children, wait_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,9 +33,7 @@ def test_supervised_worker_children_and_supervisor_killed_during_a_drain(
         kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
         unique_name: Callable[[str], str]) -> None:
     fs_root, log = tmp_path / "tier2", tmp_path / "worker.log"
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=4), open_metadata_store(str(tmp_path / "meta.db")),
-                    StorageBindings([FileSystemChunkStorage(fs_root, name="fs-tier2", create=True)]),
-                    unique_name("group"))
+    pipe = filesystem_pipeline(kafka_bootstrap, kafka_topics(partitions=4), tmp_path, unique_name("group"))
     supervisor: subprocess.Popen[bytes] | None = None
     try:
         backlog = Backlog.marked(pipe, live=50, segments=20, per_segment=CHUNKS // 20)

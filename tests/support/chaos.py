@@ -19,10 +19,14 @@ from reclaim.consumers.lag import estimated_inflight
 from reclaim.errors import ReclaimError
 from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
 from reclaim.localstack.procs import free_port, pid_alive, stop_pid, wait_until
+from reclaim.producers.topics import TopicNames
 from reclaim.schemas.streams import StreamCut
 from reclaim.segments.streams import StreamController
 from reclaim.storage.base import BaseChunkStorage
+from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord
+from reclaim.storage.sql_store import open_metadata_store
 from reclaim.tools.dlq.reader import read_all as read_dlq
 from tests.support.cli import run_reclaim
 from tests.support.pipeline import Pipeline, inflight, wait_drained
@@ -83,6 +87,13 @@ def spawn_reclaim(command: str, env: dict[str, str], log: Path) -> subprocess.Po
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "reclaim", command], stdout=out, stderr=out,
                                 env={**os.environ, **env})
+
+
+def filesystem_pipeline(bootstrap: str, topics: TopicNames, work: Path, group: str) -> Pipeline:
+    """A pipeline on a SQLite store and a filesystem binding (``fs-tier2``), both under ``work``: the
+    binding's root is ``work / "tier2"``."""
+    return Pipeline(bootstrap, topics, open_metadata_store(str(work / "meta.db")),
+                    StorageBindings([FileSystemChunkStorage(work / "tier2", name="fs-tier2", create=True)]), group)
 
 
 def spawn_worker(pipe: Pipeline, fs_root: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
