@@ -59,8 +59,9 @@ STALL_S = 120.0
 
 
 def spread(values: Sequence[float]) -> float:
-    """(max - min) / median."""
-    return (max(values) - min(values)) / statistics.median(values)
+    """(max - min) / median; 0 when the median is 0 (a CPU time under one clock tick, say)."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle else 0.0
 
 
 def stats_line(figures: Figures, name: str, label: str, values: Sequence[float], unit: str, digits: int) -> float:
