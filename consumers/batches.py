@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from reclaim.consumers.retry import Delivery
 from reclaim.deletion.executor import BatchPlan
 from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.quick_init import quick_init
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 
 Partition = tuple[str, int]
 
 
+@quick_init
 @dataclass(frozen=True)
 class Polled:
     """One record as read: where from, its key and value, its retry history, and whether an earlier
@@ -34,6 +36,7 @@ class Polled:
         return (self.topic, self.partition)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Decoded:
     """A record that decoded into a pending delete."""
@@ -60,6 +63,7 @@ class Checked:
     plan: BatchPlan | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Judged:
     """A record with its final verdict for this attempt."""

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reclaim.deletion.outcomes import Outcome, Verdict
+from reclaim.quick_init import quick_init
 
 H_ATTEMPT = "reclaim.attempt"
 H_FIRST_FAILURE = "reclaim.first-failure-ms"
@@ -49,6 +50,7 @@ def _int(values: dict[str, str], key: str) -> int | None:
         return None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Delivery:
     """Where a record came from and its retry history, read from its headers.

@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from reclaim.quick_init import quick_init
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.storage.chunks import ChunkInfo, ChunkLocation
 from reclaim.storage.errors import StorageError
@@ -29,6 +30,7 @@ class Proceed(enum.Enum):
     DELETE = "delete"
 
 
+@quick_init
 @dataclass(frozen=True)
 class Pending:
     """One record to judge, with when phase 2 first failed on it (its retry headers), if it did, and

@@ -200,9 +200,12 @@ def read_body(body: bytes, writer: RecordSchema, reader: RecordSchema) -> dict[s
     """
     stream = io.BytesIO(body)
     try:
-        # Resolution is only needed across versions; the same schema reads faster without it.
-        same = writer.fingerprint == reader.fingerprint
-        datum = schemaless_reader(stream, writer.parsed, None if same else reader.parsed)
+        # Resolution is only needed across versions; the same schema reads faster without it, and its
+        # timestamps as the longs they are (every record type takes either).
+        if writer.fingerprint == reader.fingerprint:
+            datum = schemaless_reader(stream, writer.plain, None)
+        else:
+            datum = schemaless_reader(stream, writer.parsed, reader.parsed)
     except SchemaResolutionError as exc:
         raise RecordDecodeError(DecodeReason.SCHEMA_MISMATCH, f"{writer.name}: {exc}") from exc
     except _BODY_ERRORS as exc:

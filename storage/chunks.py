@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from reclaim.quick_init import quick_init
 from reclaim.storage.errors import InvalidChunkNameError, StorageError
 
 #: The ``application`` ownership tag every chunk written by reclaim carries.
@@ -165,6 +166,7 @@ class DeleteOutcome(enum.Enum):
     FAILED = "FAILED"
 
 
+@quick_init
 @dataclass(frozen=True)
 class DeleteResult:
     """The outcome of deleting one chunk; ``error`` is set (and says if retryable) when FAILED."""

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import orjson
+
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.errors import MetadataConflictError
 from reclaim.storage.metadata import MAX_LOCATIONS, ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
@@ -71,8 +73,11 @@ _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "leng
 _CHUNK_COLUMNS = ("name", "version", "segment", "start_offset", "length", "next_chunk", "active", "mark_id",
                   "tags", "locations")
 _MARK_COLUMNS = ("mark_id", "version", "state", "created_at")
-#: How a column goes into one of SQLite's JSON rows (``select_in``): locations as JSON, times with every digit.
-_JSON_COLUMNS = {"locations": "json(locations)", "created_at": "printf('%.17g', created_at)"}
+#: How a column's JSON text is made in one of SQLite's JSON rows (``select_in``): locations as stored (valid
+#: JSON, or null, which no row may hold and so is refused when read), times with every digit (SQLite's printf
+#: stops at 16 significant digits unless given its ``!`` flag).
+_JSON_COLUMNS = {"locations": "iif(json_valid(locations), locations, 'null')",
+                 "created_at": "json_quote(printf('%!.17g', created_at))"}
 
 
 def _segment_from_row(row: Sequence[Any]) -> SegmentRecord:
@@ -108,13 +113,24 @@ def _built(cls: type[_T], fields: dict[str, Any]) -> _T:
     return record
 
 
+_LOCATION_FIELDS = frozenset(("binding", "tier", "bucket", "key"))
+
+
+def _location(stored: Any) -> ChunkLocation:
+    """One copy of a row's ``locations``: the parsed JSON object itself becomes the record's fields."""
+    if type(stored) is not dict or stored.keys() != _LOCATION_FIELDS:
+        raise ValueError(f"a chunk location is not an object of {sorted(_LOCATION_FIELDS)}")
+    stored["tier"] = _TIERS[stored["tier"]]
+    return _built(ChunkLocation, stored)
+
+
 def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
     name, version, segment, start_offset, length, next_chunk, active, mark_id, tags, locations = row
-    copies = tuple(_built(ChunkLocation, {"binding": loc["binding"], "tier": _TIERS[loc["tier"]],
-                                          "bucket": loc["bucket"], "key": loc["key"]})
-                   for loc in (json.loads(locations) if isinstance(locations, str) else locations))
-    if not 1 <= len(copies) <= MAX_LOCATIONS:
-        raise ValueError(f"chunk row {name!r} has {len(copies)} locations")
+    if isinstance(locations, str):
+        locations = orjson.loads(locations)
+    if type(locations) is not list or not 1 <= len(locations) <= MAX_LOCATIONS:
+        raise ValueError(f"chunk row {name!r} has no list of 1..{MAX_LOCATIONS} locations")
+    copies = (_location(locations[0]),) if len(locations) == 1 else tuple([_location(loc) for loc in locations])
     return _built(ChunkRecord, {
         "name": name, "segment": segment, "start_offset": start_offset, "length": length, "tags": _tags_from_json(tags),
         "locations": copies, "next_chunk": next_chunk, "active": bool(active), "mark_id": mark_id, "version": version})
