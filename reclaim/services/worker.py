@@ -192,8 +192,11 @@ def _run_consumers(settings: Settings, store: SQLMetadataStore, bindings: Storag
     threads = [threading.Thread(target=consume, args=(w,), name=f"consumer-{i}") for i, w in enumerate(workers)]
     for thread in threads:
         thread.start()
-    while any(thread.is_alive() for thread in threads):
-        stop.wait(0.5)  # the main thread stays free to take SIGTERM/SIGINT
+    for thread in threads:
+        # In short joins, so the main thread stays free to take SIGTERM/SIGINT; not stop.wait, which
+        # returns at once once stop is set and spun a core while the consumers finished their batches.
+        while thread.is_alive():
+            thread.join(0.5)
     if failures:
         log.error("worker stopped after a consumer failed: %s", failures[0])
         return 1
