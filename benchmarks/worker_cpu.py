@@ -22,8 +22,12 @@ With ``--before-commit REV`` each drain is also run, just before this tree's, by
 (a git worktree of it, run with ``PYTHONPATH`` pointing at it), and its figures are printed first: before
 and after measured in the same conditions, on a machine whose load moves every figure.
 
+With ``--rounds N`` every drain is run N times (round after round, before and after side by side in
+each) and each pair's marginal is taken within a round; the median of the rounds is printed, with their
+range: one round's figure moves by 10-20% on a shared machine, the whole process slowed at once.
+
 Run: ``.venv/bin/python -m benchmarks.worker_cpu [--bindings moto,minio,fs] [--pairs 2000/10000,5000/20000]
-[--before-commit REV]``. It starts its own Kafka broker, moto and MinIO
+[--before-commit REV] [--rounds N]``. It starts its own Kafka broker, moto and MinIO
 (built from its Go module on first use) unless RECLAIM_BOOTSTRAP names a running broker.
 """
 
@@ -42,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -238,31 +243,45 @@ def bindings(text: str) -> list[str]:
     return chosen
 
 
-def report(name: str, drains: Mapping[int, Drain], size_pairs: Sequence[tuple[int, int]], figures: Figures) -> None:
-    """Print and record one binding's figures: per drain, then the marginal per pair, in all and by stage."""
-    for n, run in sorted(drains.items()):
+def report(name: str, rounds: Mapping[int, Sequence[Drain]], size_pairs: Sequence[tuple[int, int]],
+           figures: Figures) -> None:
+    """Print and record one binding's figures: per drain size, then the marginal per pair, in all and by stage.
+
+    With several rounds, a pair's marginal is computed within each round (its two drains ran minutes apart
+    at most) and the median of the rounds is printed and recorded, with the rounds' range beside it."""
+    for n, runs in sorted(rounds.items()):
         key = f"{name}_{n}"
-        figures.add(f"{key}_cpu_s", run.cpu_s)
-        figures.add(f"{key}_with_start_us_per_record", run.cpu_s / n * 1e6)
-        figures.add(f"{key}_drain_us_per_record", run.drain_cpu_s / n * 1e6)
-        figures.add(f"{key}_wall_s", run.wall_s)
-        print(f"  {n:>6} records: CPU {run.cpu_s:6.2f} s, {run.cpu_s / n * 1e6:6.1f} µs/record with the start, "
-              f"{run.drain_cpu_s / n * 1e6:6.1f} µs/record from the first record to lag 0 ({run.wall_s:5.1f} s wall)")
+        cpu, drain_cpu = median(r.cpu_s for r in runs), median(r.drain_cpu_s for r in runs)
+        figures.add(f"{key}_cpu_s", cpu)
+        figures.add(f"{key}_with_start_us_per_record", cpu / n * 1e6)
+        figures.add(f"{key}_drain_us_per_record", drain_cpu / n * 1e6)
+        figures.add(f"{key}_wall_s", median(r.wall_s for r in runs))
+        print(f"  {n:>6} records: CPU {cpu:6.2f} s, {cpu / n * 1e6:6.1f} µs/record with the start, "
+              f"{drain_cpu / n * 1e6:6.1f} µs/record from the first record to lag 0 "
+              f"({median(r.wall_s for r in runs):5.1f} s wall){_median_of(runs)}")
     header = "".join(f"{stage:>9}" for stage in SHOWN)
     print(f"  marginal µs/record     total |{header}")
     for small, big in size_pairs:
-        a, b = drains[small], drains[big]
         key = f"{name}_{small}_{big}_marginal"
-        total = (b.cpu_s - a.cpu_s) / (big - small) * 1e6
+        pairs = list(zip(rounds[small], rounds[big], strict=True))
+        totals = [(b.cpu_s - a.cpu_s) / (big - small) * 1e6 for a, b in pairs]
+        total = median(totals)
         figures.add(f"{key}_us_per_record", total)
-        by_stage = {stage: (b.stages.get(stage, 0.0) - a.stages.get(stage, 0.0)) / (big - small) * 1e6
-                    for stage in SHOWN}
+        if len(totals) > 1:
+            figures.add(f"{key}_rounds_us_per_record", [round(t, 1) for t in totals])
+        by_stage = {stage: median((b.stages.get(stage, 0.0) - a.stages.get(stage, 0.0)) / (big - small) * 1e6
+                                  for a, b in pairs) for stage in SHOWN}
         for stage, value in by_stage.items():
             figures.add(f"{key}_{stage}_us_per_record", value)
         cells = "".join(f"{by_stage[stage]:9.1f}" for stage in SHOWN)
+        spread = f"   rounds {min(totals):.1f}-{max(totals):.1f}" if len(totals) > 1 else ""
         goal = f"   (target <= {TARGET_US:g} on moto: {'met' if total <= TARGET_US else 'not met'})" \
             if name == "moto" else ""
-        print(f"  {small:>6} -> {big:<6}   {total:8.1f} |{cells}{goal}")
+        print(f"  {small:>6} -> {big:<6}   {total:8.1f} |{cells}{spread}{goal}")
+
+
+def _median_of(runs: Sequence[Drain]) -> str:
+    return f", median of {len(runs)} rounds" if len(runs) > 1 else ""
 
 
 def before_tree(commit: str, work: Path) -> Path:
@@ -289,7 +308,11 @@ def main() -> None:
                         help="sizes of the drains whose difference is measured (default 2000/10000,5000/20000)")
     parser.add_argument("--before-commit", metavar="REV", help="also run, drain for drain before this tree's, the "
                         "worker of an earlier commit (a git worktree of it), and print its figures first")
+    parser.add_argument("--rounds", type=int, default=1, help="drains of each size, the marginal's median printed "
+                        "(default 1; this machine's noise moves one round's figure by 10-20%%)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     settings = Settings.from_env()
     sizes = sorted({n for pair in args.pairs for n in pair})
     begun, figures = time.time(), Figures()
@@ -310,13 +333,14 @@ def main() -> None:
                 elif name == "minio":
                     pid, endpoint = start_minio(work / "minio", settings.cache_dir)
                     started.append(pid)
-                drains: dict[str, dict[int, Drain]] = {version: {} for version in versions}
-                for n in sizes:
-                    for version, tree in versions.items():  # the same conditions for both, one after the other
-                        state = work / f"{version}-{name}-{n}"
-                        state.mkdir()
-                        target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
-                        drains[version][n] = drain(bootstrap, target, n, state, tree)
+                drains: dict[str, dict[int, list[Drain]]] = {version: {n: [] for n in sizes} for version in versions}
+                for round_no in range(args.rounds):
+                    for n in sizes:
+                        for version, tree in versions.items():  # the same conditions for both, one after the other
+                            state = work / f"{version}-{name}-{n}-{round_no}"
+                            state.mkdir()
+                            target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
+                            drains[version][n].append(drain(bootstrap, target, n, state, tree))
                 for version in versions:
                     label = f"at {args.before_commit}" if version == "before" else "this tree"
                     print(f"{name}, {label}:")
