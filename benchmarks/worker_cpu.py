@@ -268,7 +268,8 @@ def report(name: str, rounds: Mapping[int, Sequence[Drain]], size_pairs: Sequenc
         total = median(totals)
         figures.add(f"{key}_us_per_record", total)
         if len(totals) > 1:
-            figures.add(f"{key}_rounds_us_per_record", [round(t, 1) for t in totals])
+            figures.add(f"{key}_min_us_per_record", min(totals))
+            figures.add(f"{key}_max_us_per_record", max(totals))
         by_stage = {stage: median((b.stages.get(stage, 0.0) - a.stages.get(stage, 0.0)) / (big - small) * 1e6
                                   for a, b in pairs) for stage in SHOWN}
         for stage, value in by_stage.items():
