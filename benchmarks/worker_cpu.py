@@ -72,6 +72,7 @@ from reclaim.localstack.procs import stop_pid  # noqa: E402
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, start_s3  # noqa: E402
 from reclaim.schemas.codec import build_codec  # noqa: E402
 from reclaim.settings import Settings  # noqa: E402
+from reclaim.stage_clock import CALLS as STAGE_CALLS  # noqa: E402
 from reclaim.stage_clock import ENV as STAGE_ENV  # noqa: E402
 from reclaim.stage_clock import STAGES  # noqa: E402
 from reclaim.storage.base import BaseChunkStorage  # noqa: E402
@@ -92,13 +93,16 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Drain:
     """One drained backlog: its size, the worker's CPU seconds in all (start included) and from phase 1's
-    start to lag 0, the drain's wall seconds (phase 1 included), and the CPU seconds per stage."""
+    start to lag 0, the drain's wall seconds (phase 1 included), the CPU seconds per stage, and how many
+    batches the worker polled (a batch's fixed costs, one query, one request, one commit, are spread over
+    fewer records in smaller batches)."""
 
     records: int
     cpu_s: float
     drain_cpu_s: float
     wall_s: float
     stages: Mapping[str, float]
+    batches: int = 0
 
 
 def process_cpu_s(pid: int) -> float:
@@ -214,14 +218,16 @@ def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None
         cpu = process_cpu_s(proc.pid)
     finally:
         stop_workers([proc])
-    stages = json.loads(stages_file.read_text()) if stages_file.exists() else {}
+    clocks = json.loads(stages_file.read_text()) if stages_file.exists() else {}
+    stages = {name: seconds for name, seconds in clocks.items() if not name.startswith(STAGE_CALLS)}
+    batches = int(clocks.get(f"{STAGE_CALLS}decode", 0))  # 0: a worker from before the stages were counted
     left = next(iter(target.binding.iter_names()), None)
     rows = sum(len(store.list_chunks(segment, active_only=False)) for segment in store.segment_names())
     store.close()
     assert left is None, f"chunk {left} left behind"
     assert not rows, f"{rows} chunk rows left behind"
     others = sum(seconds for name, seconds in stages.items() if name != "facts")
-    return Drain(n, cpu, cpu - joined_cpu, wall, {**stages, "other": max(0.0, cpu - joined_cpu - others)})
+    return Drain(n, cpu, cpu - joined_cpu, wall, {**stages, "other": max(0.0, cpu - joined_cpu - others)}, batches)
 
 
 def pairs(text: str) -> list[tuple[int, int]]:
@@ -256,9 +262,13 @@ def report(name: str, rounds: Mapping[int, Sequence[Drain]], size_pairs: Sequenc
         figures.add(f"{key}_with_start_us_per_record", cpu / n * 1e6)
         figures.add(f"{key}_drain_us_per_record", drain_cpu / n * 1e6)
         figures.add(f"{key}_wall_s", median(r.wall_s for r in runs))
+        batches = median(r.batches for r in runs)
+        if batches:
+            figures.add(f"{key}_batches", batches)
         print(f"  {n:>6} records: CPU {cpu:6.2f} s, {cpu / n * 1e6:6.1f} µs/record with the start, "
               f"{drain_cpu / n * 1e6:6.1f} µs/record from the first record to lag 0 "
-              f"({median(r.wall_s for r in runs):5.1f} s wall){_median_of(runs)}")
+              f"({median(r.wall_s for r in runs):5.1f} s wall"
+              f"{f', {batches:.0f} batches of {n / batches:.0f} records' if batches else ''}){_median_of(runs)}")
     header = "".join(f"{stage:>9}" for stage in SHOWN)
     print(f"  marginal µs/record     total |{header}")
     for small, big in size_pairs:

@@ -2,9 +2,10 @@
 
 With ``RECLAIM_STAGE_CPU`` naming a file, each :func:`stage` adds the CPU time its thread spent inside
 it (``time.thread_time``: this thread only, so a stage on the delete thread is not charged for the main
-thread's work) to a per-stage total, and the totals are written to that file as JSON when the process
-exits. Off, :func:`stage` hands back one shared do-nothing context manager: every stage is timed once
-per batch, never per record, so neither state costs the worker anything measurable.
+thread's work) to a per-stage total and counts the stage's runs, and both are written to that file as
+JSON when the process exits (a stage's runs under ``calls.<stage>``). Off, :func:`stage` hands back one
+shared do-nothing context manager: every stage is timed once per batch, never per record, so neither
+state costs the worker anything measurable.
 
 Read once, at import, from the environment: it is a measuring hook, not a setting of the worker.
 """
@@ -19,9 +20,11 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-__all__ = ["STAGES", "enabled", "stage", "totals"]
+__all__ = ["CALLS", "STAGES", "calls", "enabled", "stage", "totals"]
 
 ENV = "RECLAIM_STAGE_CPU"
+#: The prefix of the file's entries that count a stage's runs, beside its seconds.
+CALLS = "calls."
 STAGES = ("poll", "decode", "prepare", "facts", "delete", "cleanup", "route")
 """The stages, in the order a batch goes through them: poll (read the polled records' headers), decode
 (verify and decode), prepare (the checks: facts, then judging), facts (gathering rows, marks and
@@ -31,6 +34,7 @@ the consume call itself and the interpreter's start are in none of them."""
 
 _OFF: AbstractContextManager[None] = nullcontext()
 _totals: dict[str, float] = {}
+_calls: dict[str, int] = {}
 _lock = threading.Lock()
 
 
@@ -48,6 +52,7 @@ class _Clock:
         spent = time.thread_time() - self._started
         with _lock:
             _totals[self._name] = _totals.get(self._name, 0.0) + spent
+            _calls[self._name] = _calls.get(self._name, 0) + 1
 
 
 def _path() -> Path | None:
@@ -73,9 +78,16 @@ def totals() -> dict[str, float]:
         return dict(_totals)
 
 
+def calls() -> dict[str, int]:
+    """How many times each stage ran so far (``decode`` runs once a polled batch)."""
+    with _lock:
+        return dict(_calls)
+
+
 def _dump() -> None:
     if _PATH is not None:
-        _PATH.write_text(json.dumps(totals(), sort_keys=True))
+        _PATH.write_text(json.dumps({**totals(), **{f"{CALLS}{name}": n for name, n in calls().items()}},
+                                    sort_keys=True))
 
 
 if _PATH is not None:
