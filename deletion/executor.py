@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -25,7 +25,7 @@ from reclaim.deletion.facts import CopyKey, Facts, Pending, Policy, Proceed
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.deletion.prefetch import Prefetcher
 from reclaim.deletion.retrying import RetryPolicy
-from reclaim.deletion.verify import Decision, conclude, error_verdict, judge
+from reclaim.deletion.verify import DELETED, Decision, conclude, error_verdict, judge
 from reclaim.logs import LogLimiter
 from reclaim.schemas.ledger import LedgerType, PendingDeleteLedgerInfo
 from reclaim.storage.bindings import StorageBindings
@@ -82,7 +82,9 @@ class DeletionExecutor:
         self._policy = Policy(mark_timeout_ms=int(mark_timeout_s * 1000))
         self._retry = retry or RetryPolicy()
         self._prefetch = Prefetcher(store, bindings, self._retry)
-        self._recently_deleted: deque[set[CopyKey]] = deque(maxlen=RECENT_BATCHES)
+        # The copies the last RECENT_BATCHES finished batches deleted, by the number of the batch that did.
+        self._deleted_by: dict[CopyKey, int] = {}
+        self._finished = 0
 
     def execute(self, infos: Sequence[PendingDeleteLedgerInfo]) -> list[Verdict]:
         """One verdict per record, in input order: :meth:`prepare`, :meth:`delete`, :meth:`finish`."""
@@ -127,28 +129,41 @@ class DeletionExecutor:
         deleted: Counter[LedgerType] = Counter()  # named once a batch, not once a record
         failed: Counter[tuple[LedgerType, str]] = Counter()
         gone_now: set[CopyKey] = set()
+        facts = plan.facts
         for i, pending in deletable:
-            result = results[pending.copy]
-            verdict = conclude(result, plan.facts.was_present(pending.copy), cleanup_error)
-            if verdict.outcome is Outcome.DELETED:
-                if pending.copy in gone_now or self._deleted_before(pending.copy):
-                    verdict = DUPLICATE_DELETE
+            copy = pending.copy
+            result = results[copy]
+            if result.outcome is DeleteOutcome.DELETED and cleanup_error is None and facts.was_present(copy):
+                # conclude()'s "deleted", without the call: nearly every record of a batch ends here.
+                if copy in gone_now or self._deleted_before(copy):
+                    concluded[i] = DUPLICATE_DELETE
                 else:
-                    gone_now.add(pending.copy)
-            concluded[i] = verdict
-            if verdict.outcome is Outcome.DELETED:
-                deleted[pending.info.ledger_type] += 1
-            elif not result.ok:
+                    gone_now.add(copy)
+                    concluded[i] = DELETED
+                    deleted[pending.info.ledger_type] += 1
+                continue
+            # Anything else: a failed delete, a failed cleanup, or a copy that was not there (never "deleted").
+            verdict = concluded[i] = conclude(result, facts.was_present(copy), cleanup_error)
+            if not result.ok:
                 failed[(pending.info.ledger_type, verdict.error_class)] += 1
         for ledger_type, count in deleted.items():
             metrics.DELETED.labels(metrics.snake(ledger_type.name)).inc(count)
         for (ledger_type, error_class), count in failed.items():
             metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type.name), metrics.snake(error_class)).inc(count)
-        self._recently_deleted.append(gone_now)
+        self._remember(gone_now)
         return [concluded[i] if d is Proceed.DELETE else d for i, d in enumerate(plan.decisions)]
 
     def _deleted_before(self, copy: CopyKey) -> bool:
-        return any(copy in gone for gone in self._recently_deleted)
+        batch = self._deleted_by.get(copy)
+        return batch is not None and batch > self._finished - RECENT_BATCHES
+
+    def _remember(self, gone: set[CopyKey]) -> None:
+        """Note this batch's deleted copies; every RECENT_BATCHES batches, forget those older than that."""
+        self._finished += 1
+        self._deleted_by.update(dict.fromkeys(gone, self._finished))
+        if self._finished % RECENT_BATCHES == 0:
+            oldest = self._finished - RECENT_BATCHES
+            self._deleted_by = {copy: batch for copy, batch in self._deleted_by.items() if batch > oldest}
 
     def close(self) -> None:
         self._prefetch.close()

@@ -196,7 +196,9 @@ def validate_chunk_name(name: str) -> str:
 @functools.lru_cache(maxsize=16384)
 def _checked_name(name: str) -> str:
     # Phase 2 checks each name before a batch's checks, its delete and its listing: remember the good ones.
-    if _utf8_len(name) > MAX_CHUNK_NAME_BYTES:
+    # An ASCII name (nearly every one) has as many UTF-8 bytes as characters: no encoding to count them.
+    size = len if name.isascii() else _utf8_len
+    if size(name) > MAX_CHUNK_NAME_BYTES:
         raise InvalidChunkNameError(f"chunk name longer than {MAX_CHUNK_NAME_BYTES} bytes", chunk=name[:64])
     if _CONTROL.search(name):
         raise InvalidChunkNameError("chunk name holds a control character or backslash", chunk=repr(name))
@@ -204,7 +206,7 @@ def _checked_name(name: str) -> str:
         if not part or part.strip() in (".", ".."):
             raise InvalidChunkNameError("chunk name has an empty, '.' or '..' path component "
                                         "(whitespace around it aside)", chunk=name)
-        if _utf8_len(part) > MAX_COMPONENT_BYTES:
+        if size(part) > MAX_COMPONENT_BYTES:
             raise InvalidChunkNameError(f"chunk name has a path component longer than {MAX_COMPONENT_BYTES} "
                                         "bytes", chunk=name[:64])
     return name
