@@ -109,6 +109,7 @@ class WrittenAs:
         return ""
 
 
+@quick_init
 @dataclass(frozen=True)
 class ChunkLocation:
     """One copy of a chunk: the binding that holds it, its tier, bucket (None for a filesystem) and key.

@@ -53,9 +53,9 @@ def test_the_hot_path_records_use_it() -> None:
     from reclaim.consumers.batches import Decoded, Judged, Polled
     from reclaim.consumers.retry import Delivery
     from reclaim.deletion.facts import Pending
-    from reclaim.storage.chunks import DeleteResult
+    from reclaim.storage.chunks import ChunkLocation, DeleteResult
 
-    for cls in (Polled, Decoded, Judged, Delivery, Pending, DeleteResult):
+    for cls in (Polled, Decoded, Judged, Delivery, Pending, DeleteResult, ChunkLocation):
         assert cls.__init__.__code__.co_filename.startswith("<quick_init"), cls
 
 
