@@ -13,8 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import orjson
-
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.errors import MetadataConflictError
 from reclaim.storage.metadata import MAX_LOCATIONS, ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
@@ -127,7 +125,7 @@ def _location(stored: Any) -> ChunkLocation:
 def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
     name, version, segment, start_offset, length, next_chunk, active, mark_id, tags, locations = row
     if isinstance(locations, str):
-        locations = orjson.loads(locations)
+        locations = json.loads(locations)
     if type(locations) is not list or not 1 <= len(locations) <= MAX_LOCATIONS:
         raise ValueError(f"chunk row {name!r} has no list of 1..{MAX_LOCATIONS} locations")
     copies = (_location(locations[0]),) if len(locations) == 1 else tuple([_location(loc) for loc in locations])

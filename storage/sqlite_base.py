@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-import orjson
-
 from reclaim.storage.errors import MetadataError, MetadataMissingError, MetadataUnavailableError
 from reclaim.storage.sql_base import SCHEMA_TABLE, Engine, Migration, migrate, tables_of
 
@@ -95,6 +93,10 @@ class SQLiteConnection:
 
 def _parsed(text: str, table: str) -> list[Any]:
     """The rows of one JSON text from ``select_in`` or ``delete_in``; text that is not JSON is a database error."""
+    # Imported here, not with the module: Spark executors import this module (through the segments
+    # package) without using it, and their Python is not asked to have orjson.
+    import orjson
+
     try:
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
