@@ -13,6 +13,7 @@ exactly and refuses the rest when the class is defined.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, TypeVar
 
 __all__ = ["quick_init"]
@@ -35,12 +36,15 @@ def quick_init(cls: type[_T]) -> type[_T]:
     if "__slots__" in cls.__dict__:
         raise TypeError(f"{cls.__name__}: quick_init needs instances with a __dict__")
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    if any(f.default_factory is not dataclasses.MISSING or f.kw_only for f in fields):
-        raise TypeError(f"{cls.__name__}: quick_init takes no default factory or keyword-only field")
-    if any(isinstance(f.type, dataclasses.InitVar) or f.type == "InitVar" for f in fields):
-        raise TypeError(f"{cls.__name__}: quick_init takes no InitVar")
+    if any(f.default_factory is not dataclasses.MISSING for f in fields):
+        raise TypeError(f"{cls.__name__}: quick_init takes no default factory")
     generated = cls.__init__
     names = [f.name for f in fields if f.init]
+    # The generated __init__'s own parameters must be exactly these fields, each positional-or-keyword:
+    # an InitVar (which fields() leaves out) or a keyword-only field would make them differ.
+    parameters = list(inspect.signature(generated).parameters.values())[1:]
+    if [p.name for p in parameters] != names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in parameters):
+        raise TypeError(f"{cls.__name__}: quick_init takes no keyword-only field or InitVar")
     body = ["    _fields = self.__dict__"]
     body += [f"    _fields[{name!r}] = {name}" for name in names]
     if hasattr(cls, "__post_init__"):

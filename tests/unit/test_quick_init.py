@@ -65,6 +65,8 @@ def test_the_hot_path_records_use_it() -> None:
     lambda: dataclass(frozen=True)(type("Factory", (), {"__annotations__": {"a": list},
                                                          "a": field(default_factory=list)})),
     lambda: dataclass(frozen=True, kw_only=True)(type("KwOnly", (), {"__annotations__": {"a": int}})),
+    lambda: dataclass(frozen=True)(type("WithInitVar", (), {
+        "__annotations__": {"a": int, "b": dataclasses.InitVar[int]}, "__post_init__": lambda self, b: None})),
     lambda: type("NoDataclass", (), {}),
 ])
 def test_it_refuses_what_it_cannot_copy_exactly(make: object) -> None:
