@@ -349,5 +349,15 @@ def test_an_executor_killed_mid_batch_is_replaced_and_its_tasks_redone(harness: 
     emitted = harness.truncations()
     assert emitted[0] == at(10, 10) and emitted[-1] == at(30, 30)
     assert all(before[0] <= after[0] for before, after in zip(emitted, emitted[1:], strict=False))
-    after = executors_of(harness.spark)
-    assert before[0] not in after and len(after) == 2, (before, after)
+    # The cluster settles on two executors again, the killed one not among them. For a moment it may show
+    # three: the master can launch a replacement while another of the application's executors is still
+    # on its way out (seen on a loaded 2-core machine), so the count is awaited, not read once.
+    deadline = time.monotonic() + 60
+    while not replaced(before, after := executors_of(harness.spark)):
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.5)
+
+
+def replaced(before: list[int], after: list[int]) -> bool:
+    """Whether the first of ``before`` has gone and the application is back to as many executors."""
+    return before[0] not in after and len(after) == len(before)
