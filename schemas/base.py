@@ -62,12 +62,13 @@ class AvroRecord(abc.ABC):
             raise RecordDecodeError(DecodeReason.INVALID_RECORD, f"{cls.SCHEMA.name}: {exc}") from exc
 
     @classmethod
-    def from_datum(cls, datum: Mapping[str, Any]) -> Self:
+    def from_datum(cls, datum: dict[str, Any]) -> Self:
         """Build the record from a datum fastavro read with this type's own schema (``SCHEMA``).
 
         fastavro has already checked each field's presence and Avro type, so a type may override
         ``_from_datum`` to skip ``from_avro``'s re-checks; the checks of values (enum symbols this
-        code knows, timestamp range) stay.
+        code knows, timestamp range) stay. ``datum`` is handed over: an override may convert it in place
+        and keep it as the record's own, so the caller keeps no reference to it and does not read it again.
 
         Raises
         ------
@@ -85,7 +86,7 @@ class AvroRecord(abc.ABC):
         """Build from a mapping; raise ValueError or TypeError naming the bad field."""
 
     @classmethod
-    def _from_datum(cls, datum: Mapping[str, Any]) -> Self:
+    def _from_datum(cls, datum: dict[str, Any]) -> Self:
         return cls._from_avro(datum)
 
 

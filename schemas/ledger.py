@@ -63,6 +63,11 @@ class LedgerType(enum.Enum):
     OFFLOAD_LEDGER = "OFFLOAD_LEDGER"
 
 
+#: The members by symbol, for a decoded record: a mapping's lookup, not ``Enum.__getitem__``'s call.
+_COMPONENT_NAMED = LedgerComponent.__members__
+_TYPE_NAMED = LedgerType.__members__
+
+
 def ledger_id_for(chunk_name: str) -> int:
     """A stable, non-negative 63-bit id for a chunk, PIP-186's ``ledgerId``.
 
@@ -278,27 +283,19 @@ class PendingDeleteLedgerInfo(AvroRecord):
         )
 
     @classmethod
-    def _from_datum(cls, datum: Mapping[str, Any]) -> Self:
-        # Phase 2 decodes one of these per deletion. fastavro has checked every field's type, so only
-        # the conversions and the checks of values are left; the dataclasses' __init__ is skipped.
-        context, location = datum["offload_context"], datum["location"]
+    def _from_datum(cls, datum: dict[str, Any]) -> Self:
+        # Phase 2 decodes one of these per deletion. fastavro has checked every field's type and read
+        # exactly this schema's fields, the nested records' too: its dicts become the records' own,
+        # converted in place, and only the values' conversions and checks are left (no dataclass
+        # __init__, no second dict).
         created_at = millis_of(datum["created_at"])
         check_millis("created_at", created_at)
-        return cls.from_checked({
-            "topic_name": datum["topic_name"],
-            "ledger_component": LedgerComponent[datum["ledger_component"]],
-            "ledger_type": LedgerType[datum["ledger_type"]],
-            "ledger_id": datum["ledger_id"],
-            "chunk_name": datum["chunk_name"],
-            "segment_name": datum["segment_name"],
-            "storage_binding": datum["storage_binding"],
-            "location": ChunkLocation.from_checked({"key": location["key"], "bucket": location["bucket"]}),
-            "mark_id": datum["mark_id"],
-            "created_at": created_at,
-            "cursor_name": datum["cursor_name"],
-            "schema_id": datum["schema_id"],
-            "offload_context": None if context is None else OffloadContext.from_checked({
-                "uuid_msb": context["uuid_msb"], "uuid_lsb": context["uuid_lsb"],
-                "driver_name": context["driver_name"], "metadata": tuple(sorted(context["metadata"].items()))}),
-            "owner_epoch": datum["owner_epoch"],
-        })
+        datum["created_at"] = created_at
+        datum["ledger_component"] = _COMPONENT_NAMED[datum["ledger_component"]]
+        datum["ledger_type"] = _TYPE_NAMED[datum["ledger_type"]]
+        datum["location"] = ChunkLocation.from_checked(datum["location"])
+        context = datum["offload_context"]
+        if context is not None:
+            context["metadata"] = tuple(sorted(context["metadata"].items()))
+            datum["offload_context"] = OffloadContext.from_checked(context)
+        return cls.from_checked(datum)

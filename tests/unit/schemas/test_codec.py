@@ -244,8 +244,16 @@ def test_an_enum_symbol_the_code_lacks_is_an_invalid_record() -> None:
 @pytest.mark.parametrize("record", [minimal_pending_delete(), full_pending_delete()], ids=["minimal", "full"])
 def test_the_trusted_read_of_a_pending_delete_builds_what_the_checked_one_does(
         codec: SingleObjectCodec, record: PendingDeleteLedgerInfo) -> None:
-    datum = read_body(codec.encode(record, TOPIC)[10:], PendingDeleteLedgerInfo.SCHEMA, PendingDeleteLedgerInfo.SCHEMA)
-    assert PendingDeleteLedgerInfo.from_datum(datum) == PendingDeleteLedgerInfo.from_avro(datum) == record
+    def datum() -> dict[str, Any]:  # from_datum takes its datum over: each read its own
+        schema = PendingDeleteLedgerInfo.SCHEMA
+        return read_body(codec.encode(record, TOPIC)[10:], schema, schema)
+
+    trusted = PendingDeleteLedgerInfo.from_datum(datum())
+    assert trusted == PendingDeleteLedgerInfo.from_avro(datum()) == record
+    # The datum's dicts became the records' own: each holds exactly its dataclass's fields.
+    for value in (trusted, trusted.location, trusted.offload_context):
+        if value is not None:
+            assert set(vars(value)) == {field.name for field in dataclasses.fields(value)}
 
 
 def test_the_trusted_read_still_checks_values(codec: SingleObjectCodec) -> None:
