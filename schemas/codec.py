@@ -23,6 +23,9 @@ HEADER_LENGTH = len(SINGLE_OBJECT_MARKER) + 8
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
+_Header = tuple[RecordSchema, type[AvroRecord], RecordSchema]
+"""A header's writer schema, the record type its name is, and the schema that type is read into."""
+
 
 class RecordCodec(Protocol):
     """What producers and consumers use to turn records into message values and back.
@@ -79,10 +82,14 @@ class SingleObjectCodec:
         self._encoders: dict[bytes, Encoder | None] = {}
         # The same, reading a record's attributes (types with ``AVRO_ATTRIBUTES``): no ``to_avro`` dicts.
         self._attribute_encoders: dict[bytes, Encoder | None] = {}
+        # What a header (marker and fingerprint) decodes with, once its fingerprint was found registered: a
+        # fingerprint's schema, the type of its name and that type's reader schema never change.
+        self._headers: dict[bytes, _Header] = {}
 
     def register_writer_schema(self, schema: RecordSchema) -> None:
         """Make records written with ``schema`` (another version of a known record) decodable."""
         self.catalog.register(schema)
+        self._headers.clear()
 
     def encode(self, record: AvroRecord, topic: str = "") -> bytes:
         """Encode ``record`` with its catalog schema; ``topic`` is not used.
@@ -180,6 +187,18 @@ class SingleObjectCodec:
             For every malformed input; ``reason`` says which check failed.
         """
         raw = message_bytes(data)
+        known = self._headers.get(raw[:HEADER_LENGTH])
+        if known is None:
+            known = self._header(raw)
+        writer, record_type, reader = known
+        check_expected(record_type, expected_type)
+        datum = read_body(raw[HEADER_LENGTH:], writer, reader)
+        # fastavro vouches for the shape of what it read with the type's own schema, not an override's.
+        return record_type.from_datum(datum) if reader is record_type.SCHEMA else record_type.from_avro(datum)
+
+    def _header(self, raw: bytes) -> _Header:
+        """The writer schema, record type and reader schema of a header seen for the first time; once its
+        fingerprint is known, remembered (so only registered fingerprints are, however many others come)."""
         # A prefix of the marker is a truncated header; anything else is not single-object data.
         if not SINGLE_OBJECT_MARKER.startswith(raw[: len(SINGLE_OBJECT_MARKER)]):
             raise RecordDecodeError(
@@ -191,11 +210,8 @@ class SingleObjectCodec:
             )
         writer = self.catalog.writer_schema(raw[len(SINGLE_OBJECT_MARKER) : HEADER_LENGTH])
         record_type = self.catalog.type_named(writer.name)
-        check_expected(record_type, expected_type)
-        reader = self.catalog.schema_for(record_type)
-        datum = read_body(raw[HEADER_LENGTH:], writer, reader)
-        # fastavro vouches for the shape of what it read with the type's own schema, not an override's.
-        return record_type.from_datum(datum) if reader is record_type.SCHEMA else record_type.from_avro(datum)
+        known = self._headers[raw[:HEADER_LENGTH]] = (writer, record_type, self.catalog.schema_for(record_type))
+        return known
 
 
 def build_codec(

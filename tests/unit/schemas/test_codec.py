@@ -278,6 +278,27 @@ def test_unexpected_type_names_both_types(codec: SingleObjectCodec) -> None:
     assert "unexpected record type: expected PendingDeleteLedgerInfo, got StreamCut" == str(caught.value)
 
 
+def test_a_header_seen_before_still_has_its_type_checked(codec: SingleObjectCodec) -> None:
+    # The second decode finds the header remembered from the first: the expected type is still checked.
+    data = codec.encode(CUT, TOPIC)
+    assert codec.decode(data, TOPIC) == CUT
+    with pytest.raises(RecordDecodeError) as caught:
+        codec.decode(data, TOPIC, PendingDeleteLedgerInfo)
+    assert caught.value.reason is DecodeReason.UNEXPECTED_TYPE
+
+
+def test_unknown_fingerprints_are_refused_every_time_and_not_remembered(codec: SingleObjectCodec) -> None:
+    # Only a registered fingerprint's header is remembered, so records with made-up ones (anyone who can
+    # write to the topic can send them) cannot grow what the codec keeps.
+    body = codec.encode(CUT, TOPIC)[10:]
+    for n in range(1000):
+        with pytest.raises(RecordDecodeError) as caught:
+            codec.decode(b"\xc3\x01" + n.to_bytes(8, "little") + body, TOPIC)
+        assert caught.value.reason is DecodeReason.UNKNOWN_SCHEMA
+    assert codec.decode(codec.encode(CUT, TOPIC), TOPIC) == CUT
+    assert len(codec._headers) == 1  # white-box: the one registered header seen
+
+
 def test_decoding_a_null_value_is_a_typed_error(codec: SingleObjectCodec) -> None:
     with pytest.raises(RecordDecodeError, match="expected bytes, got NoneType"):
         codec.decode(None, TOPIC)  # type: ignore[call-overload]
