@@ -10,7 +10,6 @@ from reclaim.consumers.retry import Delivery
 from reclaim.deletion.executor import BatchPlan
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.quick_init import quick_init
-from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 
 Partition = tuple[str, int]
 
@@ -31,19 +30,6 @@ class Polled:
     signature: tuple[tuple[str, bytes], ...] = ()
     """The record's signature headers, carried along when it is re-routed."""
 
-    @property
-    def source(self) -> Partition:
-        return (self.topic, self.partition)
-
-
-@quick_init
-@dataclass(frozen=True)
-class Decoded:
-    """A record that decoded into a pending delete."""
-
-    polled: Polled
-    info: PendingDeleteLedgerInfo
-
 
 @dataclass(frozen=True)
 class Undecodable:
@@ -56,27 +42,23 @@ class Undecodable:
 
 @dataclass(frozen=True)
 class Checked:
-    """A polled batch after its checks: the plan of its decoded records (None when there are none)."""
+    """A polled batch after its checks: the plan of its decoded records (None when there are none).
 
-    decoded: tuple[Decoded, ...]
+    ``decoded``: the records that decoded into a pending delete, in poll order, the plan's batch in
+    the same order (the two are zipped, not paired in an object a record)."""
+
+    decoded: tuple[Polled, ...]
     undecodable: tuple[Undecodable, ...]
     plan: BatchPlan | None
 
 
-@quick_init
-@dataclass(frozen=True)
-class Judged:
-    """A record with its final verdict for this attempt."""
-
-    polled: Polled
-    verdict: Verdict
-
-
 @dataclass(frozen=True)
 class Completed:
-    """A batch whose deletes and row cleanup are done, in poll order."""
+    """A batch whose deletes and row cleanup are done: its records and their final verdicts for this
+    attempt, side by side, each partition's records in offset order."""
 
-    judged: tuple[Judged, ...]
+    polled: tuple[Polled, ...]
+    verdicts: tuple[Verdict, ...]
     dropped: frozenset[Partition] = frozenset()
     """Partitions sought back, after this batch was polled, to an earlier record that is not final."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import operator
 import sys
 import threading
 import time
@@ -23,17 +24,17 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from reclaim.consumers.batches import BatchReport, Checked, Completed, Decoded, Judged, Partition, Polled, Undecodable
+from reclaim.consumers.batches import BatchReport, Checked, Completed, Partition, Polled, Undecodable
 from reclaim.consumers.horizons import Horizons, end_offset
-from reclaim.consumers.offsets import Position, all_final, plan_offsets
+from reclaim.consumers.offsets import OffsetPlan, Position, all_final, plan_offsets
 from reclaim.consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
 from reclaim.consumers.rerouter import Rerouter
 from reclaim.consumers.retry import Delivery, RetryTiers
-from reclaim.consumers.routing import route
+from reclaim.consumers.routing import ACK, route
 from reclaim.deletion import metrics
 from reclaim.deletion.executor import DeletionExecutor
 from reclaim.deletion.facts import Pending
-from reclaim.deletion.outcomes import Outcome, Route, Verdict
+from reclaim.deletion.outcomes import ROUTES, Outcome, Route, Verdict
 from reclaim.producers.config import kafka_config
 from reclaim.producers.kafka_errors import check_committed, is_no_offset
 from reclaim.producers.producer import RecordProducer
@@ -48,6 +49,10 @@ from reclaim.stage_clock import stage
 __all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tune_interpreter"]
 
 log = logging.getLogger(__name__)
+
+_OUTCOME = operator.attrgetter("outcome")
+_SOURCE = operator.attrgetter("topic", "partition")
+_OFFSET = operator.attrgetter("offset")
 
 PREFETCH_KBYTES = 16 * 1024
 """librdkafka's local queue of pre-fetched records (its default is 64 MiB): a few batches' worth is
@@ -222,7 +227,7 @@ class DeletionWorker:
                 continue
             topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
             received[topic] += 1
-            if (topic, partition) in held_now:
+            if held_now and (topic, partition) in held_now:
                 held += 1
                 continue
             headers = msg.headers()
@@ -269,20 +274,22 @@ class DeletionWorker:
         """Verify and decode (unauthenticated and undecodable records get their verdict here), then run the
         checks before any delete."""
         with stage("decode"):
-            decoded, undecodable = self._decode(polled)
+            decoded, pending, undecodable = self._decode(polled)
         plan = None
-        if decoded:
+        if pending:
             # "prepare" is facts + judge: the facts are timed on their own inside it.
             with stage("prepare"):
-                plan = self._executor.prepare([Pending(d.info, d.polled.delivery.first_failure_ms,
-                                                       d.polled.redelivered) for d in decoded])
+                plan = self._executor.prepare(pending)
         return Checked(tuple(decoded), tuple(undecodable), plan)
 
-    def _decode(self, polled: list[Polled]) -> tuple[list[Decoded], list[Undecodable]]:
-        decoded: list[Decoded] = []
+    def _decode(self, polled: list[Polled]) -> tuple[list[Polled], list[Pending], list[Undecodable]]:
+        """The records that decoded and their pending deletes (side by side), and those refused."""
+        decoded: list[Polled] = []
+        pending: list[Pending] = []
         undecodable: list[Undecodable] = []
+        refusal_of = self._refusal if self._verifier is not None else None
         for record in polled:
-            refusal = self._refusal(record)
+            refusal = refusal_of(record) if refusal_of is not None else None
             if refusal is not None:
                 verdict = Verdict(Outcome.UNAUTHENTICATED, str(refusal), "Unauthenticated")
                 undecodable.append(Undecodable(record, verdict))
@@ -292,8 +299,9 @@ class DeletionWorker:
             except RecordDecodeError as exc:
                 undecodable.append(Undecodable(record, Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)))
             else:
-                decoded.append(Decoded(record, info))
-        return decoded, undecodable
+                decoded.append(record)
+                pending.append(Pending(info, record.delivery.first_failure_ms, record.redelivered))
+        return decoded, pending, undecodable
 
     def _refusal(self, record: Polled) -> Unauthenticated | None:
         """Why ``record`` is not obeyed, before anything else is read of it: not signed by the controller's
@@ -322,23 +330,33 @@ class DeletionWorker:
 
     def _settle(self, completed: Completed) -> BatchReport:
         """Route a completed batch, send its reroutes, store the offsets of its final records."""
+        polled, verdicts = completed.polled, completed.verdicts
+        if completed.dropped:
+            kept = [i for i, p in enumerate(polled) if (p.topic, p.partition) not in completed.dropped]
+            if len(kept) < len(polled):
+                # Those partitions re-read from an earlier record: these records come again, unacked.
+                log.debug("not acking this batch's records of %s: re-read from earlier", sorted(completed.dropped))
+                polled, verdicts = tuple(polled[i] for i in kept), tuple(verdicts[i] for i in kept)
+        outcomes = Counter(map(_OUTCOME, verdicts))
+        _count_outcomes(outcomes, verdicts)
+        if all(ROUTES[outcome] is Route.ACK for outcome in outcomes):
+            # Nearly every batch: every record acked, so nothing to send or seek back to, and no routing
+            # or Position a record to build.
+            return self._store(all_final(zip(map(_SOURCE, polled), map(_OFFSET, polled), strict=True)), outcomes)
         now_ms = int(time.time() * 1000)
-        judged = [j for j in completed.judged if j.polled.source not in completed.dropped]
-        if len(judged) < len(completed.judged):
-            # Those partitions re-read from an earlier record: these records come again, unacked.
-            log.debug("not acking this batch's records of %s: re-read from earlier", sorted(completed.dropped))
-        outcomes = Counter(j.verdict.outcome for j in judged)
-        _count_outcomes(outcomes, judged)
-        routings = [route(j.verdict, j.polled.delivery, self._tiers, self._config.topics.dlq, now_ms,
-                          self._config.group_id) for j in judged]
-        sends = [(i, (j.polled, j.verdict, r)) for i, (j, r) in enumerate(zip(judged, routings, strict=True))
-                 if r.route is not Route.ACK]
+        routings = [route(v, p.delivery, self._tiers, self._config.topics.dlq, now_ms, self._config.group_id)
+                    for p, v in zip(polled, verdicts, strict=True)]
+        sends = [(i, (p, v, r)) for i, (p, v, r) in enumerate(zip(polled, verdicts, routings, strict=True))
+                 if r is not ACK]
         unconfirmed = {sends[i][0] for i in self._rerouter.send([send for _, send in sends])}
-        if sends:
-            plan = plan_offsets(Position(j.polled.source, j.polled.offset, i not in unconfirmed)
-                                for i, j in enumerate(judged))
-        else:  # every record acked: nothing to seek back to, and no Position a record to build
-            plan = all_final((j.polled.source, j.polled.offset) for j in judged)
+        plan = plan_offsets(Position((p.topic, p.partition), p.offset, i not in unconfirmed)
+                            for i, p in enumerate(polled))
+        dead = sum(1 for r in routings if r.route is Route.DLQ)
+        return self._store(plan, outcomes, retried=len(sends) - dead, dead_lettered=dead, unconfirmed=len(unconfirmed))
+
+    def _store(self, plan: OffsetPlan, outcomes: Counter[Outcome], retried: int = 0, dead_lettered: int = 0,
+               unconfirmed: int = 0) -> BatchReport:
+        """Store a settled batch's offsets and seek its partitions back where the plan says; its report."""
         if plan.store:
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in plan.store.items()])
             metrics.ACKED.inc(plan.acked)
@@ -346,9 +364,8 @@ class DeletionWorker:
             self._consumer.seek(TopicPartition(topic, partition, offset))
             self._horizons.sought_back((topic, partition))
         self._pipeline.drop(plan.seek)
-        dead = sum(1 for r in routings if r.route is Route.DLQ)
-        return BatchReport(outcomes=dict(outcomes), retried=len(sends) - dead, dead_lettered=dead,
-                           stored=plan.acked, unconfirmed=len(unconfirmed))
+        return BatchReport(outcomes=dict(outcomes), retried=retried, dead_lettered=dead_lettered,
+                           stored=plan.acked, unconfirmed=unconfirmed)
 
     def commit(self) -> None:
         """Complete the batches in flight, then commit the stored (final) offsets synchronously; nothing
@@ -373,13 +390,14 @@ class DeletionWorker:
         self._rerouter.close()
 
 
-def _count_outcomes(outcomes: Counter[Outcome], judged: Sequence[Judged]) -> None:
+def _count_outcomes(outcomes: Counter[Outcome], verdicts: Sequence[Verdict]) -> None:
     """The outcome counters of one completed batch (each record counted once, by the batch it ended in)."""
     for outcome, count in outcomes.items():
         metrics.OUTCOMES.labels(metrics.snake(outcome.value)).inc(count)
     metrics.IN_USE_SKIPS.inc(outcomes[Outcome.IN_USE])
     metrics.MARK_PENDING_RETRIES.inc(outcomes[Outcome.MARK_PENDING])
     metrics.OWNERSHIP_MISMATCHES.inc(outcomes[Outcome.OWNERSHIP_MISMATCH])
-    for j in judged:
-        if j.verdict.outcome is Outcome.OWNERSHIP_MISMATCH:
-            log.warning("ownership mismatch, not deleted: %s", j.verdict.reason)
+    if outcomes[Outcome.OWNERSHIP_MISMATCH]:
+        for verdict in verdicts:
+            if verdict.outcome is Outcome.OWNERSHIP_MISMATCH:
+                log.warning("ownership mismatch, not deleted: %s", verdict.reason)

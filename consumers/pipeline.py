@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from reclaim.consumers.batches import Checked, Completed, Judged, Partition
+from reclaim.consumers.batches import Checked, Completed, Partition
 from reclaim.deletion.executor import BatchPlan, DeleteResults, DeletionExecutor
 from reclaim.deletion.outcomes import Verdict
 from reclaim.stage_clock import stage
@@ -74,10 +74,12 @@ class BatchPipeline:
             self._running.clear()
             raise
         checked = running.checked
-        judged = [Judged(d.polled, v) for d, v in zip(checked.decoded, verdicts, strict=True)]
-        judged += [Judged(u.polled, u.verdict) for u in checked.undecodable]
-        judged.sort(key=lambda j: (j.polled.source, j.polled.offset))
-        return Completed(tuple(judged), frozenset(running.dropped))
+        if not checked.undecodable and len(verdicts) == len(checked.decoded):
+            # Nearly every batch: its records as polled, each partition's in offset order.
+            return Completed(checked.decoded, tuple(verdicts), frozenset(running.dropped))
+        judged = [*zip(checked.decoded, verdicts, strict=True), *((u.polled, u.verdict) for u in checked.undecodable)]
+        judged.sort(key=lambda j: (j[0].topic, j[0].partition, j[0].offset))
+        return Completed(tuple(p for p, _ in judged), tuple(v for _, v in judged), frozenset(running.dropped))
 
     def drop(self, partitions: Iterable[Partition]) -> None:
         """Partitions sought back to an earlier record: the running batches must not ack theirs."""

@@ -126,7 +126,7 @@ class DeletionExecutor:
         deletable = plan.deletable
         cleanup_error = self._drop_copies([p for _, p in deletable if results[p.copy].ok], plan.facts)
         concluded: dict[int, Verdict] = {}
-        deleted: Counter[LedgerType] = Counter()  # named once a batch, not once a record
+        deleted: dict[str, int] = {}  # by the type's name (hashed in C), named once a batch, not once a record
         failed: Counter[tuple[LedgerType, str]] = Counter()
         gone_now: set[CopyKey] = set()
         facts = plan.facts
@@ -140,14 +140,15 @@ class DeletionExecutor:
                 else:
                     gone_now.add(copy)
                     concluded[i] = DELETED
-                    deleted[pending.info.ledger_type] += 1
+                    name = pending.info.ledger_type._name_
+                    deleted[name] = deleted.get(name, 0) + 1
                 continue
             # Anything else: a failed delete, a failed cleanup, or a copy that was not there (never "deleted").
             verdict = concluded[i] = conclude(result, facts.was_present(copy), cleanup_error)
             if not result.ok:
                 failed[(pending.info.ledger_type, verdict.error_class)] += 1
-        for ledger_type, count in deleted.items():
-            metrics.DELETED.labels(metrics.snake(ledger_type.name)).inc(count)
+        for type_name, count in deleted.items():
+            metrics.DELETED.labels(metrics.snake(type_name)).inc(count)
         for (ledger_type, error_class), count in failed.items():
             metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type.name), metrics.snake(error_class)).inc(count)
         self._remember(gone_now)

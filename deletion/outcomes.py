@@ -22,6 +22,10 @@ class Outcome(enum.Enum):
     UNDECODABLE = "undecodable"
     UNAUTHENTICATED = "unauthenticated"
 
+    # Members are singletons compared by identity: hashed by it too, in C, instead of Enum's hash of
+    # the name in Python (every record's outcome is counted, once per batch, in a dict).
+    __hash__ = object.__hash__
+
 
 class Route(enum.Enum):
     """Where a record goes once its outcome is known."""

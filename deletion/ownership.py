@@ -6,6 +6,8 @@ from here, so neither depends on the other.
 
 from __future__ import annotations
 
+import functools
+
 from reclaim.schemas.ledger import LedgerComponent, LedgerType
 from reclaim.storage.chunks import Tier
 
@@ -13,8 +15,12 @@ from reclaim.storage.chunks import Tier
 LEDGER_TYPES = {Tier.TIER1: LedgerType.LEDGER, Tier.TIER2: LedgerType.OFFLOAD_LEDGER}
 
 
+@functools.lru_cache(maxsize=64)
 def component_of(tag: str) -> LedgerComponent:
-    """The record's component for a chunk's ``component`` tag; unknown tags are segment data."""
+    """The record's component for a chunk's ``component`` tag; unknown tags are segment data.
+
+    Remembered for the last 64 tags: phase 1 maps and phase 2 checks every chunk's tag, and the chunks
+    of a batch share a handful (an enum's lookup by name runs Python code)."""
     try:
         return LedgerComponent[tag.upper()]
     except KeyError:

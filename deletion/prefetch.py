@@ -10,7 +10,7 @@ The result is a frozen :class:`~reclaim.deletion.facts.Facts`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from reclaim.deletion.facts import CopyKey, Facts, Pending
@@ -47,27 +47,40 @@ class Prefetcher:
         mark_ids = {p.info.mark_id for p in batch if p.info.mark_id}
         marks = self._store.get_marks(mark_ids) if mark_ids else {}
         rows = self._store.get_chunks({p.info.chunk_name for p in batch})
-        active = {name for name, row in rows.items() if row.active}
-        placed = [p for p in batch if isinstance(places.get(p.copy), ChunkLocation)]
-        without_row = [p.copy for p in placed if p.info.chunk_name not in rows]
-        retired = [p.copy for p in placed
-                   if p.redelivered and p.info.chunk_name in rows and p.info.chunk_name not in active]
+        # Of the copies a binding can place: those with no row (their objects are looked up), and those
+        # of redelivered records whose rows are retired (their objects are listed).
+        without_row: list[CopyKey] = []
+        retired: list[CopyKey] = []
+        for pending in batch:
+            copy = pending.copy
+            if isinstance(places.get(copy), ChunkLocation):
+                row = rows.get(copy[1])
+                if row is None:
+                    without_row.append(copy)
+                elif pending.redelivered and not row.active:
+                    retired.append(copy)
         return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places,
                      objects=self._objects(without_row), present=self._present(retired))
 
     def _places(self, batch: Sequence[Pending]) -> dict[CopyKey, ChunkLocation | StorageError]:
         places: dict[CopyKey, ChunkLocation | StorageError] = {}
+        locators: dict[str, Callable[[str], ChunkLocation] | None] = {}  # per binding name, looked up once
         for pending in batch:
             copy = pending.copy
             if copy in places:
                 continue
             binding_name, chunk_name = copy
-            if binding_name not in self._bindings:
+            if binding_name in locators:
+                locate = locators[binding_name]
+            else:
+                locate = locators[binding_name] = (self._bindings.get(binding_name).location
+                                                   if binding_name in self._bindings else None)
+            if locate is None:
                 places[copy] = StorageMisconfiguredError(f"no storage binding named {binding_name!r}",
                                                          binding=binding_name)
                 continue
             try:
-                places[copy] = self._bindings.get(binding_name).location(chunk_name)
+                places[copy] = locate(chunk_name)
             except StorageError as exc:
                 places[copy] = exc
         return places

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import struct
 import uuid
@@ -22,8 +21,6 @@ _UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
 
 
-#: ``component_of`` once per distinct tag: the chunks of a batch share a handful.
-_component = functools.lru_cache(maxsize=64)(component_of)
 #: ``LEDGER_TYPES`` by the tier's name: an enum member hashes in Python code, its name in C.
 _LEDGER_TYPE_OF_TIER = {tier.name: ledger_type for tier, ledger_type in LEDGER_TYPES.items()}
 
@@ -91,7 +88,7 @@ class _MarkBatch:
     def records(self, chunk: ChunkRecord) -> list[PendingDeleteLedgerInfo]:
         """The records that delete every copy of ``chunk``, in the order of its locations."""
         tags = chunk.tags
-        component = _component(tags.component)
+        component = component_of(tags.component)
         ledger_id = ledger_id_for(chunk.name)
         records = []
         for location in chunk.locations:

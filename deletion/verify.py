@@ -21,6 +21,9 @@ Decision = Verdict | Proceed
 
 DELETED = Verdict(Outcome.DELETED)
 
+#: ``LEDGER_TYPES`` by the tier's name: an enum member hashes in Python code, its name in C.
+_LEDGER_TYPE_OF_TIER = {tier.name: ledger_type for tier, ledger_type in LEDGER_TYPES.items()}
+
 
 def missing_fields(info: PendingDeleteLedgerInfo) -> list[str]:
     """Essential fields that are empty: a record without them can never be acted on."""
@@ -56,7 +59,7 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
         # A record may only name the object its own chunk name maps to: otherwise a forged record
         # could point an absent chunk's name at a live chunk's object.
         return Verdict(Outcome.OWNERSHIP_MISMATCH, "location is not where the binding keeps this chunk")
-    if LEDGER_TYPES[place.tier] is not info.ledger_type:
+    if _LEDGER_TYPE_OF_TIER[place.tier._name_] is not info.ledger_type:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {place.tier.name} copy")
     row = facts.rows.get(info.chunk_name)
     if row is None:

@@ -50,12 +50,12 @@ def test_it_keeps_the_class_frozen_and_its_signature_errors() -> None:
 
 
 def test_the_hot_path_records_use_it() -> None:
-    from reclaim.consumers.batches import Decoded, Judged, Polled
+    from reclaim.consumers.batches import Polled
     from reclaim.consumers.retry import Delivery
     from reclaim.deletion.facts import Pending
     from reclaim.storage.chunks import ChunkLocation, DeleteResult
 
-    for cls in (Polled, Decoded, Judged, Delivery, Pending, DeleteResult, ChunkLocation):
+    for cls in (Polled, Delivery, Pending, DeleteResult, ChunkLocation):
         assert cls.__init__.__code__.co_filename.startswith("<quick_init"), cls
 
 
