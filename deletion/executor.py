@@ -109,7 +109,8 @@ class DeletionExecutor:
         """The storage deletes of a plan, batched per binding; touches no metadata (safe off-thread)."""
         by_binding: dict[str, list[str]] = defaultdict(list)
         for _, pending in plan.deletable:
-            by_binding[pending.info.storage_binding].append(pending.info.chunk_name)
+            binding_name, chunk_name = pending.copy
+            by_binding[binding_name].append(chunk_name)
         results: DeleteResults = {}
         for binding_name, names in by_binding.items():
             for result in self._delete_many(binding_name, list(dict.fromkeys(names))):
@@ -178,10 +179,14 @@ class DeletionExecutor:
             for attempt in self._retry.retrying(_StillFailing):
                 with attempt:
                     started = time.perf_counter()
-                    for result in _delete_attempt(binding.delete_many, pending):
-                        final[result.name] = result
+                    results = _delete_attempt(binding.delete_many, pending)
                     metrics.DELETE_LATENCY.labels(binding_name).observe(time.perf_counter() - started)
-                    pending = [n for n in pending if _transient(final[n])]
+                    retry = [r.name for r in results if r.error is not None and r.error.retryable]
+                    if not retry and pending is names:
+                        return results  # nearly every batch: one request, every key's result final
+                    for result in results:
+                        final[result.name] = result
+                    pending = retry
                     if pending:
                         raise _StillFailing(f"{len(pending)} keys failed transiently")
         except (_StillFailing, RetryError):
@@ -227,10 +232,6 @@ class DeletionExecutor:
                 else:
                     emptied.append(name)
             txn.discard_chunks(emptied)
-
-
-def _transient(result: DeleteResult) -> bool:
-    return result.error is not None and result.error.retryable
 
 
 def _delete_attempt(delete_many: Callable[[Sequence[str]], list[DeleteResult]],

@@ -166,6 +166,9 @@ class DeleteOutcome(enum.Enum):
     ALREADY_GONE = "ALREADY_GONE"
     FAILED = "FAILED"
 
+    # Singletons compared by identity: hashed by it too, in C (every key's outcome is counted once).
+    __hash__ = object.__hash__
+
 
 @quick_init
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ class S3ChunkStorage(BaseChunkStorage):
 
     def _check_address(self, name: str) -> None:
         key = self.object_key(name)
-        size = len(key.encode("utf-8", errors="surrogatepass"))
+        size = len(key) if key.isascii() else len(key.encode("utf-8", errors="surrogatepass"))
         if size > MAX_CHUNK_NAME_BYTES:
             raise InvalidChunkNameError(f"S3 key (key prefix + chunk name) is {size} bytes, over "
                                         f"{MAX_CHUNK_NAME_BYTES}", chunk=name[:64])

@@ -26,6 +26,17 @@ def test_the_body_names_every_key_escaped_in_quiet_mode() -> None:
     assert root.find(f"{NS}Quiet").text == "true"  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("keys", [
+    [], ["one"], ["a&b", "<c>", "d>e&&f", "plain/x"], ["has\x00nul", "b&"], ["\x00", "\x00"],
+])
+def test_the_keys_escaped_at_once_read_back_as_each_key_escaped_on_its_own(keys: list[str]) -> None:
+    from xml.sax.saxutils import escape
+
+    one_by_one = "".join(f"<Object><Key>{escape(key)}</Key></Object>" for key in keys)
+    expected = f'<Delete xmlns="{NS[1:-1]}">{one_by_one}<Quiet>true</Quiet></Delete>'.encode()
+    assert s3_delete.request_body(keys) == expected
+
+
 def test_the_reply_keeps_its_errors_and_loses_its_deleted_entries() -> None:
     body = (b'<?xml version="1.0"?><DeleteResult><Deleted><Key>k/0</Key></Deleted>'
             b"<Error><Key>k/1</Key><Code>AccessDenied</Code><Message>no</Message></Error>"
