@@ -13,6 +13,9 @@ from reclaim.storage.chunks import Tier
 
 #: PIP-186's ledger type follows the tier of the copy a record names.
 LEDGER_TYPES = {Tier.TIER1: LedgerType.LEDGER, Tier.TIER2: LedgerType.OFFLOAD_LEDGER}
+#: ``LEDGER_TYPES`` by the tier's name, for the per-record paths: an enum member hashes in Python code,
+#: its name in C.
+LEDGER_TYPE_OF_TIER_NAME = {tier.name: ledger_type for tier, ledger_type in LEDGER_TYPES.items()}
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from reclaim.deletion.ownership import LEDGER_TYPES, component_of
+from reclaim.deletion.ownership import LEDGER_TYPE_OF_TIER_NAME, component_of
 from reclaim.schemas.base import check_millis
 from reclaim.schemas.ledger import ChunkLocation as RecordLocation
 from reclaim.schemas.ledger import LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
@@ -19,10 +19,6 @@ _UUID5_NAMESPACE = uuid.NAMESPACE_URL.bytes
 # uuid5's version (5) and RFC 4122 variant bits, set over the first 16 bytes of a SHA-1 digest.
 _UUID5_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID5_SET = (0x5000 << 64) | (0x8000 << 48)
-
-
-#: ``LEDGER_TYPES`` by the tier's name: an enum member hashes in Python code, its name in C.
-_LEDGER_TYPE_OF_TIER = {tier.name: ledger_type for tier, ledger_type in LEDGER_TYPES.items()}
 
 
 def _uuid_prefix(mark_id: str) -> Any:
@@ -92,7 +88,7 @@ class _MarkBatch:
         ledger_id = ledger_id_for(chunk.name)
         records = []
         for location in chunk.locations:
-            ledger_type = _LEDGER_TYPE_OF_TIER[location.tier._name_]
+            ledger_type = LEDGER_TYPE_OF_TIER_NAME[location.tier._name_]
             records.append(PendingDeleteLedgerInfo.from_checked({
                 "topic_name": tags.stream,
                 "ledger_component": component,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from reclaim.deletion.facts import Facts, Pending, Policy, Proceed
 from reclaim.deletion.outcomes import Outcome, Verdict, stack_summary
-from reclaim.deletion.ownership import LEDGER_TYPES, component_of
+from reclaim.deletion.ownership import LEDGER_TYPE_OF_TIER_NAME, component_of
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.segments.backup import EXPORT_COMPONENT
 from reclaim.storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
@@ -20,9 +20,6 @@ from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
 Decision = Verdict | Proceed
 
 DELETED = Verdict(Outcome.DELETED)
-
-#: ``LEDGER_TYPES`` by the tier's name: an enum member hashes in Python code, its name in C.
-_LEDGER_TYPE_OF_TIER = {tier.name: ledger_type for tier, ledger_type in LEDGER_TYPES.items()}
 
 
 def missing_fields(info: PendingDeleteLedgerInfo) -> list[str]:
@@ -59,7 +56,7 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
         # A record may only name the object its own chunk name maps to: otherwise a forged record
         # could point an absent chunk's name at a live chunk's object.
         return Verdict(Outcome.OWNERSHIP_MISMATCH, "location is not where the binding keeps this chunk")
-    if _LEDGER_TYPE_OF_TIER[place.tier._name_] is not info.ledger_type:
+    if LEDGER_TYPE_OF_TIER_NAME[place.tier._name_] is not info.ledger_type:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {place.tier.name} copy")
     row = facts.rows.get(info.chunk_name)
     if row is None:
