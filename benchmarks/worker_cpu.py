@@ -4,19 +4,22 @@ CPU time, not wall time: the process's own clock (user + system, every thread, f
 does not depend on what else runs on the machine, where a drain's wall time does. For each binding (moto,
 MinIO, the filesystem) and each size, one drain: ``size`` chunks created through the binding with their
 tags, their rows retired under a committed mark as phase 1 leaves them; one ``reclaim worker`` started
-(settings as deployed) and, once it holds its partitions, one pending delete a chunk (phase 1's records,
-encoded by its codec) produced while it runs, until its group's lag is 0.
+(settings as deployed) and, once it holds its partitions, stopped (SIGSTOP) while one pending delete a
+chunk (phase 1's records, encoded by its codec) is produced, then woken and timed until its group's lag
+is 0: the benchmark's own producer does not share the cores with the drain.
 Every record thus takes the normal path: read for the first time, row found retired, ownership checked
 against it, object deleted in a 1000-key batch, row removed. The run checks afterwards that no object and
 no row is left.
 
 Printed per binding: the *marginal* CPU per record between two drains, ``(cpu_big - cpu_small) /
-(n_big - n_small)`` (the process's start, its join and its idle polls cancel out), for each pair of
-``--pairs``; the CPU per record of each drain with the process's start included; and the same marginal
-split by stage, from the worker's stage clocks (:mod:`reclaim.stage_clock`, enabled by
-``RECLAIM_STAGE_CPU`` for these processes only): each stage's thread CPU time around the code of that
-stage, once per batch. ``other`` is the rest of the process: librdkafka's threads and the consume call,
-the interpreter's garbage collector between stages, the S3 client's connection pool.
+(n_big - n_small)``, each drain's CPU taken from the moment the stopped worker is woken to lag 0 (the process's
+start and join are outside it, and what a drain costs whatever its size, its first poll and wake-up,
+cancels out), for each pair of ``--pairs``; the CPU per record of each drain with the process's start
+included; and the same marginal split by stage, from the worker's stage clocks
+(:mod:`reclaim.stage_clock`, enabled by ``RECLAIM_STAGE_CPU`` for these processes only): each stage's
+thread CPU time around the code of that stage, once per batch. ``other`` is the rest of the process:
+librdkafka's threads and the consume call, the interpreter's garbage collector between stages, the S3
+client's connection pool.
 
 With ``--before-commit REV`` each drain is also run, just before this tree's, by the worker of commit REV
 (a git worktree of it, run with ``PYTHONPATH`` pointing at it), and its figures are printed first: before
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,6 +67,7 @@ from benchmarks.deletion_setup import (  # noqa: E402
     store_rows,
     wait_for_members,
 )
+from benchmarks.drain_watch import stopped  # noqa: E402
 from benchmarks.minio import start_minio  # noqa: E402
 from benchmarks.results import Figures, record  # noqa: E402
 from benchmarks.worker_memory import STALL_S  # noqa: E402
@@ -179,13 +184,13 @@ def produce(bootstrap: str, topic: str, records: Sequence[tuple[bytes, bytes]]) 
 
 
 def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None = None) -> Drain:
-    """A backlog of retired chunks; a worker joined; their pending deletes produced while it runs, the
-    worker timed until its group's lag is 0.
+    """A backlog of retired chunks; a worker joined, then stopped while their pending deletes are
+    produced; the worker woken and timed until its group's lag is 0.
 
     The rows are retired before the records exist and the records arrive after the worker holds its
-    partitions, so each record is read once, for the first time, and cleared for deletion (a record
-    read before its mark commits would be retried, and a retried record's key listed first). ``tree``: a
-    checkout of another commit to run the worker from (:func:`before_tree`).
+    partitions (above its partitions' horizon), so each record is read once, for the first time, and cleared
+    for deletion (a record read before its mark commits would be retried, and a retried record's key listed
+    first). ``tree``: a checkout of another commit to run the worker from (:func:`before_tree`).
     """
     prefix, topics = fresh_topics(bootstrap)
     db = state / "metadata.db"
@@ -206,9 +211,17 @@ def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None
             joined(bootstrap, group)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the worker said:\n{log_path.read_text(errors='replace')[-2000:]}") from exc
+        # Stopped while its backlog is produced: the drain then shares the cores with the broker and the
+        # object store only, not with this process's producer as well.
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not stopped([proc.pid]):
+            assert time.monotonic() < deadline, "the worker did not stop on SIGSTOP"
+            time.sleep(0.005)
+        produce(bootstrap, topics.deletion, records)
         os.sync()
         joined_cpu, started = process_cpu_s(proc.pid), time.perf_counter()
-        produce(bootstrap, topics.deletion, records)
+        proc.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + STALL_S + n / 100
         while group_lag(bootstrap, group, topics.deletion_inputs) != 0:
             assert proc.poll() is None, f"the worker exited: {log_path.read_text(errors='replace')[-2000:]}"
@@ -274,7 +287,7 @@ def report(name: str, rounds: Mapping[int, Sequence[Drain]], size_pairs: Sequenc
     for small, big in size_pairs:
         key = f"{name}_{small}_{big}_marginal"
         pairs = list(zip(rounds[small], rounds[big], strict=True))
-        totals = [(b.cpu_s - a.cpu_s) / (big - small) * 1e6 for a, b in pairs]
+        totals = [(b.drain_cpu_s - a.drain_cpu_s) / (big - small) * 1e6 for a, b in pairs]
         total = median(totals)
         figures.add(f"{key}_us_per_record", total)
         if len(totals) > 1:
