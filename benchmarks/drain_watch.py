@@ -28,7 +28,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from reclaim.producers.config import kafka_config
 
 __all__ = ["ACKED", "DELETED", "OUTCOMES", "RECEIVED", "STORAGE_OPERATIONS", "CommitWatch", "MetricsWatch", "Seen",
-           "Sweep", "counter_sums", "cpu_seconds", "machine_busy_s", "stopped"]
+           "Sweep", "counter_sums", "cpu_seconds", "machine_busy_s", "stopped", "wait_stopped"]
 
 #: Records the consumers polled (phase 2's first step, counted as each poll returns).
 RECEIVED = "reclaim_deletion_messages_received_total"
@@ -330,6 +330,14 @@ def stopped(roots: Iterable[int]) -> bool:
     """Whether every process of ``roots``' trees is stopped (state T)."""
     states = [_stat(pid) for pid in _tree(roots)]
     return all(fields is None or fields[0] == "T" for fields in states)
+
+
+def wait_stopped(roots: Sequence[int], timeout_s: float = 10.0) -> None:
+    """Until every process of ``roots``' trees is stopped, after a SIGSTOP sent to them."""
+    deadline = time.monotonic() + timeout_s
+    while not stopped(roots):
+        assert time.monotonic() < deadline, "the workers did not stop on SIGSTOP"
+        time.sleep(0.005)
 
 
 def machine_busy_s() -> float:

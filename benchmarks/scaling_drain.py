@@ -38,7 +38,7 @@ from benchmarks.drain_watch import (
     counter_sums,
     cpu_seconds,
     machine_busy_s,
-    stopped,
+    wait_stopped,
 )
 from reclaim.deletion.mark import LedgerDeletionService
 from reclaim.localstack.procs import free_port
@@ -218,10 +218,7 @@ class Fleet:
     def pause(self) -> None:
         """SIGSTOP every process, and wait until the kernel shows each one stopped."""
         self.send(signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while not stopped(self.pids):
-            assert time.monotonic() < deadline, "the workers did not stop on SIGSTOP"
-            time.sleep(0.005)
+        wait_stopped(self.pids)
 
     def check_alive(self) -> None:
         dead = [proc for proc in self.procs if proc.poll() is not None]

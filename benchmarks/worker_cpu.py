@@ -67,7 +67,7 @@ from benchmarks.deletion_setup import (  # noqa: E402
     store_rows,
     wait_for_members,
 )
-from benchmarks.drain_watch import stopped  # noqa: E402
+from benchmarks.drain_watch import wait_stopped  # noqa: E402
 from benchmarks.minio import start_minio  # noqa: E402
 from benchmarks.results import Figures, record  # noqa: E402
 from benchmarks.worker_memory import STALL_S  # noqa: E402
@@ -214,10 +214,7 @@ def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None
         # Stopped while its backlog is produced: the drain then shares the cores with the broker and the
         # object store only, not with this process's producer as well.
         proc.send_signal(signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while not stopped([proc.pid]):
-            assert time.monotonic() < deadline, "the worker did not stop on SIGSTOP"
-            time.sleep(0.005)
+        wait_stopped([proc.pid])
         produce(bootstrap, topics.deletion, records)
         os.sync()
         joined_cpu, started = process_cpu_s(proc.pid), time.perf_counter()
