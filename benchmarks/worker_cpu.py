@@ -23,14 +23,16 @@ client's connection pool.
 
 With ``--before-commit REV`` each drain is also run, just before this tree's, by the worker of commit REV
 (a git worktree of it, run with ``PYTHONPATH`` pointing at it), and its figures are printed first: before
-and after measured in the same conditions, on a machine whose load moves every figure.
+and after measured in the same conditions, on a machine whose load moves every figure. ``--before-tree DIR``
+does the same from a tree of REV unpacked beforehand (``git archive REV | tar -x -C DIR``), where the
+checkout has no history (a copy of the work tree on another machine).
 
 With ``--rounds N`` every drain is run N times (round after round, before and after side by side in
 each) and each pair's marginal is taken within a round; the median of the rounds is printed, with their
 range: one round's figure moves by 10-20% on a shared machine, the whole process slowed at once.
 
 Run: ``.venv/bin/python -m benchmarks.worker_cpu [--bindings moto,minio,fs] [--pairs 2000/10000,5000/20000]
-[--before-commit REV] [--rounds N]``. It starts its own Kafka broker, moto and MinIO
+[--before-commit REV | --before-tree DIR] [--rounds N]``. It starts its own Kafka broker, moto and MinIO
 (built from its Go module on first use) unless RECLAIM_BOOTSTRAP names a running broker.
 """
 
@@ -201,8 +203,8 @@ def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None
     env |= {"RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_METADATA_PATH": str(db),
             "RECLAIM_GROUP_ID": group, "RECLAIM_STATE_DIR": str(state), "RECLAIM_PROCESSES": "1",
             STAGE_ENV: str(stages_file), **target.env}
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    if tree is not None:  # the earlier tree first, whatever else the path holds (its dependencies) after it
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     log_path = state / "worker.log"
     proc = subprocess.Popen([sys.executable, "-m", "reclaim", "worker"], env=env, stdout=subprocess.DEVNULL,
                             stderr=log_path.open("wb"), cwd=tree)
@@ -310,10 +312,17 @@ def before_tree(commit: str, work: Path) -> Path:
     folders linked into its ``reclaim`` package, as the install maps them (``consumers/`` is ``reclaim.consumers``)."""
     tree = work / "before"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(tree), commit], check=True)
+    return link_design_folders(tree)
+
+
+def link_design_folders(tree: Path) -> Path:
+    """``tree``'s design folders linked into its ``reclaim`` package as the install maps them, where they are not
+    linked yet; returns ``tree``."""
     mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     for package, folder in mapping.items():
-        if package.count(".") == 1 and folder != "reclaim":
-            (tree / "reclaim" / package.split(".")[1]).symlink_to(tree / folder)
+        link = tree / "reclaim" / package.split(".")[-1]
+        if package.count(".") == 1 and folder != "reclaim" and not link.exists():
+            link.symlink_to(tree / folder)
     return tree
 
 
@@ -329,11 +338,18 @@ def main() -> None:
                         help="sizes of the drains whose difference is measured (default 2000/10000,5000/20000)")
     parser.add_argument("--before-commit", metavar="REV", help="also run, drain for drain before this tree's, the "
                         "worker of an earlier commit (a git worktree of it), and print its figures first")
+    parser.add_argument("--before-tree", metavar="DIR", type=Path, help="the same from an unpacked tree of the "
+                        "earlier commit (git archive REV | tar -x -C DIR), where this checkout has no history")
     parser.add_argument("--rounds", type=int, default=1, help="drains of each size, the marginal's median printed "
                         "(default 1; this machine's noise moves one round's figure by 10-20%%)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.before_commit and args.before_tree:
+        parser.error("--before-commit and --before-tree are one or the other")
+    if args.before_tree and not (args.before_tree / "pyproject.toml").is_file():
+        parser.error(f"--before-tree {args.before_tree}: no pyproject.toml there (not an unpacked tree of reclaim)")
+    before_label = f"at {args.before_commit}" if args.before_commit else f"from {args.before_tree}"
     settings = Settings.from_env()
     sizes = sorted({n for pair in args.pairs for n in pair})
     begun, figures = time.time(), Figures()
@@ -346,6 +362,8 @@ def main() -> None:
             versions: dict[str, Path | None] = {"now": None}
             if args.before_commit:
                 versions = {"before": before_tree(args.before_commit, work), **versions}
+            elif args.before_tree:
+                versions = {"before": link_design_folders(args.before_tree.resolve()), **versions}
             for name in args.bindings:
                 endpoint = None
                 if name == "moto":
@@ -363,7 +381,7 @@ def main() -> None:
                             target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
                             drains[version][n].append(drain(bootstrap, target, n, state, tree))
                 for version in versions:
-                    label = f"at {args.before_commit}" if version == "before" else "this tree"
+                    label = before_label if version == "before" else "this tree"
                     print(f"{name}, {label}:")
                     report(f"before_{name}" if version == "before" else name, drains[version], args.pairs, figures)
         finally:
