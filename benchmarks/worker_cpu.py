@@ -379,7 +379,12 @@ def main() -> None:
                             state = work / f"{version}-{name}-{n}-{round_no}"
                             state.mkdir()
                             target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
-                            drains[version][n].append(drain(bootstrap, target, n, state, tree))
+                            done = drain(bootstrap, target, n, state, tree)
+                            drains[version][n].append(done)
+                            # one line a drain as it ends: a run cut short still shows what it measured
+                            print(f"  round {round_no + 1}, {name}, {n} records, {version}: "
+                                  f"{done.drain_cpu_s:.3f} s CPU woken -> lag 0, {done.cpu_s:.3f} s with the start",
+                                  flush=True)
                 for version in versions:
                     label = before_label if version == "before" else "this tree"
                     print(f"{name}, {label}:")
