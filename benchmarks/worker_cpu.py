@@ -339,7 +339,8 @@ def main() -> None:
     parser.add_argument("--before-commit", metavar="REV", help="also run, drain for drain before this tree's, the "
                         "worker of an earlier commit (a git worktree of it), and print its figures first")
     parser.add_argument("--before-tree", metavar="DIR", type=Path, help="the same from an unpacked tree of the "
-                        "earlier commit (git archive REV | tar -x -C DIR), where this checkout has no history")
+                        "earlier commit (git archive REV | tar -x -C DIR), where this checkout has no history; its "
+                        "design folders are linked into its reclaim package there")
     parser.add_argument("--rounds", type=int, default=1, help="drains of each size, the marginal's median printed "
                         "(default 1; this machine's noise moves one round's figure by 10-20%%)")
     args = parser.parse_args()
