@@ -124,12 +124,17 @@ def _git(*args: str) -> str:
 
 
 def commit() -> str:
-    """The checked-out commit, short, with ``-dirty`` when the work tree has changes; ``unknown`` outside git."""
+    """The checked-out commit, short, with ``-dirty`` when the work tree has changes; outside git, the one a
+    ``REVISION`` file at the tree's root names (a tree unpacked by :mod:`benchmarks.offline_bundle`), else
+    ``unknown``."""
     try:
         head = _git("rev-parse", "--short", "HEAD")
         # Untracked files do not count: the results file itself is one until it is committed.
         return f"{head}-dirty" if _git("status", "--porcelain", "--untracked-files=no") else head
     except (OSError, subprocess.CalledProcessError):
+        revision = ROOT / "REVISION"
+        if revision.is_file():
+            return revision.read_text(encoding="utf-8").strip() or "unknown"
         return "unknown"
 
 
