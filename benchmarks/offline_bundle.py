@@ -164,20 +164,22 @@ def _unpack(bundle: Path, work: Path) -> Path:
     (libs / ".complete").touch()
     shutil.rmtree(work / "classes")
     for tree in [source, *work.glob("before-*")]:
-        _link_design_folders(tree)
+        link_design_folders(tree)
     # what benchmarks.results names the results file by, where there is no git
     (source / "REVISION").write_text(source.name.removeprefix("reclaim-") + "\n", encoding="utf-8")
     done.touch()
     return source
 
 
-def _link_design_folders(tree: Path) -> None:
-    """The install's package map as links: ``consumers/`` importable as ``reclaim.consumers``."""
+def link_design_folders(tree: Path) -> Path:
+    """``tree``'s design folders linked into its ``reclaim`` package as the install maps them (``consumers/``
+    importable as ``reclaim.consumers``), where they are not linked yet; returns ``tree``."""
     mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     for package, folder in mapping.items():
         link = tree / "reclaim" / package.split(".")[-1]
         if package.count(".") == 1 and folder != "reclaim" and not link.exists():
             link.symlink_to(tree / folder)
+    return tree
 
 
 def run(bundle: Path, work: Path, command: list[str]) -> int:

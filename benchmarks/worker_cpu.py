@@ -46,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +70,7 @@ from benchmarks.deletion_setup import (  # noqa: E402
 )
 from benchmarks.drain_watch import wait_stopped  # noqa: E402
 from benchmarks.minio import start_minio  # noqa: E402
+from benchmarks.offline_bundle import link_design_folders  # noqa: E402
 from benchmarks.results import Figures, record  # noqa: E402
 from benchmarks.worker_memory import STALL_S  # noqa: E402
 from reclaim.deletion.mark import new_mark_id  # noqa: E402
@@ -313,17 +313,6 @@ def before_tree(commit: str, work: Path) -> Path:
     tree = work / "before"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(tree), commit], check=True)
     return link_design_folders(tree)
-
-
-def link_design_folders(tree: Path) -> Path:
-    """``tree``'s design folders linked into its ``reclaim`` package as the install maps them, where they are not
-    linked yet; returns ``tree``."""
-    mapping = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    for package, folder in mapping.items():
-        link = tree / "reclaim" / package.split(".")[-1]
-        if package.count(".") == 1 and folder != "reclaim" and not link.exists():
-            link.symlink_to(tree / folder)
-    return tree
 
 
 def drop_tree(tree: Path) -> None:
