@@ -122,8 +122,8 @@ def pack(out: Path, python: str, before: str | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="reclaim-pack-") as name:
         tmp = Path(name)
-        for step in (_jre, _kafka):
-            step(out, tmp)
+        _jre(out, tmp)
+        _kafka(out, tmp)
         _site(out, tmp, python)
     head = _short("HEAD")
     _git_tree("HEAD", out / f"reclaim-{head}.tar.gz", f"reclaim-{head}")
@@ -151,10 +151,10 @@ def _unpack(bundle: Path, work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     for archive, into in (("jre.tar.xz", "bundle"), ("site.tar.xz", "site"), ("kafka-classes.tar.xz", "classes")):
         with tarfile.open(bundle / archive) as tar:
-            tar.extractall(work / into, filter="tar")
+            tar.extractall(work / into, filter="data")
     for archive in [sources[0], *bundle.glob("before-*.tar.gz")]:
         with tarfile.open(archive) as tar:
-            tar.extractall(work, filter="tar")
+            tar.extractall(work, filter="data")
     libs = work / "cache" / KAFKA / "libs"
     libs.mkdir(parents=True)
     for classes in sorted((work / "classes").iterdir()):  # each jar packed again, stored
