@@ -216,5 +216,14 @@ def _parse(name: str, type_name: str, raw: str) -> Any:
         if type_name.startswith("float"):
             return float(raw)
     except ValueError as exc:
-        raise ValueError(f"{variable}: cannot read {raw!r} as {type_name}") from exc
+        raise ValueError(f"{variable}: cannot read {raw!r} as {_expected(type_name)}") from exc
     return raw
+
+
+def _expected(type_name: str) -> str:
+    """What a variable of the settings field type ``type_name`` must hold, in words (not ``int | None``)."""
+    if type_name.startswith("bool"):
+        return f"true or false ({'/'.join(sorted(_TRUE))} or {'/'.join(sorted(_FALSE))})"
+    if "tuple" in type_name:
+        return "a comma list of whole numbers"
+    return "a whole number" if type_name.startswith("int") else "a number"

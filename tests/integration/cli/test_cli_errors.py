@@ -57,7 +57,7 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "env", "message"), [
     (["worker", "--retry-delays", "10,abc"], {}, "--retry-delays: cannot read '10,abc' as whole seconds"),
     (["worker", "--retry-delays", "10,0"], {}, "retry_delays must be whole seconds >= 1"),
-    (["config", "show"], {"RECLAIM_BATCH_SIZE": "many"}, "RECLAIM_BATCH_SIZE: cannot read 'many' as int"),
+    (["config", "show"], {"RECLAIM_BATCH_SIZE": "many"}, "RECLAIM_BATCH_SIZE: cannot read 'many' as a whole number"),
     (["config", "show"], {"RECLAIM_PARTITIONS": "0"}, "partitions must be at least 1, got 0"),
     # Each of these reached a traceback, a librdkafka abort (exit 134), exit 2 or an idle worker before.
     (["worker", "--metrics-port", "99999"], {}, "metrics_port must be between 1 and 65535, got 99999"),
@@ -111,7 +111,7 @@ def test_config_file_precedence_is_flag_then_env_then_file_then_default(tmp_path
 @pytest.mark.parametrize(("text", "message"), [
     ('bootstrapp = "x"\n', "unknown setting 'bootstrapp' (did you mean 'bootstrap'?)"),
     ("batch_size = [1\n", "config file"),
-    ('batch_size = "x"\n', "RECLAIM_BATCH_SIZE: cannot read 'x' as int"),
+    ('batch_size = "x"\n', "RECLAIM_BATCH_SIZE: cannot read 'x' as a whole number"),
     ("[bootstrap]\nhost = 'x'\n", "bootstrap cannot be a table"),
     ("[s3]\nendpoint = 'x'\n", "unknown setting 's3'"),
     # Empty values were taken as "not set", so the file's author silently got the default broker.

@@ -20,8 +20,21 @@ def test_counting_missing_keys_is_the_default() -> None:
 
 
 def test_a_word_that_is_no_boolean_is_a_one_line_error() -> None:
-    with pytest.raises(ValueError, match="RECLAIM_S3_COUNT_MISSING: cannot read 'maybe' as bool"):
+    with pytest.raises(ValueError, match=r"RECLAIM_S3_COUNT_MISSING: cannot read 'maybe' as true or false \(1/on/"):
         Settings.from_env({"RECLAIM_S3_COUNT_MISSING": "maybe"})
+
+
+@pytest.mark.parametrize(("variable", "raw", "expected"), [
+    ("RECLAIM_PROCESSES", "abc", "a whole number"),
+    ("RECLAIM_BATCH_SIZE", "1.5", "a whole number"),
+    ("RECLAIM_POLL_TIMEOUT_S", "soon", "a number"),
+    ("RECLAIM_RETRY_DELAYS", "10,a minute", "a comma list of whole numbers"),
+])
+def test_a_value_of_the_wrong_kind_says_what_the_variable_takes_in_words(variable: str, raw: str,
+                                                                           expected: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        Settings.from_env({variable: raw})
+    assert str(raised.value) == f"{variable}: cannot read {raw!r} as {expected}"
 
 
 def test_the_metadata_location_is_a_url_or_the_sqlite_file() -> None:
