@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -204,26 +204,27 @@ def _bool(raw: str) -> bool:
     return word in _TRUE
 
 
+def _ints(raw: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in raw.split(",") if part.strip())
+
+
 def _parse(name: str, type_name: str, raw: str) -> Any:
-    variable = f"RECLAIM_{name.upper()}"
+    convert, expected = _reader(type_name)
     try:
-        if type_name.startswith("bool"):
-            return _bool(raw)
-        if "tuple" in type_name:
-            return tuple(int(part) for part in raw.split(",") if part.strip())
-        if type_name.startswith("int"):
-            return int(raw)
-        if type_name.startswith("float"):
-            return float(raw)
+        return convert(raw)
     except ValueError as exc:
-        raise ValueError(f"{variable}: cannot read {raw!r} as {_expected(type_name)}") from exc
-    return raw
+        raise ValueError(f"RECLAIM_{name.upper()}: cannot read {raw!r} as {expected}") from exc
 
 
-def _expected(type_name: str) -> str:
-    """What a variable of the settings field type ``type_name`` must hold, in words (not ``int | None``)."""
+def _reader(type_name: str) -> tuple[Callable[[str], Any], str]:
+    """How a variable of the settings field type ``type_name`` is read, and what it must hold, in words
+    (not ``int | None``)."""
     if type_name.startswith("bool"):
-        return f"true or false ({'/'.join(sorted(_TRUE))} or {'/'.join(sorted(_FALSE))})"
+        return _bool, f"true or false ({'/'.join(sorted(_TRUE))} or {'/'.join(sorted(_FALSE))})"
     if "tuple" in type_name:
-        return "a comma list of whole numbers"
-    return "a whole number" if type_name.startswith("int") else "a number"
+        return _ints, "a comma list of whole numbers"
+    if type_name.startswith("int"):
+        return int, "a whole number"
+    if type_name.startswith("float"):
+        return float, "a number"
+    return str, "text"
