@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-integration chaos test-pythons lint docs venv clean bench
+.PHONY: demo servers test test-unit test-integration chaos test-pythons lint docs venv clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/reclaim demo
 
-# Everything (tests/unit, tests/integration, tests/chaos: the testpaths) in one pytest run, so that each
-# session server starts once.
-test: $(STAMP)
+# What the tests against real servers install before they run (`.ci/run` starts it early, in the background).
+servers: $(STAMP)
 	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
 	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
+
+# Everything (tests/unit, tests/integration, tests/chaos: the testpaths) in one pytest run, so that each
+# session server starts once.
+test: servers
 	$(PY) -m pytest $(PYTEST_ARGS)  # testpaths: tests
 
 # The tests that need no server, nor Java, Go or root: only Python.
@@ -34,15 +37,11 @@ test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 # The tests against real servers: Kafka, S3 endpoints, PostgreSQL, Spark, Prometheus.
-test-integration: $(STAMP)
-	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
-	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
+test-integration: servers
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # The chaos suite: servers of each test's own, killed and cut off while a backlog drains.
-chaos: $(STAMP)
-	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
-	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
+chaos: servers
 	$(PY) -m pytest tests/chaos $(PYTEST_ARGS)
 
 # reclaim on the other Python versions it supports: each gets a virtualenv of its own (.venv-3.N) with
