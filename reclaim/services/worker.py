@@ -82,7 +82,7 @@ def _run_sized(settings: Settings, metrics_addr: str, stop: threading.Event) -> 
         preflight.serve_metrics(settings.metrics_port, metrics_addr, registry=endpoint.registry)
     store, bindings = _checked_dependencies(settings)
     try:
-        processes = settings.processes or _default_processes(settings)
+        processes = _explicit_processes(settings) if settings.processes else _default_processes(settings)
         if processes == 1 and endpoint is not None:
             probes, binding_names = health.worker_probes(settings)
             _zero_series(settings, binding_names)
@@ -127,13 +127,31 @@ def _watch_lifeline(lifeline: int, stop: threading.Event) -> None:
         stop.set()
 
 
+def _deletion_partitions(settings: Settings) -> tuple[str, int]:
+    """The deletion topic and its partition count, as the broker reports them."""
+    topic = runtime.topic_names(settings).deletion
+    return topic, len(preflight.cluster_metadata(preflight.bootstrap(settings)).topics[topic].partitions)
+
+
+def _explicit_processes(settings: Settings) -> int:
+    """``--processes`` as given; a warning when the group would have more consumers than the deletion topic has
+    partitions (those past that count wait idle for one: the operator may have meant fewer)."""
+    assert settings.processes is not None
+    topic, partitions = _deletion_partitions(settings)
+    members = settings.processes * settings.consumers
+    if members > partitions:
+        log.warning("processes: %d x %d consumer(s) = %d consumers for the %d partition(s) of %s: %d will be "
+                    "assigned none of them (leave --processes out for a count that fits)",
+                    settings.processes, settings.consumers, members, partitions, topic, members - partitions)
+    return settings.processes
+
+
 def _default_processes(settings: Settings) -> int:
     """Processes for this host: :func:`~reclaim.services.supervisor.default_processes` of its usable cores and
     the deletion topic's partitions, as the broker reports them."""
     from reclaim.services.supervisor import default_processes, host_cores
 
-    topic = runtime.topic_names(settings).deletion
-    partitions = len(preflight.cluster_metadata(preflight.bootstrap(settings)).topics[topic].partitions)
+    topic, partitions = _deletion_partitions(settings)
     cores = host_cores()
     processes = default_processes(cores, partitions, settings.consumers)
     log.info("processes: %d (usable cores: %d; partitions of %s: %d; consumers a process: %d)", processes, cores,

@@ -141,3 +141,24 @@ def test_by_default_one_process_per_core_at_most_one_per_partition(
             worker.kill()
             worker.wait(timeout=30)
         pipe.close()
+
+
+def test_more_processes_than_partitions_run_as_asked_with_a_warning(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
+        unique_name: Callable[[str], str]) -> None:
+    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=1), open_metadata_store(str(tmp_path / "m.db")),
+                    StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
+                    unique_name("group"))
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2")
+    try:
+        assert sorted(wait_children(log, 2)) == [0, 1]  # as asked, idle members and all
+        assert (f"processes: 2 x 1 consumer(s) = 2 consumers for the 1 partition(s) of {pipe.topics.deletion}: "
+                "1 will be assigned none of them") in log.read_text()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
+        pipe.close()
