@@ -54,9 +54,10 @@ _OUTCOME = operator.attrgetter("outcome")
 _SOURCE = operator.attrgetter("topic", "partition")
 _OFFSET = operator.attrgetter("offset")
 
-PREFETCH_KBYTES = 16 * 1024
+PREFETCH_KBYTES = 4 * 1024
 """librdkafka's local queue of pre-fetched records (its default is 64 MiB): a few batches' worth is
-all a worker needs, and the queue is most of a draining worker's memory."""
+all a worker needs (4 MiB is about nine batches of 1000 pending deletes), and the queue is most of what
+a draining worker's memory grows by: librdkafka keeps about as much again per message beside its bytes."""
 
 SWITCH_INTERVAL_S = 0.0005
 """The interpreter's thread switch interval in a worker process (Python's default is 5 ms)."""
