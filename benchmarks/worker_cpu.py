@@ -28,8 +28,9 @@ does the same from a tree of REV unpacked beforehand (``git archive REV | tar -x
 checkout has no history (a copy of the work tree on another machine).
 
 With ``--rounds N`` every drain is run N times (round after round, before and after side by side in
-each) and each pair's marginal is taken within a round; the median of the rounds is printed, with their
-range: one round's figure moves by 10-20% on a shared machine, the whole process slowed at once.
+each, which of the two goes first alternating from round to round, so neither always runs right after the
+other's drain) and each pair's marginal is taken within a round; the median of the rounds is printed, with
+their range: one round's figure moves by 10-20% on a shared machine, the whole process slowed at once.
 
 Run: ``.venv/bin/python -m benchmarks.worker_cpu [--bindings moto,minio,fs] [--pairs 2000/10000,5000/20000]
 [--before-commit REV | --before-tree DIR] [--rounds N]``. It starts its own Kafka broker, moto and MinIO
@@ -365,7 +366,9 @@ def main() -> None:
                 drains: dict[str, dict[int, list[Drain]]] = {version: {n: [] for n in sizes} for version in versions}
                 for round_no in range(args.rounds):
                     for n in sizes:
-                        for version, tree in versions.items():  # the same conditions for both, one after the other
+                        # The same conditions for both, one after the other; which goes first alternates (ABBA).
+                        order = list(versions.items())[::-1 if round_no % 2 else 1]
+                        for version, tree in order:
                             state = work / f"{version}-{name}-{n}-{round_no}"
                             state.mkdir()
                             target = fs_target(state) if endpoint is None else s3_target(endpoint, state)
