@@ -1,11 +1,14 @@
 """``reclaim worker --processes 2`` on the real broker: two processes of one group drain a backlog, the host's
 one endpoint sums their counters, a killed child is restarted with nothing lost or deleted twice, SIGTERM
-stops them with their offsets committed, and a supervisor killed outright leaves no child behind."""
+stops them with their offsets committed, a supervisor killed outright leaves no child behind, and the number of
+processes by default and past the partitions."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,13 +29,37 @@ pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
-def four_partitions(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
-                    unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=4), open_metadata_store(str(tmp_path / "meta.db")),
-                    StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
-                    unique_name("group"))
-    yield pipe
-    pipe.close()
+def fs_pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
+                unique_name: Callable[[str], str]) -> Iterator[Callable[[int], Pipeline]]:
+    """A pipeline on the filesystem binding whose topics have the given number of partitions (one a test)."""
+    made: list[Pipeline] = []
+
+    def make(partitions: int) -> Pipeline:
+        binding = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)
+        made.append(Pipeline(kafka_bootstrap, kafka_topics(partitions=partitions),
+                             open_metadata_store(str(tmp_path / "meta.db")), StorageBindings([binding]),
+                             unique_name("group")))
+        return made[-1]
+
+    yield make
+    for pipe in made:
+        pipe.close()
+
+
+@pytest.fixture
+def four_partitions(fs_pipeline: Callable[[int], Pipeline]) -> Pipeline:
+    return fs_pipeline(4)
+
+
+@contextlib.contextmanager
+def stopped_at_exit(worker: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """The worker, killed on the way out if the test left it running."""
+    try:
+        yield worker
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
 
 
 def test_two_processes_drain_share_the_partitions_sum_their_counters_and_stop_committed(
@@ -116,14 +143,10 @@ def test_a_supervisor_killed_outright_leaves_no_child_behind(four_partitions: Pi
 
 @pytest.mark.parametrize("partitions", [1, 4])
 def test_by_default_one_process_per_core_at_most_one_per_partition(
-        partitions: int, kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
-        unique_name: Callable[[str], str]) -> None:
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=partitions), open_metadata_store(str(tmp_path / "m.db")),
-                    StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
-                    unique_name("group"))
+        partitions: int, fs_pipeline: Callable[[int], Pipeline], tmp_path: Path) -> None:
+    pipe = fs_pipeline(partitions)
     log, expected = tmp_path / "worker.log", min(host_cores(), partitions)
-    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="")  # unset: the default
-    try:
+    with stopped_at_exit(spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="")) as worker:  # the default
         deadline = time.monotonic() + 60
         while "deletion worker started" not in log.read_text():
             assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
@@ -136,29 +159,14 @@ def test_by_default_one_process_per_core_at_most_one_per_partition(
             assert sorted(wait_children(log, expected)) == list(range(expected))
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=30)
-        pipe.close()
 
 
 def test_more_processes_than_partitions_run_as_asked_with_a_warning(
-        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
-        unique_name: Callable[[str], str]) -> None:
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(partitions=1), open_metadata_store(str(tmp_path / "m.db")),
-                    StorageBindings([FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)]),
-                    unique_name("group"))
-    log = tmp_path / "worker.log"
-    worker = spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2")
-    try:
+        fs_pipeline: Callable[[int], Pipeline], tmp_path: Path) -> None:
+    pipe, log = fs_pipeline(1), tmp_path / "worker.log"
+    with stopped_at_exit(spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES="2")) as worker:
         assert sorted(wait_children(log, 2)) == [0, 1]  # as asked, idle members and all
         assert (f"processes: 2 x 1 consumer(s) = 2 consumers for the 1 partition(s) of {pipe.topics.deletion}: "
                 "1 will be assigned none of them") in log.read_text()
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=30)
-        pipe.close()
