@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from reclaim.errors import ReclaimError
+from reclaim.secret_files import secret_text
 
 ENV_PREFIX = "RECLAIM_KAFKA_"
 #: ``RECLAIM_KAFKA_*`` variables that are not properties: the tests' external broker.
@@ -112,15 +113,10 @@ def read_secret_files(properties: Mapping[str, str],
         if not name.endswith(FILE_SUFFIX):
             resolved[name] = value
             continue
-        secret = name.removesuffix(FILE_SUFFIX)
         try:
-            text = read_text(Path(value)).rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ClientPropertyError(f"Kafka property {name}: cannot read {value}: {reason}") from exc
-        if not text:
-            raise ClientPropertyError(f"Kafka property {name}: {value} is empty")
-        resolved[secret] = text
+            resolved[name.removesuffix(FILE_SUFFIX)] = secret_text(Path(value), read_text)
+        except ValueError as exc:
+            raise ClientPropertyError(f"Kafka property {name}: {exc}") from exc
     return resolved
 
 

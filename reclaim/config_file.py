@@ -23,6 +23,7 @@ from typing import Any
 from reclaim.exits import UsageError
 from reclaim.producers import client_properties
 from reclaim.services.retention_job import RetentionJobSettings
+from reclaim.settings import READ_SECRET_FILES, SECRET_FILES
 
 #: Every key a config file may set (the job's settings are a superset of the common ones).
 KEYS = frozenset(f.name for f in fields(RetentionJobSettings))
@@ -43,7 +44,7 @@ def load(path: Path) -> dict[str, str]:
     env = {f"RECLAIM_{key.upper()}": _text(path, key, value) for key, value in data.items() if _known(path, key)}
     env.update({client_properties.variable_name(name): value for name, value in kafka.items()})
     try:
-        RetentionJobSettings.from_env(env)
+        RetentionJobSettings.from_env(_secret_files_unread(env))
     except ValueError as exc:
         raise UsageError(f"config file {path}: {exc}") from exc
     return env
@@ -58,11 +59,29 @@ def apply(path: Path, environ: MutableMapping[str, str] | None = None) -> None:
             environ[name] = value
 
 
+def _secret_files_unread(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` to check the file's settings with: each secret the file names a file of stands in as set, unread
+    (the environment may give the secret itself, or name another file, where the file's is not there)."""
+    checked = dict(env)
+    for secret, file in READ_SECRET_FILES.items():
+        secret_variable, file_variable = f"RECLAIM_{secret.upper()}", f"RECLAIM_{file.upper()}"
+        if file_variable in checked and secret_variable not in checked:
+            checked[secret_variable] = checked.pop(file_variable)
+    return checked
+
+
 def _secret_twin(variable: str) -> str:
-    """``RECLAIM_KAFKA_SASL_PASSWORD_FILE`` for ``RECLAIM_KAFKA_SASL_PASSWORD`` and the other way round."""
+    """``RECLAIM_KAFKA_SASL_PASSWORD_FILE`` for ``RECLAIM_KAFKA_SASL_PASSWORD`` (``RECLAIM_S3_SECRET_KEY_FILE`` for
+    ``RECLAIM_S3_SECRET_KEY``) and the other way round; "" for a variable that is no secret's."""
+    if variable in _SETTING_TWINS:
+        return _SETTING_TWINS[variable]
     if not variable.startswith(client_properties.ENV_PREFIX):
         return ""
     return variable.removesuffix("_FILE") if variable.endswith("_FILE") else f"{variable}_FILE"
+
+
+_SETTING_TWINS = {f"RECLAIM_{secret.upper()}": f"RECLAIM_{file.upper()}" for secret, file in SECRET_FILES.items()}
+_SETTING_TWINS |= {file: secret for secret, file in _SETTING_TWINS.items()}
 
 
 def _kafka_properties(path: Path, table: Any) -> dict[str, str]:

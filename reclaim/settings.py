@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from reclaim.secret_files import secret_text
+
 DEFAULT_RETRY_DELAYS = (10, 60, 600)
 MAX_BATCH_SIZE = 1_000_000
 """The most records librdkafka's ``consume`` returns at once."""
@@ -18,6 +20,14 @@ MAX_COMMIT_INTERVAL_MS = 86_400_000
 """librdkafka's bound on ``auto.commit.interval.ms``."""
 
 RECORD_AUTH_MODES = ("enforce", "rollout", "off")
+
+SECRET_FILES = {"s3_access_key": "s3_access_key_file", "s3_secret_key": "s3_secret_key_file",
+                "s3_session_token": "s3_session_token_file",
+                "schema_registry_basic_auth": "schema_registry_basic_auth_file"}
+"""The settings that may be read from a file instead (``<name>_file``), by the setting's name: one setting
+given two ways, so a source that names either one sets it (:mod:`reclaim.config_file`)."""
+READ_SECRET_FILES = {secret: file for secret, file in SECRET_FILES.items() if secret.startswith("s3_")}
+"""Those read when the settings are (the registry's basic auth is read where its client is configured)."""
 
 AWS_S3 = "aws"
 """The ``s3_endpoint`` that means AWS S3 itself: no endpoint URL, the region's endpoint chosen by boto3."""
@@ -52,6 +62,10 @@ class Settings:
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
     s3_session_token: str | None = None
+    # The same three read from files (``s3_secret_key_file``: a mounted secret); read once, by ``from_env``.
+    s3_access_key_file: Path | None = None
+    s3_secret_key_file: Path | None = None
+    s3_session_token_file: Path | None = None
     s3_region: str = "us-east-1"
     # None: path-style for an endpoint URL, virtual-hosted on AWS S3.
     s3_path_style: bool | None = None
@@ -104,6 +118,7 @@ class Settings:
         for f in fields(cls):
             if "Path" in str(f.type) and values.get(f.name) is not None:
                 values[f.name] = Path(values[f.name])
+        _read_secret_files(values)
         settings = replace(cls(), **values)
         settings.validate()
         return settings
@@ -180,6 +195,21 @@ class Settings:
             raise ValueError(f"record_auth={self.record_auth} needs a keyring (RECLAIM_KEYRING, a keyring file)")
         if not math.isfinite(self.record_every_s) or self.record_every_s < 0:
             raise ValueError(f"record_every_s must be a number of seconds >= 0, got {self.record_every_s}")
+
+
+def _read_secret_files(values: dict[str, Any]) -> None:
+    """Each of ``READ_SECRET_FILES`` that names a file: its secret set to the file's text (one line for a file
+    that cannot be read, or a secret given both ways)."""
+    for secret, file_setting in READ_SECRET_FILES.items():
+        path = values.get(file_setting)
+        if path is None:
+            continue
+        if values.get(secret):
+            raise ValueError(f"{secret} and {file_setting} are both set: keep one")
+        try:
+            values[secret] = secret_text(path)
+        except ValueError as exc:
+            raise ValueError(f"{file_setting}: {exc}") from None
 
 
 def redact_password(url: str) -> str:

@@ -14,6 +14,7 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     values = {name: (str(value) if isinstance(value, Path) else value) for name, value in asdict(settings).items()}
+    # The access key is an identifier, shown as configured; a secret's file shows as its path.
     for secret in ("s3_secret_key", "s3_session_token", "schema_registry_basic_auth"):
         if values[secret]:
             values[secret] = "********"

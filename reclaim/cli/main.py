@@ -38,9 +38,10 @@ Precedence: flag, then environment, then config file, then default. The global o
 --log-format, --config) go before or after the command.
 Kafka client properties (librdkafka's, for every client): the file's [kafka] table or RECLAIM_KAFKA_<PROP>,
 upper case with _ for . and __ for _ (RECLAIM_KAFKA_SECURITY_PROTOCOL=SASL_SSL); a secret from a file
-with <name>.file (RECLAIM_KAFKA_SASL_PASSWORD_FILE). S3 without RECLAIM_S3_ACCESS_KEY uses boto3's
-credential chain (AWS_PROFILE, AWS_ACCESS_KEY_ID, web identity, instance role); RECLAIM_S3_ENDPOINT=aws
-is AWS S3 itself. `reclaim config show` masks every secret.
+with <name>.file (RECLAIM_KAFKA_SASL_PASSWORD_FILE), and the S3 keys from files with
+RECLAIM_S3_ACCESS_KEY_FILE, RECLAIM_S3_SECRET_KEY_FILE, RECLAIM_S3_SESSION_TOKEN_FILE. S3 without an access
+key uses boto3's credential chain (AWS_PROFILE, AWS_ACCESS_KEY_ID, web identity, instance role);
+RECLAIM_S3_ENDPOINT=aws is AWS S3 itself. `reclaim config show` masks every secret.
 
 {EXIT_CODES_HELP}
 """

@@ -15,6 +15,7 @@ from reclaim.producers.config import client_properties as installed_properties
 from reclaim.producers.config import use_client_properties
 from reclaim.producers.java_properties import is_security_property, java_kafka_options
 from reclaim.schemas.registry_auth import registry_client_config
+from reclaim.secret_files import secret_text
 from reclaim.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -85,10 +86,6 @@ def spark_bootstrap(bootstrap: str) -> str:
 def _secret_file(path: Path, setting: str) -> str:
     """A secret file's text without its trailing newline, read once per process."""
     try:
-        text = path.read_text(encoding="utf-8").rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UsageError(f"{setting}: cannot read {path}: {reason}") from exc
-    if not text:
-        raise UsageError(f"{setting}: {path} is empty")
-    return text
+        return secret_text(path)
+    except ValueError as exc:
+        raise UsageError(f"{setting}: {exc}") from exc

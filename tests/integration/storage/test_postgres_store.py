@@ -213,3 +213,30 @@ def test_connections_time_out_on_a_silent_server_unless_the_url_says_otherwise()
     chosen = _socket_options("postgresql://u:p@db.example/reclaim?tcp_user_timeout=5000&keepalives_idle=60")
     assert "tcp_user_timeout" not in chosen and "keepalives_idle" not in chosen
     assert chosen["keepalives_count"] == SOCKET_OPTIONS["keepalives_count"]
+
+
+def test_the_password_from_a_passfile_and_never_in_the_url(schema_url: str, tmp_path: Path) -> None:
+    """The URL without its password and libpq's ``passfile`` (a mounted secret in pgpass format): every pooled
+    connection logs in with it; a wrong one is refused in one line that names neither password."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(schema_url)
+    assert parts.password and parts.hostname and parts.port
+    bare = parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}")
+
+    def with_passfile(password: str, name: str) -> str:
+        passfile = tmp_path / name
+        passfile.write_text(f"{parts.hostname}:{parts.port}:*:{parts.username}:{password}\n")
+        passfile.chmod(0o600)  # libpq ignores a pgpass file others can read
+        return urlunsplit(bare._replace(query=f"{parts.query}&passfile={passfile}"))
+
+    store = PostgresMetadataStore(with_passfile(parts.password, "pgpass"))
+    try:
+        with store.transaction() as txn:
+            txn.put_segment(SegmentRecord("s/0"))
+        assert store.get_segment("s/0") is not None
+    finally:
+        store.close()
+    with pytest.raises(MetadataUnavailableError, match="password authentication failed") as refused:
+        PostgresMetadataStore(with_passfile("not-the-password", "wrong"))
+    assert parts.password not in str(refused.value) and "not-the-password" not in str(refused.value)

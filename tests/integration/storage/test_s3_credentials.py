@@ -128,6 +128,21 @@ def test_configured_keys_and_session_token_win_over_the_chain(monkeypatch: pytes
     assert set(signed.access_keys) == {"ASIACONFIGURED"} and set(signed.tokens) == {"configured-token"}
 
 
+def test_configured_keys_and_session_token_from_files(tmp_path: Path, s3_endpoint: S3Endpoint, s3_bucket: str,
+                                                      binding_from: Any) -> None:
+    """A mounted secret's file (its trailing newline is not part of it) signs as the variable would."""
+    for name, text in (("access", "ASIAFROMFILE\n"), ("secret", "file-secret\n"), ("token", "file-token\n")):
+        (tmp_path / name).write_text(text)
+    settings = on_endpoint(s3_endpoint, s3_bucket, RECLAIM_S3_ACCESS_KEY_FILE=str(tmp_path / "access"),
+                           RECLAIM_S3_SECRET_KEY_FILE=str(tmp_path / "secret"),
+                           RECLAIM_S3_SESSION_TOKEN_FILE=str(tmp_path / "token"))
+    binding, signed = binding_from(settings)
+    binding.create_with_content("file-keys-chunk", b"data")
+    assert binding.exists("file-keys-chunk")
+    assert signed.access_keys and set(signed.access_keys) == {"ASIAFROMFILE"}
+    assert set(signed.tokens) == {"file-token"}
+
+
 def test_no_credentials_anywhere_is_access_denied_not_the_local_stack_keys(s3_endpoint: S3Endpoint, s3_bucket: str,
                                                                            binding_from: Any) -> None:
     binding, signed = binding_from(on_endpoint(s3_endpoint, s3_bucket))

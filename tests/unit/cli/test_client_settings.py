@@ -100,6 +100,8 @@ def test_cli_refusals_are_one_line_and_exit_64(tmp_path: Path) -> None:
         ({"RECLAIM_SCHEMA_REGISTRY_URL": "https://r:8081",
           "RECLAIM_SCHEMA_REGISTRY_BASIC_AUTH_FILE": str(tmp_path / "missing")}, [],
          "schema_registry_basic_auth_file: cannot read"),
+        ({"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(tmp_path / "missing")}, [],
+         f"s3_secret_key_file: cannot read {tmp_path / 'missing'}: No such file or directory"),
     ]
     for variables, flags, message in cases:
         result = run_reclaim("config", "show", *flags, env=clean_env(tmp_path, **variables), timeout=60)
@@ -128,6 +130,53 @@ def test_config_show_masks_every_secret(tmp_path: Path) -> None:
     assert "kafka.sasl.password = ********" in text.stdout.splitlines()
     for output in (shown.stdout + shown.stderr, text.stdout + text.stderr):
         assert not [secret for secret in SECRETS if secret in output]
+
+
+def test_s3_credentials_from_files_are_read_once_shown_as_their_paths_and_never_printed(tmp_path: Path) -> None:
+    for name, text in (("access", "AKIAFROMFILE\n"), ("secret", "s3-secret\n"), ("token", "s3-token")):
+        (tmp_path / name).write_text(text)
+    env = clean_env(tmp_path, RECLAIM_S3_ACCESS_KEY_FILE=str(tmp_path / "access"),
+                    RECLAIM_S3_SECRET_KEY_FILE=str(tmp_path / "secret"),
+                    RECLAIM_S3_SESSION_TOKEN_FILE=str(tmp_path / "token"))
+    shown = run_reclaim("config", "show", "--json", env=env, timeout=60, check=True)
+    values = json.loads(shown.stdout)
+    assert values["s3_access_key"] == "AKIAFROMFILE"
+    assert values["s3_secret_key"] == values["s3_session_token"] == "********"
+    assert values["s3_secret_key_file"] == str(tmp_path / "secret")
+    assert not [secret for secret in SECRETS if secret in shown.stdout + shown.stderr]
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("RECLAIM_S3_")})
+    assert (settings.s3_access_key, settings.s3_secret_key, settings.s3_session_token) == (
+        "AKIAFROMFILE", "s3-secret", "s3-token")
+
+
+@pytest.mark.parametrize(("contents", "extra", "message"), [
+    (None, {}, "s3_secret_key_file: cannot read .*secret: No such file or directory"),
+    ("\n", {}, "s3_secret_key_file: .*secret is empty"),
+    (b"\xff\xfe", {}, "s3_secret_key_file: cannot read .*secret: 'utf-8' codec"),
+    ("s3-secret", {"RECLAIM_S3_SECRET_KEY": "s3-secret"}, "s3_secret_key and s3_secret_key_file are both set"),
+])
+def test_an_s3_secret_file_that_cannot_be_used_is_one_line_without_the_secret(
+        tmp_path: Path, contents: str | bytes | None, extra: dict[str, str], message: str) -> None:
+    if isinstance(contents, bytes):
+        (tmp_path / "secret").write_bytes(contents)
+    elif contents is not None:
+        (tmp_path / "secret").write_text(contents)
+    env = {"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(tmp_path / "secret"), **extra}
+    with pytest.raises(ValueError, match=message) as refused:
+        Settings.from_env(env)
+    assert "s3-secret" not in str(refused.value)
+
+
+def test_a_secret_and_its_file_are_one_setting_across_the_environment_and_the_file(tmp_path: Path) -> None:
+    """The environment wins over the config file whichever of the two forms each uses: a secret given in the
+    environment is not refused as given twice because the file names its file, nor the other way round."""
+    config = tmp_path / "reclaim.toml"
+    config.write_text('s3_access_key = "AKIA"\ns3_secret_key_file = "/run/secrets/s3"\n'
+                      'schema_registry_basic_auth = "sr:sr-pw"\ns3_session_token = "s3-token"\n')
+    given = {"RECLAIM_S3_SECRET_KEY": "s3-secret", "RECLAIM_SCHEMA_REGISTRY_BASIC_AUTH_FILE": "/run/secrets/sr"}
+    environ = dict(given)
+    config_file.apply(config, environ)
+    assert environ == {**given, "RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SESSION_TOKEN": "s3-token"}
 
 
 def test_the_retention_job_gets_the_properties_as_connector_options(tmp_path: Path) -> None:
