@@ -28,7 +28,7 @@ from reclaim.settings import Settings
 
 #: The command modules under reclaim.cli, in the order ``reclaim --help`` lists them.
 COMMANDS = ("local", "topics", "worker", "deletions", "dlq", "audit", "streams", "truncation_applier", "retention_job",
-            "acls", "keys", "config", "demo")
+            "acls", "keys", "config", "demo", "completion")
 
 ENV_HELP = f"""\
 Every flag has an environment variable RECLAIM_<NAME> (e.g. RECLAIM_BOOTSTRAP, RECLAIM_STATE_DIR,
@@ -94,6 +94,9 @@ def _retry_delays(text: str) -> tuple[int, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "standalone", None) is not None:  # a command that needs no settings (completion)
+        code: int = args.standalone(args)
+        return code
     try:
         config = args.config or (Path(os.environ["RECLAIM_CONFIG"]) if os.environ.get("RECLAIM_CONFIG") else None)
         if config is not None:
