@@ -18,6 +18,7 @@ from reclaim.settings import Settings
 
 if TYPE_CHECKING:
     from reclaim.tools.dlq.reader import DlqScan
+    from reclaim.tools.dlq.records import DeadLetter
     from reclaim.tools.dlq.selection import Filters
 
 T = TypeVar("T")
@@ -86,15 +87,22 @@ def filters_of(args: argparse.Namespace) -> Filters:
     return chosen
 
 
-def scan_dlq(settings: Settings, filters: Filters, *more_topics: str) -> tuple[str, DlqScan]:
-    """The broker address, once it answers with the DLQ and ``more_topics``, and every DLQ record; one
-    usage line when ``filters`` name a partition the DLQ does not have."""
+def matching(filters: Filters, now: int) -> Callable[[DeadLetter], bool]:
+    """What a command that shows, counts or sends the records ``filters`` choose keeps of those it reads."""
+    return lambda letter: filters.matches(letter, now)
+
+
+def scan_dlq(settings: Settings, filters: Filters, keep: Callable[[DeadLetter], bool], *more_topics: str
+             ) -> tuple[str, DlqScan]:
+    """The broker address, once it answers with the DLQ and ``more_topics``, and the DLQ records ``keep`` keeps
+    as they are read (a command holds no more); one usage line when ``filters`` name a partition the DLQ does
+    not have."""
     from reclaim.services.runtime import codec, topic_names
     from reclaim.tools.dlq.reader import connect, scan
 
     dlq = topic_names(settings).dlq
     address = connect(settings, [dlq, *more_topics])
-    found = scan(address, dlq, codec(settings))
+    found = scan(address, dlq, codec(settings), keep)
     if filters.partition is not None and filters.partition not in found.watermarks:
         raise UsageError(f"{found.topic} has no partition {filters.partition} (it has {len(found.watermarks)})")
     return address, found
@@ -105,9 +113,9 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.tools.dlq.selection import select
 
     filters, limit = filters_of(args), whole("--limit", args.limit, 1)
-    _, found = scan_dlq(settings, filters)
     now = now_ms()
-    chosen = select(found.letters, filters, now, newest_first=not args.oldest_first, limit=limit)
+    _, found = scan_dlq(settings, filters, matching(filters, now))
+    chosen = select(found.letters, filters, now, newest_first=not args.oldest_first, limit=limit, total=found.total)
     if args.json:
         print_json({"topic": found.topic, **chosen.counts(), "records": [d.summary() for d in chosen.records]})
     else:
@@ -142,9 +150,9 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.tools.dlq.render import print_json, print_stats
     from reclaim.tools.dlq.selection import stats
 
-    filters = filters_of(args)
-    _, found = scan_dlq(settings, filters)
-    counted = stats(found.letters, filters, now_ms())
+    filters, now = filters_of(args), now_ms()
+    _, found = scan_dlq(settings, filters, matching(filters, now))
+    counted = stats(found.letters, filters, now, total=found.total)
     if args.json:
         print_json({"topic": found.topic, **counted.as_json()})
     else:
@@ -234,9 +242,9 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     filters, limit, rate = filters_of(args), whole("--limit", args.limit, 1), _rate(args.rate)
     names = topic_names(settings)
     topics = ReplayTopics(names.deletion, dlq_replayed_topic(names))
-    address, found = scan_dlq(settings, filters, topics.deletion, topics.replayed)
     now = now_ms()
-    chosen = select(found.letters, filters, now, newest_first=False)
+    address, found = scan_dlq(settings, filters, matching(filters, now), topics.deletion, topics.replayed)
+    chosen = select(found.letters, filters, now, newest_first=False, total=found.total)
     replayed = read_replayed(address, topics.replayed)
     fresh = [letter for letter in chosen.records if letter not in replayed]
     to_send = fresh if limit is None else fresh[:limit]
@@ -267,7 +275,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
-    from reclaim.tools.dlq.purge import plan_filtered, plan_json, plan_up_to, purge
+    from reclaim.tools.dlq.purge import FilteredPlan, UpToPlan, plan_json, purge
     from reclaim.tools.dlq.render import print_json
     from reclaim.tools.dlq.selection import parse_coordinates
 
@@ -279,14 +287,13 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--all drops every record: give it without filters (with them, only matching records go)")
     if up_to is None and not filters.active and not args.all:
         raise UsageError("purge needs filters, --up-to PARTITION:OFFSET, or --all to drop every record")
-    address, found = scan_dlq(settings, filters)
-    if up_to is not None:
-        try:
-            plans = plan_up_to(found.letters, found.watermarks, *up_to)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    else:
-        plans = plan_filtered(found.letters, found.watermarks, filters, now_ms())
+    # Planned as the records are read: none of them is held.
+    planner = UpToPlan(*up_to) if up_to is not None else FilteredPlan(filters, now_ms())
+    address, found = scan_dlq(settings, filters, planner.add)
+    try:
+        plans = planner.plans(found.watermarks)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     dropping = sum(plan.dropped for plan in plans)
     if args.json:
         print_json({**plan_json(found.topic, plans), "dry_run": bool(args.dry_run)})

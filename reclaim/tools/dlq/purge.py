@@ -10,6 +10,7 @@ dropped.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -57,45 +58,88 @@ class PartitionPlan:
         return f"partition {self.partition}: {gone}; {stays}{why}{behind}"
 
 
-def _by_partition(letters: Sequence[DeadLetter]) -> dict[int, list[DeadLetter]]:
-    found: dict[int, list[DeadLetter]] = {}
-    for letter in sorted(letters, key=lambda d: (d.partition, d.offset)):
-        found.setdefault(letter.partition, []).append(letter)
-    return found
+class FilteredPlan:
+    """:func:`plan_filtered` fed one record at a time, each partition's in offset order (as the DLQ is read):
+    it holds a few counts per partition, never the records."""
+
+    def __init__(self, filters: Filters, now_ms: int) -> None:
+        self._filters = filters
+        self._now_ms = now_ms
+        self._stays: dict[int, tuple[int, str]] = {}  # partition -> the first record kept: its offset, and why
+        self._dropped: Counter[int] = Counter()
+        self._kept: Counter[int] = Counter()
+        self._matching_kept: Counter[int] = Counter()
+
+    def add(self, letter: DeadLetter) -> bool:
+        """Count ``letter`` in its partition's plan; False (nothing of it is held)."""
+        partition = letter.partition
+        if partition in self._stays:
+            self._kept[partition] += 1
+            self._matching_kept[partition] += self._filters.matches(letter, self._now_ms)
+            return False
+        why = self._filters.mismatch(letter, self._now_ms)
+        if why is None:
+            self._dropped[partition] += 1
+        else:
+            self._stays[partition] = (letter.offset, f"offset {letter.offset} does not match ({why})")
+            self._kept[partition] += 1
+        return False
+
+    def plans(self, watermarks: Mapping[int, tuple[int, int]]) -> list[PartitionPlan]:
+        """Per partition, the longest run of records from its start that all match."""
+        plans = []
+        for partition, (low, high) in sorted(watermarks.items()):
+            drop_to, because = self._stays.get(partition, (high, ""))
+            plans.append(PartitionPlan(partition, low, high, drop_to, self._dropped[partition], self._kept[partition],
+                                       because, self._matching_kept[partition]))
+        return plans
 
 
 def plan_filtered(letters: Sequence[DeadLetter], watermarks: Mapping[int, tuple[int, int]], filters: Filters,
                   now_ms: int) -> list[PartitionPlan]:
     """Per partition, drop the longest run of records from its start that all match ``filters``."""
-    read = _by_partition(letters)
-    plans = []
-    for partition, (low, high) in sorted(watermarks.items()):
-        records = read.get(partition, [])
-        drop_to, because, kept_from = high, "", len(records)
-        for index, letter in enumerate(records):
-            why = filters.mismatch(letter, now_ms)
-            if why is not None:
-                drop_to, because, kept_from = letter.offset, f"offset {letter.offset} does not match ({why})", index
-                break
-        matching_kept = sum(1 for letter in records[kept_from + 1:] if filters.matches(letter, now_ms))
-        plans.append(PartitionPlan(partition, low, high, drop_to, kept_from, len(records) - kept_from,
-                                   because, matching_kept))
-    return plans
+    plan = FilteredPlan(filters, now_ms)
+    for letter in sorted(letters, key=lambda d: (d.partition, d.offset)):
+        plan.add(letter)
+    return plan.plans(watermarks)
+
+
+class UpToPlan:
+    """:func:`plan_up_to` fed one record at a time: how many of ``partition``'s records are up to ``offset``."""
+
+    def __init__(self, partition: int, offset: int) -> None:
+        self.partition, self.offset = partition, offset
+        self._dropped = self._kept = 0
+
+    def add(self, letter: DeadLetter) -> bool:
+        """Count ``letter`` when it is in the partition; False (nothing of it is held)."""
+        if letter.partition == self.partition:
+            if letter.offset <= self.offset:
+                self._dropped += 1
+            else:
+                self._kept += 1
+        return False
+
+    def plans(self, watermarks: Mapping[int, tuple[int, int]]) -> list[PartitionPlan]:
+        """The one partition's plan; ValueError when it holds no such offset."""
+        partition, offset = self.partition, self.offset
+        if partition not in watermarks:
+            raise ValueError(f"the DLQ has no partition {partition} (it has {len(watermarks)})")
+        low, high = watermarks[partition]
+        if not low <= offset < high:
+            held = f"offsets {low} to {high - 1}" if high > low else "no records"
+            raise ValueError(f"--up-to {partition}:{offset}: partition {partition} holds {held}")
+        because = f"only offsets up to {offset} were asked for" if offset + 1 < high else ""
+        return [PartitionPlan(partition, low, high, offset + 1, self._dropped, self._kept, because)]
 
 
 def plan_up_to(letters: Sequence[DeadLetter], watermarks: Mapping[int, tuple[int, int]], partition: int,
                offset: int) -> list[PartitionPlan]:
     """Drop ``partition``'s records up to and including ``offset``; ValueError when it holds no such offset."""
-    if partition not in watermarks:
-        raise ValueError(f"the DLQ has no partition {partition} (it has {len(watermarks)})")
-    low, high = watermarks[partition]
-    if not low <= offset < high:
-        held = f"offsets {low} to {high - 1}" if high > low else "no records"
-        raise ValueError(f"--up-to {partition}:{offset}: partition {partition} holds {held}")
-    records = _by_partition(letters).get(partition, [])
-    dropped = sum(1 for letter in records if letter.offset <= offset)
-    because = f"only offsets up to {offset} were asked for" if offset + 1 < high else ""
-    return [PartitionPlan(partition, low, high, offset + 1, dropped, len(records) - dropped, because)]
+    plan = UpToPlan(partition, offset)
+    for letter in letters:
+        plan.add(letter)
+    return plan.plans(watermarks)
 
 
 def plan_json(topic: str, plans: Sequence[PartitionPlan]) -> dict[str, object]:

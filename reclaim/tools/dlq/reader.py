@@ -1,14 +1,16 @@
 """Reading the dead-letter topic for ``reclaim dlq``: by assignment, no group joined, nothing committed.
 
 Every command reads the whole topic from each partition's low to its high watermark, so counts are of
-every record there. Duplicates (one record dead-lettered by two groups, or twice) are kept as read;
+every record there. Each record is handed on as it is read (:func:`scan`'s ``keep``), so a command holds
+only what it keeps: the records its filters match (list, stats, replay), or a few counts per partition
+(purge). Duplicates (one record dead-lettered by two groups, or twice) are kept as read;
 :mod:`reclaim.tools.dlq.selection` counts them and shows each record once (see its docstring).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -31,11 +33,13 @@ _QUIET = quiet_logger("dlq")
 
 @dataclass(frozen=True)
 class DlqScan:
-    """Every record of the DLQ as read, and each partition's ``(low, high)`` watermarks at the start."""
+    """The records of the DLQ ``keep`` kept, of ``total`` read, and each partition's ``(low, high)``
+    watermarks at the start."""
 
     topic: str
     letters: tuple[DeadLetter, ...]
     watermarks: dict[int, tuple[int, int]]
+    total: int
 
 
 def connect(settings: Settings, topics: Iterable[str]) -> str:
@@ -72,27 +76,48 @@ def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S
             for p in sorted(metadata.partitions)}
 
 
-def scan(address: str, topic: str, codec: RecordCodec, timeout_s: float = READ_TIMEOUT_S) -> DlqScan:
-    """Read every record of the DLQ ``topic`` present when the read starts."""
-    messages, marks = read_all(address, topic, timeout_s)
-    return DlqScan(topic, tuple(_letter(msg, codec, topic) for msg in messages), marks)
+def scan(address: str, topic: str, codec: RecordCodec, keep: Callable[[DeadLetter], bool] = lambda _letter: True,
+         timeout_s: float = READ_TIMEOUT_S) -> DlqScan:
+    """Read every record of the DLQ ``topic`` present when the read starts, each partition in offset order;
+    hand each to ``keep`` as it is read and hold those it returns True for."""
+    kept: list[DeadLetter] = []
+    total = 0
+
+    def take(msg: Message) -> None:
+        nonlocal total
+        total += 1
+        letter = _letter(msg, codec, topic)
+        if keep(letter):
+            kept.append(letter)
+
+    marks = read_each(address, topic, take, timeout_s)
+    return DlqScan(topic, tuple(kept), marks, total)
 
 
 def read_all(address: str, topic: str, timeout_s: float = READ_TIMEOUT_S
              ) -> tuple[list[Message], dict[int, tuple[int, int]]]:
     """Every record of ``topic`` present when the read starts, and the watermarks it read between."""
+    read: list[Message] = []
+    return read, read_each(address, topic, read.append, timeout_s)
+
+
+def read_each(address: str, topic: str, take: Callable[[Message], None],
+              timeout_s: float = READ_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+    """Hand every record of ``topic`` present when the read starts to ``take``, each partition in offset
+    order, as it is read; the watermarks it read between."""
     reading = Reader(address)
     try:
         marks = watermarks(reading.consumer, topic, timeout_s)
-        return _read(reading, topic, marks, timeout_s), marks
+        _read(reading, topic, marks, timeout_s, take)
+        return marks
     finally:
         reading.close()
 
 
-def _read(reading: Reader, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float) -> list[Message]:
+def _read(reading: Reader, topic: str, marks: dict[int, tuple[int, int]], timeout_s: float,
+          take: Callable[[Message], None]) -> None:
     pending = {p: high for p, (low, high) in marks.items() if high > low}
     reading.consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in pending])
-    read: list[Message] = []
     last_progress = time.monotonic()
     while pending:
         messages = reading.consumer.consume(500, 0.5)
@@ -107,10 +132,9 @@ def _read(reading: Reader, topic: str, marks: dict[int, tuple[int, int]], timeou
             if _failed(msg) or partition not in pending:
                 continue
             if offset < pending[partition]:
-                read.append(msg)
+                take(msg)
             if offset + 1 >= pending[partition]:
                 del pending[partition]  # records that arrive after the read started are left out
-    return read
 
 
 def _failed(msg: Message) -> bool:

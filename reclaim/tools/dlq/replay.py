@@ -31,7 +31,7 @@ from reclaim.exits import Unavailable
 from reclaim.producers.config import quiet_logger
 from reclaim.producers.producer import DeliveryTracker, RecordProducer
 from reclaim.security.signing import signature_headers
-from reclaim.tools.dlq.reader import read_all
+from reclaim.tools.dlq.reader import read_each
 from reclaim.tools.dlq.records import DeadLetter
 
 H_REPLAYED_FROM = "reclaim.replayed-from"
@@ -120,8 +120,9 @@ class Replayed:
 
 def read_replayed(address: str, topic: str) -> Replayed:
     """What the memo topic says has been replayed."""
-    messages, _ = read_all(address, topic)
-    return Replayed.of((msg.key(), msg.value()) for msg in messages)
+    memos: list[tuple[bytes | None, bytes | None]] = []
+    read_each(address, topic, lambda msg: memos.append((msg.key(), msg.value())))
+    return Replayed.of(memos)
 
 
 class Pacer:

@@ -150,12 +150,13 @@ class Selection:
 
 
 def select(letters: Sequence[DeadLetter], filters: Filters, now_ms: int, *, newest_first: bool = True,
-           limit: int | None = None) -> Selection:
-    """The records matching ``filters``, each once, newest (or oldest) first, at most ``limit``."""
+           limit: int | None = None, total: int | None = None) -> Selection:
+    """The records matching ``filters``, each once, newest (or oldest) first, at most ``limit``; ``total``:
+    how many records were read, when ``letters`` are only those kept of them (``len(letters)`` otherwise)."""
     matching = [letter for letter in letters if filters.matches(letter, now_ms)]
     unique, duplicates = dedupe(matching)
     ordered = list(reversed(unique)) if newest_first else unique
-    return Selection(len(letters), len(matching), len(unique), duplicates,
+    return Selection(len(letters) if total is None else total, len(matching), len(unique), duplicates,
                      tuple(ordered if limit is None else ordered[:limit]))
 
 
@@ -176,9 +177,9 @@ class Stats:
                 "by_stream": self.by_stream, "by_age": self.by_age}
 
 
-def stats(letters: Sequence[DeadLetter], filters: Filters, now_ms: int) -> Stats:
+def stats(letters: Sequence[DeadLetter], filters: Filters, now_ms: int, *, total: int | None = None) -> Stats:
     """Counts of the records :func:`select` would choose (each record once)."""
-    chosen = select(letters, filters, now_ms)
+    chosen = select(letters, filters, now_ms, total=total)
     records = chosen.records
     ages = Counter(age_bucket(age_ms(letter, now_ms)) for letter in records)
     buckets = [name for name, _ in AGE_BUCKETS] + [OLDER] + ([UNKNOWN_AGE] if ages[UNKNOWN_AGE] else [])

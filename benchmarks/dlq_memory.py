@@ -1,0 +1,138 @@
+"""Peak memory of the ``reclaim dlq`` commands over a large dead-letter topic, beside another tree's.
+
+``--records`` dead letters are produced to a fresh DLQ: pending deletes of as many chunks, encoded by
+reclaim's codec, each with the headers the worker's routing writes for a record it gave up on (a fatal
+verdict at its last try). Then each command below runs in its own process, this tree's and, with
+``--before-tree DIR``, that unpacked tree's (``git archive REV | tar -x -C DIR``), side by side in each of
+``--rounds``; its peak RSS is the process's own high-water mark (``ru_maxrss``) when it exits:
+
+  - ``purge --all --dry-run``: the plan of dropping every record (nothing dropped);
+  - ``stats --stream <no such stream>``: a filter that matches no record;
+  - ``stats``: every record matches, and each is held until the counts are made.
+
+Printed: each command's peak RSS per tree (median of the rounds, MB) and this tree's over the other's.
+
+Run: ``.venv/bin/python -m benchmarks.dlq_memory [--records 100000] [--rounds 3] [--before-tree DIR]``.
+It starts its own Kafka broker unless RECLAIM_BOOTSTRAP names a running one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.deletion_setup import fresh_topics, own_broker  # noqa: E402
+from benchmarks.offline_bundle import link_design_folders  # noqa: E402
+from benchmarks.results import Figures, record  # noqa: E402
+from reclaim.consumers.retry import Delivery, RetryTiers  # noqa: E402
+from reclaim.consumers.routing import Route, route  # noqa: E402
+from reclaim.deletion.outcomes import Outcome, Verdict  # noqa: E402
+from reclaim.localstack.procs import stop_pid  # noqa: E402
+from reclaim.producers.producer import RecordProducer  # noqa: E402
+from reclaim.producers.topics import TopicNames  # noqa: E402
+from reclaim.schemas.codec import build_codec  # noqa: E402
+from reclaim.schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo  # noqa: E402
+from reclaim.schemas.ledger import ledger_id_for  # noqa: E402
+from reclaim.settings import Settings  # noqa: E402
+
+COMMANDS = {"purge_all_dry_run": ("purge", "--all", "--dry-run", "--json"),
+            "stats_matching_none": ("stats", "--stream", "no/such-stream", "--json"),
+            "stats_matching_all": ("stats", "--json")}
+GROUP = "bench-workers"
+FATAL = Verdict(Outcome.FATAL, "access denied", "StorageAccessDeniedError")
+#: Runs the command line in this process and prints its peak RSS (KiB on Linux) last on stderr.
+_MEASURED = ("import atexit, resource, sys\n"
+             "atexit.register(lambda: print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+             "file=sys.stderr))\n"
+             "from reclaim.cli.main import main\n"
+             "sys.exit(main(sys.argv[1:]))\n")
+
+
+def produce_dead_letters(bootstrap: str, topics: TopicNames, count: int) -> None:
+    """``count`` dead letters on ``topics.dlq``, as the worker's routing sends them."""
+    codec = build_codec()
+    tiers = RetryTiers(topics.retries, max_attempts=3)
+    producer = RecordProducer(bootstrap, "idempotent-producer")
+    now = int(time.time() * 1000)
+    for i in range(count):
+        chunk = f"bench/stream/0.#epoch.0.E-1-O-{i}.{i:012d}"
+        info = PendingDeleteLedgerInfo("bench/stream", LedgerComponent.SEGMENT, LedgerType.LEDGER, ledger_id_for(chunk),
+                                       chunk, "bench/stream/0.#epoch.0", "fs-tier2", ChunkLocation(chunk),
+                                       "bench-mark", now)
+        delivery = Delivery(3, now - 5000, None, topics.deletion, i % 4, i, now - 9000)
+        routing = route(FATAL, delivery, tiers, topics.dlq, now, GROUP)
+        assert routing.route is Route.DLQ
+        producer.send(topics.dlq, codec.encode(info, topics.dlq), key=chunk.encode(), headers=routing.headers)
+        if i % 10_000 == 0:
+            producer.producer.poll(0)
+    assert producer.producer.flush(60) == 0, "dead letters not all delivered"
+
+
+def peak_rss_mb(tree: Path | None, env: dict[str, str], args: tuple[str, ...], work: Path) -> float:
+    """The peak RSS of ``reclaim dlq <args>`` run from ``tree`` (this one when None), in MB. It runs in
+    ``work``: ``python -c`` puts its working directory first on the path, so a checkout's would win."""
+    if tree is not None:
+        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", _MEASURED, "dlq", *args], capture_output=True, text=True, env=env,
+                          cwd=work, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"reclaim dlq {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    kib = int(done.stderr.strip().splitlines()[-1].split()[-1])
+    return kib / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000, help="dead letters on the DLQ (default 100000)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each command per tree (default 3)")
+    parser.add_argument("--before-tree", type=Path, help="an unpacked tree of another commit to run beside this one")
+    args = parser.parse_args()
+    if args.before_tree and not (args.before_tree / "pyproject.toml").is_file():
+        parser.error(f"--before-tree {args.before_tree}: no pyproject.toml there (not an unpacked tree of reclaim)")
+    started, figures = time.time(), Figures()
+    trees: dict[str, Path | None] = {"this tree": None}
+    if args.before_tree:
+        trees = {"before": link_design_folders(args.before_tree.resolve()), **trees}
+    launched: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="reclaim-dlq-memory-") as work:
+        try:
+            bootstrap = own_broker(Settings.from_env(), Path(work), launched)
+            prefix, topics = fresh_topics(bootstrap)
+            produce_dead_letters(bootstrap, topics, args.records)
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")},
+                   "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
+                   "RECLAIM_STATE_DIR": str(Path(work) / "state")}
+            peaks: dict[tuple[str, str], list[float]] = {}
+            for round_number in range(args.rounds):
+                order = list(trees.items()) if round_number % 2 == 0 else list(reversed(trees.items()))
+                for name, command in COMMANDS.items():
+                    for label, tree in order:
+                        peaks.setdefault((name, label), []).append(peak_rss_mb(tree, env, command, Path(work)))
+        finally:
+            for pid in launched:
+                stop_pid(pid)
+    print(f"reclaim dlq over {args.records} dead letters: peak RSS, MB (median of {args.rounds} rounds)")
+    for name, command in COMMANDS.items():
+        row = {label: median(peaks[(name, label)]) for label in trees}
+        for label, value in row.items():
+            figures.add(f"dlq_{name}_{args.records}_{label.replace(' ', '_')}_peak_rss_mb", round(value, 1))
+        shown = "  ".join(f"{label} {value:7.1f}" for label, value in row.items())
+        ratio = ""
+        if "before" in row:
+            ratio = f"  this tree / before {row['this tree'] / row['before']:.2f}x"
+            figures.add(f"dlq_{name}_{args.records}_over_before_ratio", round(row["this tree"] / row["before"], 3))
+        print(f"  dlq {' '.join(command):45s} {shown}{ratio}")
+    record("dlq_memory", vars(args), figures, started)
+
+
+if __name__ == "__main__":
+    main()
