@@ -1,18 +1,19 @@
 """Peak memory of the ``reclaim dlq`` commands over a large dead-letter topic, beside another tree's.
 
-``--records`` dead letters are produced to a fresh DLQ: pending deletes of as many chunks, encoded by
-reclaim's codec, each with the headers the worker's routing writes for a record it gave up on (a fatal
-verdict at its last try). Then each command below runs in its own process, this tree's and, with
-``--before-tree DIR``, that unpacked tree's (``git archive REV | tar -x -C DIR``), side by side in each of
-``--rounds``; its peak RSS is the process's own high-water mark (``ru_maxrss``) when it exits:
+For each of ``--records`` (a comma list of sizes), as many dead letters are produced to a fresh DLQ: pending
+deletes of as many chunks, encoded by reclaim's codec, each with the headers the worker's routing writes for a
+record it gave up on (a fatal verdict at its last try). Then each command below runs in its own process, this
+tree's and, with ``--before-tree DIR``, that unpacked tree's (``git archive REV | tar -x -C DIR``), side by
+side in each of ``--rounds``; its peak RSS is the process's own high-water mark (``ru_maxrss``) when it exits:
 
   - ``purge --all --dry-run``: the plan of dropping every record (nothing dropped);
   - ``stats --stream <no such stream>``: a filter that matches no record;
   - ``stats``: every record matches, and each is held until the counts are made.
 
-Printed: each command's peak RSS per tree (median of the rounds, MB) and this tree's over the other's.
+Printed: each command's peak RSS per tree and size (median of the rounds, MB), this tree's over the other's,
+and how much each command's peak grew from the smallest size to the largest.
 
-Run: ``.venv/bin/python -m benchmarks.dlq_memory [--records 100000] [--rounds 3] [--before-tree DIR]``.
+Run: ``.venv/bin/python -m benchmarks.dlq_memory [--records 20000,100000] [--rounds 3] [--before-tree DIR]``.
 It starts its own Kafka broker unless RECLAIM_BOOTSTRAP names a running one.
 """
 
@@ -30,7 +31,7 @@ from statistics import median
 if not __package__:  # run as a file: the sibling modules are imported as ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.deletion_setup import fresh_topics, own_broker  # noqa: E402
+from benchmarks.deletion_setup import counts, fresh_topics, own_broker  # noqa: E402
 from benchmarks.offline_bundle import link_design_folders  # noqa: E402
 from benchmarks.results import Figures, record  # noqa: E402
 from reclaim.consumers.retry import Delivery, RetryTiers  # noqa: E402
@@ -40,8 +41,13 @@ from reclaim.localstack.procs import stop_pid  # noqa: E402
 from reclaim.producers.producer import RecordProducer  # noqa: E402
 from reclaim.producers.topics import TopicNames  # noqa: E402
 from reclaim.schemas.codec import build_codec  # noqa: E402
-from reclaim.schemas.ledger import ChunkLocation, LedgerComponent, LedgerType, PendingDeleteLedgerInfo  # noqa: E402
-from reclaim.schemas.ledger import ledger_id_for  # noqa: E402
+from reclaim.schemas.ledger import (  # noqa: E402
+    ChunkLocation,
+    LedgerComponent,
+    LedgerType,
+    PendingDeleteLedgerInfo,
+    ledger_id_for,
+)
 from reclaim.settings import Settings  # noqa: E402
 
 COMMANDS = {"purge_all_dry_run": ("purge", "--all", "--dry-run", "--json"),
@@ -92,7 +98,8 @@ def peak_rss_mb(tree: Path | None, env: dict[str, str], args: tuple[str, ...], w
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000, help="dead letters on the DLQ (default 100000)")
+    parser.add_argument("--records", type=counts, default=[20_000, 100_000],
+                        help="DLQ sizes, a comma list (default 20000,100000)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each command per tree (default 3)")
     parser.add_argument("--before-tree", type=Path, help="an unpacked tree of another commit to run beside this one")
     args = parser.parse_args()
@@ -103,34 +110,44 @@ def main() -> None:
     if args.before_tree:
         trees = {"before": link_design_folders(args.before_tree.resolve()), **trees}
     launched: list[int] = []
+    peaks: dict[tuple[int, str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="reclaim-dlq-memory-") as work:
         try:
             bootstrap = own_broker(Settings.from_env(), Path(work), launched)
-            prefix, topics = fresh_topics(bootstrap)
-            produce_dead_letters(bootstrap, topics, args.records)
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")},
-                   "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
-                   "RECLAIM_STATE_DIR": str(Path(work) / "state")}
-            peaks: dict[tuple[str, str], list[float]] = {}
-            for round_number in range(args.rounds):
-                order = list(trees.items()) if round_number % 2 == 0 else list(reversed(trees.items()))
-                for name, command in COMMANDS.items():
-                    for label, tree in order:
-                        peaks.setdefault((name, label), []).append(peak_rss_mb(tree, env, command, Path(work)))
+            for size in args.records:
+                prefix, topics = fresh_topics(bootstrap)
+                produce_dead_letters(bootstrap, topics, size)
+                env = {**{k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")},
+                       "RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix,
+                       "RECLAIM_STATE_DIR": str(Path(work) / "state")}
+                for round_number in range(args.rounds):
+                    order = list(trees.items()) if round_number % 2 == 0 else list(reversed(trees.items()))
+                    for name, command in COMMANDS.items():
+                        for label, tree in order:
+                            peak = peak_rss_mb(tree, env, command, Path(work))
+                            peaks.setdefault((size, name, label), []).append(peak)
         finally:
             for pid in launched:
                 stop_pid(pid)
-    print(f"reclaim dlq over {args.records} dead letters: peak RSS, MB (median of {args.rounds} rounds)")
+    print(f"reclaim dlq: peak RSS, MB (median of {args.rounds} rounds)")
     for name, command in COMMANDS.items():
-        row = {label: median(peaks[(name, label)]) for label in trees}
-        for label, value in row.items():
-            figures.add(f"dlq_{name}_{args.records}_{label.replace(' ', '_')}_peak_rss_mb", round(value, 1))
-        shown = "  ".join(f"{label} {value:7.1f}" for label, value in row.items())
-        ratio = ""
-        if "before" in row:
-            ratio = f"  this tree / before {row['this tree'] / row['before']:.2f}x"
-            figures.add(f"dlq_{name}_{args.records}_over_before_ratio", round(row["this tree"] / row["before"], 3))
-        print(f"  dlq {' '.join(command):45s} {shown}{ratio}")
+        print(f"  dlq {' '.join(command)}")
+        for size in args.records:
+            row = {label: median(peaks[(size, name, label)]) for label in trees}
+            for label, value in row.items():
+                figures.add(f"dlq_{name}_{size}_{label.replace(' ', '_')}_peak_rss_mb", round(value, 1))
+            shown = "  ".join(f"{label} {value:7.1f}" for label, value in row.items())
+            ratio = ""
+            if "before" in row:
+                ratio = f"  this tree / before {row['this tree'] / row['before']:.2f}x"
+                figures.add(f"dlq_{name}_{size}_over_before_ratio", round(row["this tree"] / row["before"], 3))
+            print(f"    {size:>9} records: {shown}{ratio}")
+        if len(args.records) > 1:
+            low, high = min(args.records), max(args.records)
+            for label in trees:
+                grew = median(peaks[(high, name, label)]) - median(peaks[(low, name, label)])
+                figures.add(f"dlq_{name}_{label.replace(' ', '_')}_growth_mb", round(grew, 1))
+                print(f"    {label}: +{grew:.1f} MB from {low} to {high} records")
     record("dlq_memory", vars(args), figures, started)
 
 

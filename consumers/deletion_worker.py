@@ -34,7 +34,7 @@ from reclaim.consumers.routing import ACK, route
 from reclaim.deletion import metrics
 from reclaim.deletion.executor import DeletionExecutor
 from reclaim.deletion.facts import Pending
-from reclaim.deletion.outcomes import ROUTES, Outcome, Route, Verdict
+from reclaim.deletion.outcomes import ROUTES, Outcome, Route, Verdict, stack_summary
 from reclaim.producers.config import kafka_config
 from reclaim.producers.kafka_errors import check_committed, is_no_offset
 from reclaim.producers.producer import RecordProducer
@@ -298,7 +298,8 @@ class DeletionWorker:
             try:
                 info = self._codec.decode(record.value or b"", record.topic, PendingDeleteLedgerInfo)
             except RecordDecodeError as exc:
-                undecodable.append(Undecodable(record, Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__)))
+                undecodable.append(Undecodable(record, Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__,
+                                                               stack_summary(exc))))
             else:
                 decoded.append(record)
                 pending.append(Pending(info, record.delivery.first_failure_ms, record.redelivered))

@@ -11,6 +11,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from reclaim.exits import ExitCode, UsageError
@@ -87,13 +88,22 @@ def filters_of(args: argparse.Namespace) -> Filters:
     return chosen
 
 
-def matching(filters: Filters, now: int) -> Callable[[DeadLetter], bool]:
-    """What a command that shows, counts or sends the records ``filters`` choose keeps of those it reads."""
-    return lambda letter: filters.matches(letter, now)
+def matching(filters: Filters, now: int, *, to_send: bool = False) -> Callable[[DeadLetter], DeadLetter | None]:
+    """What a command that shows or counts (or, ``to_send``, sends) the records ``filters`` choose holds of
+    each record it reads: nothing of one that does not match; of one that does, what a listing shows, or
+    (to send) the whole record."""
+
+    def keep(letter: DeadLetter) -> DeadLetter | None:
+        if not filters.matches(letter, now):
+            return None
+        # A listing shows neither the value nor the headers (most of a record's size): not held.
+        return letter if to_send else replace(letter, value=None, headers=(), stack="")
+
+    return keep
 
 
-def scan_dlq(settings: Settings, filters: Filters, keep: Callable[[DeadLetter], bool], *more_topics: str
-             ) -> tuple[str, DlqScan]:
+def scan_dlq(settings: Settings, filters: Filters, keep: Callable[[DeadLetter], DeadLetter | None],
+             *more_topics: str) -> tuple[str, DlqScan]:
     """The broker address, once it answers with the DLQ and ``more_topics``, and the DLQ records ``keep`` keeps
     as they are read (a command holds no more); one usage line when ``filters`` name a partition the DLQ does
     not have."""
@@ -243,7 +253,8 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     names = topic_names(settings)
     topics = ReplayTopics(names.deletion, dlq_replayed_topic(names))
     now = now_ms()
-    address, found = scan_dlq(settings, filters, matching(filters, now), topics.deletion, topics.replayed)
+    address, found = scan_dlq(settings, filters, matching(filters, now, to_send=True), topics.deletion,
+                              topics.replayed)
     chosen = select(found.letters, filters, now, newest_first=False, total=found.total)
     replayed = read_replayed(address, topics.replayed)
     fresh = [letter for letter in chosen.records if letter not in replayed]

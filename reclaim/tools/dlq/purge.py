@@ -70,20 +70,19 @@ class FilteredPlan:
         self._kept: Counter[int] = Counter()
         self._matching_kept: Counter[int] = Counter()
 
-    def add(self, letter: DeadLetter) -> bool:
-        """Count ``letter`` in its partition's plan; False (nothing of it is held)."""
+    def add(self, letter: DeadLetter) -> None:
+        """Count ``letter`` in its partition's plan (nothing of it is held)."""
         partition = letter.partition
         if partition in self._stays:
             self._kept[partition] += 1
             self._matching_kept[partition] += self._filters.matches(letter, self._now_ms)
-            return False
+            return
         why = self._filters.mismatch(letter, self._now_ms)
         if why is None:
             self._dropped[partition] += 1
         else:
             self._stays[partition] = (letter.offset, f"offset {letter.offset} does not match ({why})")
             self._kept[partition] += 1
-        return False
 
     def plans(self, watermarks: Mapping[int, tuple[int, int]]) -> list[PartitionPlan]:
         """Per partition, the longest run of records from its start that all match."""
@@ -111,14 +110,13 @@ class UpToPlan:
         self.partition, self.offset = partition, offset
         self._dropped = self._kept = 0
 
-    def add(self, letter: DeadLetter) -> bool:
-        """Count ``letter`` when it is in the partition; False (nothing of it is held)."""
+    def add(self, letter: DeadLetter) -> None:
+        """Count ``letter`` when it is in the partition (nothing of it is held)."""
         if letter.partition == self.partition:
             if letter.offset <= self.offset:
                 self._dropped += 1
             else:
                 self._kept += 1
-        return False
 
     def plans(self, watermarks: Mapping[int, tuple[int, int]]) -> list[PartitionPlan]:
         """The one partition's plan; ValueError when it holds no such offset."""

@@ -25,6 +25,10 @@ from reclaim.tools.dlq.records import DeadLetter, dead_letter
 READ_TIMEOUT_S = 10.0
 """How long a read may go without a record before it gives up with one line."""
 
+PREFETCH_KBYTES = 4 * 1024
+"""What librdkafka fetches ahead of the reader (``queued.max.messages.kbytes``; 64 MiB by default, which
+made a read of a large DLQ hold some 65 MB of records ahead of what it had handled)."""
+
 READER_GROUP = "reclaim-dlq-reader"
 """The group id librdkafka requires of a consumer; never joined (records are read by assignment)."""
 
@@ -33,7 +37,7 @@ _QUIET = quiet_logger("dlq")
 
 @dataclass(frozen=True)
 class DlqScan:
-    """The records of the DLQ ``keep`` kept, of ``total`` read, and each partition's ``(low, high)``
+    """What ``keep`` held of the DLQ's records, of ``total`` read, and each partition's ``(low, high)``
     watermarks at the start."""
 
     topic: str
@@ -56,7 +60,8 @@ class Reader:
     def __init__(self, address: str) -> None:
         self.errors: list[KafkaError] = []
         self.consumer = Consumer(kafka_config(address, "consumer", {
-            "group.id": READER_GROUP, "enable.auto.commit": False, "logger": _QUIET,
+            "group.id": READER_GROUP, "enable.auto.commit": False, "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            "logger": _QUIET,
             "error_cb": self.errors.append}))
 
     def cause(self) -> str:
@@ -76,19 +81,20 @@ def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S
             for p in sorted(metadata.partitions)}
 
 
-def scan(address: str, topic: str, codec: RecordCodec, keep: Callable[[DeadLetter], bool] = lambda _letter: True,
+def scan(address: str, topic: str, codec: RecordCodec,
+         keep: Callable[[DeadLetter], DeadLetter | None] = lambda letter: letter,
          timeout_s: float = READ_TIMEOUT_S) -> DlqScan:
     """Read every record of the DLQ ``topic`` present when the read starts, each partition in offset order;
-    hand each to ``keep`` as it is read and hold those it returns True for."""
+    hand each to ``keep`` as it is read and hold what it returns of it (None: nothing)."""
     kept: list[DeadLetter] = []
     total = 0
 
     def take(msg: Message) -> None:
         nonlocal total
         total += 1
-        letter = _letter(msg, codec, topic)
-        if keep(letter):
-            kept.append(letter)
+        held = keep(_letter(msg, codec, topic))
+        if held is not None:
+            kept.append(held)
 
     marks = read_each(address, topic, take, timeout_s)
     return DlqScan(topic, tuple(kept), marks, total)

@@ -162,6 +162,8 @@ def test_poison_bytes_go_to_the_dlq_and_the_worker_keeps_going(pipeline: Pipelin
     dead = read_all(pipeline, pipeline.topics.dlq, 3)
     assert len(dead) == 3
     assert all(dict(m.headers())[retry.H_OUTCOME] == b"undecodable" for m in dead)
+    # Where the decode gave up, as for any other error an exception stands behind.
+    assert all(b"codec.py" in dict(m.headers())[retry.H_STACK] for m in dead), [m.headers() for m in dead]
 
 
 def test_a_reroute_the_broker_never_confirms_is_read_again_not_acked(pipeline: Pipeline) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from reclaim.cli.dlq import matching
 from reclaim.consumers import retry
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.tools.dlq.records import UNDECODABLE_STREAM, dead_letter, iso
@@ -137,3 +138,16 @@ def test_a_timestamp_header_no_date_can_state_is_shown_as_it_is(capsys: pytest.C
     print_show(dead)  # was "year 3170843 is out of range", exit 64, for a record that is there
     assert "not a date (99999999999999999)" in capsys.readouterr().out
     assert dead.detail()["original_timestamp_ms"] == 99999999999999999
+
+
+def test_a_listing_holds_what_it_shows_of_a_matching_record_and_nothing_of_the_rest() -> None:
+    """What ``list`` and ``stats`` keep of each record as it is read: its summary, without the value and headers
+    (most of its size); ``replay`` keeps the whole record, which it sends."""
+    chosen = Filters(stream="scope/stream")
+    kept, other = letter(3), letter(4, stream="other/stream")
+    held = matching(chosen, NOW)(kept)
+    assert held is not None and held.summary() == kept.summary()
+    assert (held.value, held.headers, held.stack) == (None, (), "")
+    assert matching(chosen, NOW)(other) is None
+    assert matching(chosen, NOW, to_send=True)(kept) is kept
+    assert matching(chosen, NOW, to_send=True)(other) is None
