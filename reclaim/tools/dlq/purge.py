@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from reclaim.exits import Unavailable
 from reclaim.producers.config import kafka_config, quiet_logger
 from reclaim.producers.kafka_errors import kafka_error_of
+from reclaim.tools.dlq.reader import NoPartition, check_offset
 from reclaim.tools.dlq.records import DeadLetter
 from reclaim.tools.dlq.selection import Filters
 
@@ -121,12 +122,13 @@ class UpToPlan:
     def plans(self, watermarks: Mapping[int, tuple[int, int]]) -> list[PartitionPlan]:
         """The one partition's plan; ValueError when it holds no such offset."""
         partition, offset = self.partition, self.offset
-        if partition not in watermarks:
-            raise ValueError(f"the DLQ has no partition {partition} (it has {len(watermarks)})")
+        try:
+            check_offset(watermarks, partition, offset)
+        except NoPartition as exc:
+            raise ValueError(f"the DLQ {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"--up-to {partition}:{offset}: {exc}") from None
         low, high = watermarks[partition]
-        if not low <= offset < high:
-            held = f"offsets {low} to {high - 1}" if high > low else "no records"
-            raise ValueError(f"--up-to {partition}:{offset}: partition {partition} holds {held}")
         because = f"only offsets up to {offset} were asked for" if offset + 1 < high else ""
         return [PartitionPlan(partition, low, high, offset + 1, self._dropped, self._kept, because)]
 

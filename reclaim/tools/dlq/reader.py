@@ -10,7 +10,7 @@ only what it keeps: the records its filters match (list, stats, replay), or a fe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -157,18 +157,33 @@ def _letter(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
                        msg.headers(), codec)
 
 
+class NoPartition(ValueError):
+    """The topic has no such partition."""
+
+
+def check_offset(marks: Mapping[int, tuple[int, int]], partition: int, offset: int, topic: str = "") -> None:
+    """Raise :class:`NoPartition` (``has no partition P (it has N)``) or ValueError (``partition P [of TOPIC]
+    holds offsets L to H`` / ``no records``) unless ``partition`` holds ``offset`` between ``marks``."""
+    if partition not in marks:
+        raise NoPartition(f"has no partition {partition} (it has {len(marks)})")
+    low, high = marks[partition]
+    if not low <= offset < high:
+        held = f"offsets {low} to {high - 1}" if high > low else "no records"
+        raise ValueError(f"partition {partition}{f' of {topic}' if topic else ''} holds {held}")
+
+
 def read_one(address: str, topic: str, codec: RecordCodec, partition: int, offset: int,
              timeout_s: float = READ_TIMEOUT_S) -> DeadLetter:
     """The record at ``partition:offset``; one usage line when the DLQ holds no record there."""
     reading = Reader(address)
     try:
         marks = watermarks(reading.consumer, topic, timeout_s)
-        if partition not in marks:
-            raise UsageError(f"{topic} has no partition {partition} (it has {len(marks)})")
-        low, high = marks[partition]
-        if not low <= offset < high:
-            held = f"offsets {low} to {high - 1}" if high > low else "no records"
-            raise UsageError(f"no record at {partition}:{offset}: partition {partition} of {topic} holds {held}")
+        try:
+            check_offset(marks, partition, offset, topic)
+        except NoPartition as exc:
+            raise UsageError(f"{topic} {exc}") from None
+        except ValueError as exc:
+            raise UsageError(f"no record at {partition}:{offset}: {exc}") from None
         reading.consumer.assign([TopicPartition(topic, partition, offset)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
