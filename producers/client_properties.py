@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from reclaim.errors import ReclaimError
-from reclaim.secret_files import secret_text
+from reclaim.secret_files import read_secret, secret_text
 
 ENV_PREFIX = "RECLAIM_KAFKA_"
 #: ``RECLAIM_KAFKA_*`` variables that are not properties: the tests' external broker.
@@ -103,7 +103,7 @@ def check(properties: Mapping[str, str]) -> None:
 
 
 def read_secret_files(properties: Mapping[str, str],
-                      read_text: Callable[[Path], str] = lambda path: path.read_text(encoding="utf-8"),
+                      read_text: Callable[[Path], str] = read_secret,
                       ) -> dict[str, str]:
     """``properties`` with each ``<secret>.file`` replaced by ``<secret>`` = the file's text, trailing
     newlines stripped; a file that is missing, unreadable or empty is one :class:`ClientPropertyError` line."""

@@ -3,18 +3,45 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
+MAX_SECRET_BYTES = 64 * 1024
+"""The most a secret file may hold: a password, a key or a token is far less; a path naming a device, a log
+or a disk image by mistake is refused rather than read whole."""
 
-def secret_text(path: Path, read_text: Callable[[Path], str] = lambda path: path.read_text(encoding="utf-8")) -> str:
+
+def read_secret_bytes(path: Path) -> bytes:
+    """The contents of the regular file ``path`` (links followed), at most :data:`MAX_SECRET_BYTES`.
+
+    Raises OSError (``not a regular file``, ``larger than ...``) for anything else; opening does not wait on a
+    FIFO with no writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        data = handle.read(MAX_SECRET_BYTES + 1)
+    if len(data) > MAX_SECRET_BYTES:
+        raise OSError(0, f"larger than {MAX_SECRET_BYTES // 1024} KiB, not a secret")
+    return data
+
+
+def read_secret(path: Path) -> str:
+    """:func:`read_secret_bytes` as UTF-8 text."""
+    return read_secret_bytes(path).decode("utf-8")
+
+
+def secret_text(path: Path, read_text: Callable[[Path], str] = read_secret) -> str:
     """The text of the secret file ``path`` without its trailing newline.
 
     Raises
     ------
     ValueError
-        ``cannot read PATH: <reason>`` for a file that is missing or unreadable (or not UTF-8), ``PATH is empty``
-        for one that holds nothing but a newline; the caller puts the setting's name in front.
+        ``cannot read PATH: <reason>`` for a file that is missing, unreadable, not a regular file, over
+        :data:`MAX_SECRET_BYTES` or not UTF-8; ``PATH is empty`` for one that holds nothing but a newline. The
+        caller puts the setting's name in front.
     """
     try:
         text = read_text(path).rstrip("\r\n")

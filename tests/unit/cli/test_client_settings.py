@@ -18,6 +18,7 @@ import pytest
 from reclaim import config_file
 from reclaim.exits import ExitCode, UsageError
 from reclaim.localstack.certs import make_ca
+from reclaim.producers import client_properties as client_properties_module
 from reclaim.producers.config import client_properties, installed_client_properties
 from reclaim.services import client_security, runtime
 from reclaim.services.retention_job import RetentionJobSettings, job_config
@@ -165,6 +166,25 @@ def test_an_s3_secret_file_that_cannot_be_used_is_one_line_without_the_secret(
     with pytest.raises(ValueError, match=message) as refused:
         Settings.from_env(env)
     assert "s3-secret" not in str(refused.value)
+
+
+def test_a_secret_file_is_a_regular_file_of_at_most_64_kib_never_a_fifo_or_a_device(tmp_path: Path) -> None:
+    """A path naming the wrong thing is refused in one line instead of waiting on a FIFO no one writes to, or
+    reading a device or a huge file whole; a link to a secret file (as Kubernetes mounts them) is followed."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "huge").write_bytes(b"x" * (64 * 1024 + 1))
+    (tmp_path / "secret").write_text("s3-secret\n")
+    (tmp_path / "link").symlink_to(tmp_path / "secret")
+    refused = {tmp_path / "fifo": "not a regular file", Path("/dev/zero"): "not a regular file",
+               tmp_path / "huge": "larger than 64 KiB, not a secret"}
+    for path, reason in refused.items():
+        with pytest.raises(ValueError, match=f"s3_secret_key_file: cannot read {path}: {reason}"):
+            Settings.from_env({"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(path)})
+    linked = Settings.from_env({"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(tmp_path / "link")})
+    assert linked.s3_secret_key == "s3-secret"
+    with pytest.raises(client_properties_module.ClientPropertyError, match="sasl.password.file: cannot read .*fifo: "
+                                                                           "not a regular file"):
+        client_properties_module.read_secret_files({"sasl.password.file": str(tmp_path / "fifo")})
 
 
 def test_a_secret_and_its_file_are_one_setting_across_the_environment_and_the_file(tmp_path: Path) -> None:
