@@ -13,18 +13,18 @@ MAX_SECRET_BYTES = 64 * 1024
 or a disk image by mistake is refused rather than read whole."""
 
 
-def read_secret_bytes(path: Path) -> bytes:
-    """The contents of the regular file ``path`` (links followed), at most :data:`MAX_SECRET_BYTES`.
+def read_secret_bytes(path: Path, limit: int = MAX_SECRET_BYTES) -> bytes:
+    """The contents of the regular file ``path`` (links followed), at most ``limit`` bytes.
 
-    Raises OSError (``not a regular file``, ``larger than ...``) for anything else; opening does not wait on a
-    FIFO with no writer."""
+    Raises OSError (``not a regular file``, ``larger than N KiB``) for anything else; opening does not wait on
+    a FIFO with no writer."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        data = handle.read(MAX_SECRET_BYTES + 1)
-    if len(data) > MAX_SECRET_BYTES:
-        raise OSError(0, f"larger than {MAX_SECRET_BYTES // 1024} KiB, not a secret")
+            raise OSError("not a regular file")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"larger than {limit // 1024} KiB")
     return data
 
 

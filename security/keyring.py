@@ -41,6 +41,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from reclaim.secret_files import read_secret_bytes
 from reclaim.security.errors import KeyringError
 
 log = logging.getLogger(__name__)
@@ -189,12 +190,16 @@ class Keyring:
         return "\n".join(key.to_toml(public_only=public_only) for key in self._keys.values())
 
 
+MAX_KEYRING_BYTES = 16 * 1024 * 1024
+"""The most a keyring file may hold (some 100,000 keys): a path naming a device or a FIFO, or anything larger,
+is refused in one line rather than read whole or waited on."""
+
+
 def load_keyring(path: Path) -> Keyring:
     """The keyring in file ``path``; one :class:`KeyringError` line for anything wrong with it."""
     try:
-        with path.open("rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            data = tomllib.load(handle)
+        data = tomllib.loads(read_secret_bytes(path, MAX_KEYRING_BYTES).decode("utf-8"))
+        mode = path.stat().st_mode
     except FileNotFoundError:
         raise KeyringError(f"keyring {path} does not exist") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,13 @@ def test_a_keyring_parses_from_its_text_as_from_its_file() -> None:
 def test_a_missing_keyring_says_so(tmp_path: Path) -> None:
     with pytest.raises(KeyringError, match="does not exist"):
         load_keyring(tmp_path / "absent.toml")
+
+
+def test_a_keyring_path_naming_a_fifo_or_a_device_is_refused_not_waited_on_or_read_whole(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/zero")):
+        with pytest.raises(KeyringError, match=f"^keyring {path}: not a regular file$"):
+            load_keyring(path)
 
 
 def test_a_public_half_that_is_not_the_private_ones_is_refused(tmp_path: Path) -> None:
