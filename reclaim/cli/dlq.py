@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from reclaim.tools.dlq.selection import Filters
 
 T = TypeVar("T")
+Held = TypeVar("Held")
 
 _DESCRIPTION = """\
 Read the dead-letter topic by assignment (no group joined, nothing committed). list, stats, replay and
@@ -102,8 +103,8 @@ def matching(filters: Filters, now: int, *, to_send: bool = False) -> Callable[[
     return keep
 
 
-def scan_dlq(settings: Settings, filters: Filters, keep: Callable[[DeadLetter], DeadLetter | None],
-             *more_topics: str) -> tuple[str, DlqScan]:
+def scan_dlq(settings: Settings, filters: Filters, keep: Callable[[DeadLetter], Held | None],
+             *more_topics: str) -> tuple[str, DlqScan[Held]]:
     """The broker address, once it answers with the DLQ and ``more_topics``, and the DLQ records ``keep`` keeps
     as they are read (a command holds no more); one usage line when ``filters`` name a partition the DLQ does
     not have."""
@@ -158,11 +159,12 @@ def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.tools.dlq.render import print_json, print_stats
-    from reclaim.tools.dlq.selection import stats
+    from reclaim.tools.dlq.selection import Brief, count
 
     filters, now = filters_of(args), now_ms()
-    _, found = scan_dlq(settings, filters, matching(filters, now))
-    counted = stats(found.letters, filters, now, total=found.total)
+    # Of each matching record only what is counted is held (a Brief), not what a listing shows.
+    _, found = scan_dlq(settings, filters, lambda letter: Brief.of(letter) if filters.matches(letter, now) else None)
+    counted = count(found.letters, now, total=found.total)
     if args.json:
         print_json({"topic": found.topic, **counted.as_json()})
     else:
@@ -300,7 +302,8 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("purge needs filters, --up-to PARTITION:OFFSET, or --all to drop every record")
     # Planned as the records are read: none of them is held.
     planner = UpToPlan(*up_to) if up_to is not None else FilteredPlan(filters, now_ms())
-    address, found = scan_dlq(settings, filters, planner.add)
+    scanned: tuple[str, DlqScan[object]] = scan_dlq(settings, filters, planner.add)
+    address, found = scanned
     try:
         plans = planner.plans(found.watermarks)
     except ValueError as exc:

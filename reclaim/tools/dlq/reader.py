@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -34,14 +35,16 @@ READER_GROUP = "reclaim-dlq-reader"
 
 _QUIET = quiet_logger("dlq")
 
+Held = TypeVar("Held")
+
 
 @dataclass(frozen=True)
-class DlqScan:
+class DlqScan(Generic[Held]):
     """What ``keep`` held of the DLQ's records, of ``total`` read, and each partition's ``(low, high)``
     watermarks at the start."""
 
     topic: str
-    letters: tuple[DeadLetter, ...]
+    letters: tuple[Held, ...]
     watermarks: dict[int, tuple[int, int]]
     total: int
 
@@ -81,12 +84,11 @@ def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S
             for p in sorted(metadata.partitions)}
 
 
-def scan(address: str, topic: str, codec: RecordCodec,
-         keep: Callable[[DeadLetter], DeadLetter | None] = lambda letter: letter,
-         timeout_s: float = READ_TIMEOUT_S) -> DlqScan:
+def scan(address: str, topic: str, codec: RecordCodec, keep: Callable[[DeadLetter], Held | None],
+         timeout_s: float = READ_TIMEOUT_S) -> DlqScan[Held]:
     """Read every record of the DLQ ``topic`` present when the read starts, each partition in offset order;
     hand each to ``keep`` as it is read and hold what it returns of it (None: nothing)."""
-    kept: list[DeadLetter] = []
+    kept: list[Held] = []
     total = 0
 
     def take(msg: Message) -> None:

@@ -11,9 +11,11 @@ topic that was created again differ there, and are two records.
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
+from typing import Protocol, TypeVar
 
 from reclaim.tools.dlq.records import DeadLetter
 
@@ -24,6 +26,45 @@ AGE_BUCKETS: tuple[tuple[str, int], ...] = (("<1h", 3_600_000), ("<1d", 86_400_0
 OLDER = "older"
 UNKNOWN_AGE = "unknown"
 """The bucket of a record without a timestamp."""
+
+
+class Placed(Protocol):
+    """What ordering and telling copies apart read of a dead letter (a :class:`DeadLetter` or a :class:`Brief`)."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int | None: ...
+    @property
+    def identity(self) -> tuple[str, int, int, int | None]: ...
+
+
+P = TypeVar("P", bound=Placed)
+
+
+@dataclass(frozen=True, slots=True)
+class Brief:
+    """What ``dlq stats`` counts of a matching dead letter, and all it holds of one: where it sits, which
+    record it stands for, and its outcome, error class and stream (shared strings: the same few names come
+    back record after record). About a tenth of a dead letter kept for a listing, which holds the decoded
+    record."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    identity: tuple[str, int, int, int | None]
+    outcome: str
+    error_class: str
+    stream: str
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> Brief:
+        topic, partition, offset, original_ms = letter.identity
+        return cls(letter.partition, letter.offset, letter.timestamp_ms,
+                   (sys.intern(topic), partition, offset, original_ms), sys.intern(letter.outcome),
+                   sys.intern(letter.error_class), sys.intern(letter.stream))
 
 
 def parse_age(text: str) -> int:
@@ -57,7 +98,7 @@ def age_bucket(age_ms: int | None) -> str:
     return OLDER
 
 
-def age_ms(letter: DeadLetter, now_ms: int) -> int | None:
+def age_ms(letter: Placed, now_ms: int) -> int | None:
     """How long ago ``letter`` was dead-lettered (never negative), None without a timestamp."""
     return None if letter.timestamp_ms is None else max(0, now_ms - letter.timestamp_ms)
 
@@ -112,15 +153,15 @@ class Filters:
         return self.mismatch(letter, now_ms) is None
 
 
-def dlq_order(letters: Iterable[DeadLetter]) -> list[DeadLetter]:
+def dlq_order(letters: Iterable[P]) -> list[P]:
     """Oldest first: by dead-letter time, then partition and offset."""
     return sorted(letters, key=lambda d: (d.timestamp_ms if d.timestamp_ms is not None else -1,
                                           d.partition, d.offset))
 
 
-def dedupe(letters: Iterable[DeadLetter]) -> tuple[list[DeadLetter], int]:
+def dedupe(letters: Iterable[P]) -> tuple[list[P], int]:
     """The first copy of each record (oldest first) and how many later copies were left out."""
-    first: dict[tuple[str, int, int, int | None], DeadLetter] = {}
+    first: dict[tuple[str, int, int, int | None], P] = {}
     copies = 0
     for letter in dlq_order(letters):
         if letter.identity in first:
@@ -179,12 +220,17 @@ class Stats:
 
 def stats(letters: Sequence[DeadLetter], filters: Filters, now_ms: int, *, total: int | None = None) -> Stats:
     """Counts of the records :func:`select` would choose (each record once)."""
-    chosen = select(letters, filters, now_ms, total=total)
-    records = chosen.records
+    matching = [Brief.of(letter) for letter in letters if filters.matches(letter, now_ms)]
+    return count(matching, now_ms, total=len(letters) if total is None else total)
+
+
+def count(matching: Sequence[Brief], now_ms: int, *, total: int) -> Stats:
+    """The stats of the dead letters that matched (copies included), of ``total`` read."""
+    records, duplicates = dedupe(matching)
     ages = Counter(age_bucket(age_ms(letter, now_ms)) for letter in records)
     buckets = [name for name, _ in AGE_BUCKETS] + [OLDER] + ([UNKNOWN_AGE] if ages[UNKNOWN_AGE] else [])
     return Stats(
-        chosen,
+        Selection(total, len(matching), len(records), duplicates, ()),
         by_outcome=_most_first(Counter(letter.outcome or "(none)" for letter in records)),
         by_error_class=_most_first(Counter(letter.error_class or "(none)" for letter in records)),
         by_stream=_most_first(Counter(letter.stream for letter in records)),

@@ -10,8 +10,10 @@ from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.tools.dlq.records import UNDECODABLE_STREAM, dead_letter, iso
 from reclaim.tools.dlq.render import print_show
 from reclaim.tools.dlq.selection import (
+    Brief,
     Filters,
     age_bucket,
+    count,
     dedupe,
     parse_age,
     parse_coordinates,
@@ -129,6 +131,23 @@ def test_stats_count_each_record_once_by_outcome_class_stream_and_age() -> None:
     assert counted["by_stream"] == {"scope/stream": 3, "(undecodable)": 1, "scope/b": 1}
     assert counted["by_age"] == {"<1h": 2, "<1d": 1, "<7d": 1, "older": 1}
     assert stats(letters, Filters(reason="slow"), NOW).as_json()["by_outcome"] == {"retryable-error": 1}
+
+
+def test_stats_hold_a_brief_of_each_matching_record_and_count_the_first_copy() -> None:
+    first = letter(2, age_ms=60_000, verdict=Verdict(Outcome.RETRYABLE, "slow", "StorageUnavailableError"))
+    later_copy = letter(3, origin_offset=2, age_ms=30_000)  # dead-lettered again later, as fatal
+    letters = [later_copy, letter(1, age_ms=2 * HOUR), first]
+    briefs = [Brief.of(dead) for dead in letters]
+    # What `dlq stats` holds of a record: where it sits, which record it is, and what is counted; no record.
+    assert briefs[2] == Brief(0, 2, first.timestamp_ms, first.identity, "retryable-error", "StorageUnavailableError",
+                              "scope/stream")
+    assert not hasattr(briefs[2], "__dict__") and not hasattr(briefs[2], "info")
+    assert briefs[0].stream is briefs[1].stream  # the same names shared, not held once a record
+    counted = count(briefs, NOW, total=10).as_json()
+    assert counted == {**stats(letters, Filters(), NOW).as_json(), "total": 10}
+    assert (counted["matching"], counted["unique"], counted["duplicates"]) == (3, 2, 1)
+    # Offset 2's record counts once, as its first copy in DLQ order says (not as the copy read first).
+    assert counted["by_outcome"] == {"fatal": 1, "retryable-error": 1}
 
 
 def test_a_timestamp_header_no_date_can_state_is_shown_as_it_is(capsys: pytest.CaptureFixture[str]) -> None:
