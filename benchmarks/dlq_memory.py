@@ -8,7 +8,9 @@ side in each of ``--rounds``; its peak RSS is the process's own high-water mark 
 
   - ``purge --all --dry-run``: the plan of dropping every record (nothing dropped);
   - ``stats --stream <no such stream>``: a filter that matches no record;
-  - ``stats``: every record matches, and each is held until the counts are made.
+  - ``stats``: every record matches, and a brief of each is held until the counts are made;
+  - ``list --limit 10``: every record matches, and what a listing shows of each is held until they are
+    ordered (ten printed).
 
 Printed: each command's peak RSS per tree and size (median of the rounds, MB), this tree's over the other's,
 and how much each command's peak grew from the smallest size to the largest.
@@ -52,7 +54,8 @@ from reclaim.settings import Settings  # noqa: E402
 
 COMMANDS = {"purge_all_dry_run": ("purge", "--all", "--dry-run", "--json"),
             "stats_matching_none": ("stats", "--stream", "no/such-stream", "--json"),
-            "stats_matching_all": ("stats", "--json")}
+            "stats_matching_all": ("stats", "--json"),
+            "list_matching_all": ("list", "--limit", "10", "--json")}
 GROUP = "bench-workers"
 FATAL = Verdict(Outcome.FATAL, "access denied", "StorageAccessDeniedError")
 #: Runs the command line in this process and prints its peak RSS (KiB on Linux) last on stderr.

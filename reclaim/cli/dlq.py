@@ -97,8 +97,9 @@ def matching(filters: Filters, now: int, *, to_send: bool = False) -> Callable[[
     def keep(letter: DeadLetter) -> DeadLetter | None:
         if not filters.matches(letter, now):
             return None
-        # A listing shows neither the value nor the headers (most of a record's size): not held.
-        return letter if to_send else replace(letter, value=None, headers=(), stack="")
+        # A listing shows neither the value, the headers nor the decoded record beyond its stream and chunk
+        # (most of a record's size): not held.
+        return letter if to_send else replace(letter, value=None, headers=(), stack="", info=None)
 
     return keep
 

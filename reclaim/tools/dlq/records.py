@@ -17,6 +17,7 @@ from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 
 UNDECODABLE_STREAM = "(undecodable)"
 """The stream column of a record whose bytes are not a ``PendingDeleteLedgerInfo``."""
+UNDECODABLE_CHUNK = "<undecodable>"
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class DeadLetter:
     """One DLQ record, its reason headers parsed and its value decoded (or the reason it is not).
 
     ``timestamp_ms`` is the DLQ record's own timestamp: when it was dead-lettered. Header fields a
-    record lacks are empty (``""``) or None.
+    record lacks are empty (``""``) or None. ``stream`` and ``chunk`` are the decoded record's, so a listing
+    that holds many records can drop ``info`` (and the value and headers) and still show them.
     """
 
     topic: str
@@ -56,19 +58,15 @@ class DeadLetter:
     original_timestamp_ms: int | None
     group: str
     stack: str
+    stream: str
+    """The stream the decoded record names (``(undecodable)`` without one): kept when ``info`` is not."""
+    chunk: str
 
     @property
     def coordinates(self) -> str:
         """``PARTITION:OFFSET`` in the DLQ, as ``reclaim dlq show`` takes it."""
         return f"{self.partition}:{self.offset}"
 
-    @property
-    def stream(self) -> str:
-        return self.info.topic_name if self.info is not None else UNDECODABLE_STREAM
-
-    @property
-    def chunk(self) -> str:
-        return self.info.chunk_name if self.info is not None else "<undecodable>"
 
     @property
     def identity(self) -> tuple[str, int, int, int | None]:
@@ -119,6 +117,8 @@ def dead_letter(topic: str, partition: int, offset: int, timestamp_ms: int | Non
         error=values.get(retry.H_ERROR, ""), attempt=_int(values.get(retry.H_ATTEMPT)), origin=_origin(values),
         original_timestamp_ms=_int(values.get(retry.H_TIMESTAMP)), group=values.get(retry.H_GROUP, ""),
         stack=values.get(retry.H_STACK, ""),
+        stream=info.topic_name if info is not None else UNDECODABLE_STREAM,
+        chunk=info.chunk_name if info is not None else UNDECODABLE_CHUNK,
     )
 
 

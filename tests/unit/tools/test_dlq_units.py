@@ -160,13 +160,14 @@ def test_a_timestamp_header_no_date_can_state_is_shown_as_it_is(capsys: pytest.C
 
 
 def test_a_listing_holds_what_it_shows_of_a_matching_record_and_nothing_of_the_rest() -> None:
-    """What ``list`` and ``stats`` keep of each record as it is read: its summary, without the value and headers
-    (most of its size); ``replay`` keeps the whole record, which it sends."""
+    """What ``list`` keeps of each record as it is read: its summary, without the value, the headers and the
+    decoded record (most of its size); ``replay`` keeps the whole record, which it sends."""
     chosen = Filters(stream="scope/stream")
     kept, other = letter(3), letter(4, stream="other/stream")
     held = matching(chosen, NOW)(kept)
     assert held is not None and held.summary() == kept.summary()
-    assert (held.value, held.headers, held.stack) == (None, (), "")
+    assert (held.value, held.headers, held.stack, held.info) == (None, (), "", None)
+    assert (held.stream, held.chunk) == ("scope/stream", kept.chunk) and kept.chunk.endswith("E-1-O-3.a")
     assert matching(chosen, NOW)(other) is None
     assert matching(chosen, NOW, to_send=True)(kept) is kept
     assert matching(chosen, NOW, to_send=True)(other) is None
