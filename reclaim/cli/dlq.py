@@ -97,9 +97,13 @@ def matching(filters: Filters, now: int, *, to_send: bool = False) -> Callable[[
     def keep(letter: DeadLetter) -> DeadLetter | None:
         if not filters.matches(letter, now):
             return None
+        if to_send:
+            return letter
         # A listing shows neither the value, the headers nor the decoded record beyond its stream and chunk
-        # (most of a record's size): not held.
-        return letter if to_send else replace(letter, value=None, headers=(), stack="", info=None)
+        # (most of a record's size): not held. The names that come back record after record are shared.
+        return replace(letter, value=None, headers=(), stack="", info=None, outcome=sys.intern(letter.outcome),
+                       error_class=sys.intern(letter.error_class), group=sys.intern(letter.group),
+                       stream=sys.intern(letter.stream))
 
     return keep
 

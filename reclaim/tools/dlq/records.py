@@ -20,7 +20,7 @@ UNDECODABLE_STREAM = "(undecodable)"
 UNDECODABLE_CHUNK = "<undecodable>"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Origin:
     """The coordinates of the deletion record a dead letter stands for."""
 
@@ -32,7 +32,7 @@ class Origin:
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """One DLQ record, its reason headers parsed and its value decoded (or the reason it is not).
 
