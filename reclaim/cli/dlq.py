@@ -90,9 +90,9 @@ def filters_of(args: argparse.Namespace) -> Filters:
 
 
 def matching(filters: Filters, now: int, *, to_send: bool = False) -> Callable[[DeadLetter], DeadLetter | None]:
-    """What a command that shows or counts (or, ``to_send``, sends) the records ``filters`` choose holds of
-    each record it reads: nothing of one that does not match; of one that does, what a listing shows, or
-    (to send) the whole record."""
+    """What a command that lists (or, ``to_send``, sends) the records ``filters`` choose holds of each record
+    it reads: nothing of one that does not match; of one that does, what a listing shows, or (to send) the
+    whole record. ``stats`` holds less: a :class:`~reclaim.tools.dlq.selection.Brief`."""
 
     def keep(letter: DeadLetter) -> DeadLetter | None:
         if not filters.matches(letter, now):
