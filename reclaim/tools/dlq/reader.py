@@ -3,8 +3,9 @@
 Every command reads the whole topic from each partition's low to its high watermark, so counts are of
 every record there. Each record is handed on as it is read (:func:`scan`'s ``keep``), so a command holds
 only what it keeps: of each record its filters match, the whole record (replay), what a listing shows
-(list) or a brief that is counted (stats); or a few counts per partition (purge). Duplicates (one record dead-lettered by two groups, or twice) are kept as read;
-:mod:`reclaim.tools.dlq.selection` counts them and shows each record once (see its docstring).
+(list) or a brief that is counted (stats); or a few counts per partition (purge). Duplicates (one record
+dead-lettered by two groups, or twice) are kept as read; :mod:`reclaim.tools.dlq.selection` counts them
+and shows each record once (see its docstring).
 """
 
 from __future__ import annotations
