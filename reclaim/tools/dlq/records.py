@@ -67,7 +67,6 @@ class DeadLetter:
         """``PARTITION:OFFSET`` in the DLQ, as ``reclaim dlq show`` takes it."""
         return f"{self.partition}:{self.offset}"
 
-
     @property
     def identity(self) -> tuple[str, int, int, int | None]:
         """What makes two dead letters the same record: the original's coordinates and timestamp (its own
