@@ -15,7 +15,7 @@ from reclaim.segments.errors import LayoutImportError, SegmentExistsError
 from reclaim.segments.layout import layout_consistent
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkLocation, ChunkStorage, ChunkTags, Tier
-from reclaim.storage.errors import StorageError
+from reclaim.storage.errors import MetadataError, StorageError
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord, SegmentStatus
 
 logger = logging.getLogger(__name__)
@@ -118,24 +118,73 @@ def import_layout(storage: ChunkedSegmentStorage, object_name: str, *,
 
     Also refused: a live segment of that name, or any of its chunk rows already in the store
     (an inactive row means the chunk was handed to deletion and must not come back to life).
+
+    Phase 2 may be deleting some of these chunks while the import runs, so no row is written for an
+    object already gone. The rows are read before the objects are looked up, and again in the
+    transaction: phase 2 removes a retired row only after deleting its object, so a chunk it deletes in
+    between had a row at the first read and is refused there. A chunk with no row at all can be deleted
+    by a pending delete whose record its object's tags answer for (phase 2's check without a row): the
+    objects are looked up again after the commit, and if one is gone the import is undone (the segment
+    as it was, no chunk row) and refused. A delete already past its checks when the transaction commits
+    (phase 2's request in flight) can still land after that second look: the audit reports such a
+    chunk as missing.
     """
     record, chain = parse_layout(_read_object(source or storage.binding, object_name), object_name)
     if not layout_consistent(record, chain):
         raise LayoutImportError("exported chunk list does not match its header", segment=record.name)
-    missing = missing_chunks(storage.bindings, chain)
-    if missing:
-        raise LayoutImportError(f"{len(missing)} chunks missing from storage: {missing[:5]}",
-                                segment=record.name)
+    names = [chunk.name for chunk in chain]
+    _refuse_live(storage.store.get_segment(record.name))
+    _refuse_rows(storage.store.get_chunks(names), record.name)
+    _refuse_missing(storage.bindings, chain, record.name)
     with storage.store.transaction() as txn:
-        existing = txn.get_segment(record.name)
-        if existing is not None and not existing.deleted:
-            raise SegmentExistsError("cannot import over a live segment", segment=record.name)
-        rows = txn.get_chunks(chunk.name for chunk in chain)
-        if rows:
-            raise LayoutImportError(f"chunk rows exist already: {sorted(rows)[:5]}", segment=record.name)
-        for chunk in chain:
-            txn.put_chunk(replace(chunk, active=True, mark_id=None, version=0))
+        existing = _refuse_live(txn.get_segment(record.name))
+        _refuse_rows(txn.get_chunks(names), record.name)
+        written = [txn.put_chunk(replace(chunk, active=True, mark_id=None, version=0)) for chunk in chain]
         stored = txn.put_segment(replace(record, version=existing.version if existing else 0))
+    gone = missing_chunks(storage.bindings, chain)
+    if gone:
+        undone = _undo_import(storage, stored, existing, written)
+        raise LayoutImportError(
+            f"{len(gone)} chunks deleted while the layout was imported: {gone[:5]}; "
+            + ("the import was undone" if undone else
+               "the segment changed since and was left as it is (reclaim audit reports its missing chunks)"),
+            segment=record.name)
     logger.info("segment layout imported segment=%s object=%s chunks=%d", record.name, object_name,
                 len(chain))
     return stored
+
+
+def _refuse_live(segment: SegmentRecord | None) -> SegmentRecord | None:
+    if segment is not None and not segment.deleted:
+        raise SegmentExistsError("cannot import over a live segment", segment=segment.name)
+    return segment
+
+
+def _refuse_rows(rows: dict[str, ChunkRecord], segment: str) -> None:
+    if rows:
+        raise LayoutImportError(f"chunk rows exist already: {sorted(rows)[:5]}", segment=segment)
+
+
+def _refuse_missing(bindings: StorageBindings, chain: Sequence[ChunkRecord], segment: str) -> None:
+    missing = missing_chunks(bindings, chain)
+    if missing:
+        raise LayoutImportError(f"{len(missing)} chunks missing from storage: {missing[:5]}", segment=segment)
+
+
+def _undo_import(storage: ChunkedSegmentStorage, stored: SegmentRecord, replaced: SegmentRecord | None,
+                 written: Sequence[ChunkRecord]) -> bool:
+    """Take an import back: its segment as it was before (none, or the deleted one it replaced) and no
+    row of its chunks, provided nothing changed them since (False: they are left as they are)."""
+    try:
+        with storage.store.transaction() as txn:
+            if replaced is None:
+                txn.delete_segment(stored.name, expected_version=stored.version)
+            else:
+                txn.put_segment(replace(replaced, version=stored.version))
+            for row in written:
+                txn.put_chunk(replace(row, active=False))
+            txn.remove_chunks(row.name for row in written)
+    except MetadataError as exc:
+        logger.error("segment layout import not undone segment=%s: %s", stored.name, exc)
+        return False
+    return True

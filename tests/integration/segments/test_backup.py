@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from reclaim.segments.backup import LAYOUT_PREFIX, export_layout, import_layout,
 from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.errors import LayoutImportError, SegmentExistsError
 from reclaim.segments.garbage import RecordingGarbageSink
-from reclaim.storage.chunks import ChunkHandle, ChunkStorage
+from reclaim.storage.chunks import ChunkHandle, ChunkInfo, ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 
 
@@ -67,6 +68,93 @@ def test_import_refuses_chunks_handed_to_deletion(segments: ChunkedSegmentStorag
     with pytest.raises(LayoutImportError):
         import_layout(segments, exported)
     assert not segments.exists("scope/str/0")
+
+
+
+def _deleted_after_its_check(segments: ChunkedSegmentStorage, monkeypatch: pytest.MonkeyPatch,
+                             delete: Callable[[str], None]) -> None:
+    """Phase 2 deleting a chunk just after the import looked its object up: the moment is chosen by
+    wrapping the binding's lookup, since no real server can be made to delete at an instant."""
+    binding = segments.binding
+    looked_up = binding.get_info
+    done: set[str] = set()
+
+    def get_info(key: str) -> ChunkInfo:
+        info = looked_up(key)
+        if key not in done and not key.startswith(LAYOUT_PREFIX):
+            done.add(key)
+            delete(key)
+        return info
+
+    monkeypatch.setattr(binding, "get_info", get_info)
+
+
+def test_import_refuses_chunks_whose_retired_rows_phase_2_removes_meanwhile(
+        segments: ChunkedSegmentStorage, store: SQLiteMetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Handed to deletion, then phase 2 deletes each object and removes its retired row right after the
+    # import found the object: rows written then would name objects already gone.
+    _segment_with_data(segments)
+    exported = export_layout(segments, "scope/str/0")
+    chain = segments.layout("scope/str/0")
+    by_key = {chunk.locations[0].key: chunk.name for chunk in chain}
+    segments.delete("scope/str/0")
+
+    def phase_2(key: str) -> None:
+        segments.binding.delete(ChunkHandle(key, read_only=False))
+        assert store.remove_chunks([by_key[key]]) == [by_key[key]]
+
+    _deleted_after_its_check(segments, monkeypatch, phase_2)
+    with pytest.raises(LayoutImportError, match="chunk rows exist already"):
+        import_layout(segments, exported)
+    assert not segments.exists("scope/str/0")
+    assert not any(row.active for row in store.get_chunks(by_key.values()).values()), "no row came back to life"
+
+
+def test_import_is_undone_when_a_chunk_with_no_row_is_deleted_meanwhile(
+        segments: ChunkedSegmentStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fresh store has no row for any chunk: phase 2 may delete one whose object's tags answer for a
+    # pending delete. The import looks again after its commit and takes itself back.
+    _segment_with_data(segments)
+    exported = export_layout(segments, "scope/str/0")
+    chain = segments.layout("scope/str/0")
+    victim = chain[1].locations[0].key
+    restored = _fresh(tmp_path, segments.binding, "restored")
+
+    def phase_2(key: str) -> None:
+        if key == victim:
+            segments.binding.delete(ChunkHandle(key, read_only=False))
+
+    _deleted_after_its_check(segments, monkeypatch, phase_2)
+    with pytest.raises(LayoutImportError, match="deleted while the layout was imported.*undone") as info:
+        import_layout(restored, exported)
+    assert chain[1].name in str(info.value)
+    assert not restored.exists("scope/str/0"), "the segment was taken back"
+    assert restored.store.get_chunks(c.name for c in chain) == {}, "no row names a chunk, gone or not"
+
+
+def test_import_over_a_deleted_segment_undone_leaves_it_deleted(
+        segments: ChunkedSegmentStorage, store: SQLiteMetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deleted, its retired rows removed, its objects not (yet) deleted: the import replaces the deleted
+    # segment's header; undone, the header is the deleted one again and no chunk has a row.
+    _segment_with_data(segments)
+    exported = export_layout(segments, "scope/str/0")
+    chain = segments.layout("scope/str/0")
+    segments.delete("scope/str/0")
+    assert set(store.remove_chunks(c.name for c in chain)) == {c.name for c in chain}
+    before = store.get_segment("scope/str/0")
+    assert before is not None and before.deleted
+    victim = chain[-1].locations[0].key
+
+    def phase_2(key: str) -> None:
+        if key == victim:
+            segments.binding.delete(ChunkHandle(key, read_only=False))
+
+    _deleted_after_its_check(segments, monkeypatch, phase_2)
+    with pytest.raises(LayoutImportError, match="undone"):
+        import_layout(segments, exported)
+    after = store.get_segment("scope/str/0")
+    assert after is not None and after.deleted and after.length == before.length
+    assert store.get_chunks(c.name for c in chain) == {}
 
 
 def test_import_refuses_garbage(segments: ChunkedSegmentStorage) -> None:
