@@ -225,9 +225,23 @@ def _probe(url: str, where: str, timeout: float) -> None:
     """One connection first, so that a refused connection, a wrong password or a server certificate that
     does not verify fails at once, saying so (a pool would retry it until its timeout and then say only
     that it timed out)."""
+    _connect_once(url, where, timeout).close()
+
+
+def login_password(url: str, timeout: float = 10.0) -> str | None:
+    """The password libpq logs in to ``url`` with: the URL's own, else the one its ``passfile`` (or
+    ``PGPASSFILE``, ``~/.pgpass``) holds for that server, database and user; None when it needs none.
+
+    For a client of the same server that does not read libpq's password file (Spark's JDBC reader).
+    Raises :class:`MetadataUnavailableError` like a store's first connection."""
+    with _connect_once(url, describe(url), timeout) as conn:
+        return conn.info.password or None
+
+
+def _connect_once(url: str, where: str, timeout: float) -> psycopg.Connection[Any]:
     try:
         options = {**_socket_options(url), "connect_timeout": max(1, round(timeout))}
-        psycopg.connect(make_conninfo(url, **options)).close()
+        return psycopg.connect(make_conninfo(url, **options), autocommit=True)
     except psycopg.Error as exc:
         raise MetadataUnavailableError(f"cannot reach PostgreSQL at {where}{_tls_said(url, exc)}: "
                                        f"{_first_line(exc)}") from exc

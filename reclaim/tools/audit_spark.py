@@ -288,20 +288,25 @@ def list_inventory_file(item: InventoryFile) -> Iterator[tuple[str, str, int, fl
 # --- the chunk rows ------------------------------------------------------------------------------------
 
 
-def jdbc_source(url: str) -> tuple[str, dict[str, str]]:
+def jdbc_source(url: str, password: str | None = None) -> tuple[str, dict[str, str]]:
     """A ``postgresql://user:password@host:port/db?params`` URL as Spark's JDBC URL and its properties
-    (the credentials apart, so the URL can be shown)."""
+    (the credentials apart, so the URL can be shown). ``password`` stands in for one the URL leaves out
+    (libpq's ``passfile``, which the JDBC driver does not read; the parameter is not passed on)."""
     parts = urllib.parse.urlsplit(url)
     host = parts.hostname or "localhost"
     netloc = f"[{host}]" if ":" in host else host
     if parts.port:
         netloc += f":{parts.port}"
-    query = f"?{parts.query}" if parts.query else ""
+    params = [param for param in parts.query.split("&") if param and urllib.parse.unquote(
+        param.partition("=")[0]) != "passfile"]
+    query = f"?{'&'.join(params)}" if params else ""
     properties = {"driver": "org.postgresql.Driver"}
     if parts.username:
         properties["user"] = urllib.parse.unquote(parts.username)
     if parts.password:
         properties["password"] = urllib.parse.unquote(parts.password)
+    elif password is not None:
+        properties["password"] = password
     return f"jdbc:postgresql://{netloc}{parts.path}{query}", properties
 
 
@@ -330,7 +335,10 @@ def chunk_rows(spark: SparkSession, store: MetadataStore, metadata_url: str | No
                partitions: int) -> DataFrame:
     """The chunk rows as a table: over JDBC from PostgreSQL (``metadata_url``), else exported from ``store``."""
     if metadata_url is not None:
-        url, properties = jdbc_source(metadata_url)
+        from reclaim.storage.postgres_base import login_password  # the postgres dependencies, only now
+
+        password = None if urllib.parse.urlsplit(metadata_url).password else login_password(metadata_url)
+        url, properties = jdbc_source(metadata_url, password)
         predicates = [f"mod(abs(hashtext(name)), {partitions}) = {i}" for i in range(partitions)]
         frame: DataFrame = spark.read.jdbc(url, "(SELECT name, active, mark_id, locations FROM chunks) AS rows",
                                            predicates=predicates, properties=properties)

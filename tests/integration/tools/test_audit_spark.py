@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -88,10 +89,20 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
     assert set(many.unconfigured) == {"old-tier2", "s3-tier2 (bucket gone-bucket, TIER2)"}
 
 
+@pytest.mark.parametrize("password", ["in the url", "in a passfile"])
 def test_rows_read_over_jdbc_from_postgresql_give_the_same_report(
         spark: Any, tmp_path: Path, fs: FileSystemChunkStorage, postgres_url: str,
-        unique_name: Callable[[str], str]) -> None:
+        unique_name: Callable[[str], str], password: str) -> None:
     url = postgres_schema_url(postgres_url, unique_name("audit").replace("-", "_"))
+    if password == "in a passfile":
+        # libpq's password file (a mounted secret), which the JDBC driver does not read itself.
+        parts = urlsplit(url)
+        assert parts.password, "the server asks for a password"
+        passfile = tmp_path / "pgpass"
+        passfile.write_text(f"{parts.hostname}:{parts.port}:*:{parts.username}:{parts.password}\n")
+        passfile.chmod(0o600)
+        url = urlunsplit(parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}",
+                                        query=f"{parts.query}&passfile={passfile}"))
     store = PostgresMetadataStore(url)
     try:
         findings_fixture(fs, store)

@@ -111,6 +111,17 @@ def test_a_postgresql_url_becomes_a_jdbc_url_with_the_credentials_apart() -> Non
     assert jdbc_source("postgresql://[::1]/meta")[0] == "jdbc:postgresql://[::1]/meta"
 
 
+def test_a_password_from_libpqs_file_stands_in_for_the_urls_and_the_file_is_not_passed_on() -> None:
+    # The JDBC driver reads no pgpass file: the password libpq found in it is handed over apart.
+    url, properties = jdbc_source("postgresql://reclaim@db/meta?sslmode=require&passfile=/run/s/pgpass&options=-c%20x",
+                                  password="from-file")
+    assert url == "jdbc:postgresql://db/meta?sslmode=require&options=-c%20x"
+    assert properties["password"] == "from-file"
+    assert jdbc_source("postgresql://reclaim:in-url@db/meta", password="from-file")[1]["password"] == "in-url"
+    assert "password" not in jdbc_source("postgresql://reclaim@db/meta?passfile=/x")[1]
+    assert jdbc_source("postgresql://reclaim@db/meta?passfile=/x")[0] == "jdbc:postgresql://db/meta"
+
+
 def test_a_split_names_its_binding_by_what_an_executor_rebuilds_it_from(tmp_path: Path) -> None:
     fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
     split = Split(BindingSpec.of(fs), "", whole=True)
