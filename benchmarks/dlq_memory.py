@@ -10,7 +10,10 @@ side in each of ``--rounds``; its peak RSS is the process's own high-water mark 
   - ``stats --stream <no such stream>``: a filter that matches no record;
   - ``stats``: every record matches, and a brief of each is held until the counts are made;
   - ``list --limit 10``: every record matches, and what a listing shows of each is held until they are
-    ordered (ten printed).
+    ordered (ten printed);
+  - ``replay --rate 1000000``: every record matches and is sent to the deletion topic (as fast as the
+    broker confirms them), its replay remembered; the memo topic is made afresh before each run, so every
+    run sends them all.
 
 Printed: each command's peak RSS per tree and size (median of the rounds, MB), this tree's over the other's,
 and how much each command's peak grew from the smallest size to the largest.
@@ -51,11 +54,13 @@ from reclaim.schemas.ledger import (  # noqa: E402
     ledger_id_for,
 )
 from reclaim.settings import Settings  # noqa: E402
+from reclaim.tools.topics import admin_client, create_topics, dlq_replayed_topic, topic_specs  # noqa: E402
 
 COMMANDS = {"purge_all_dry_run": ("purge", "--all", "--dry-run", "--json"),
             "stats_matching_none": ("stats", "--stream", "no/such-stream", "--json"),
             "stats_matching_all": ("stats", "--json"),
-            "list_matching_all": ("list", "--limit", "10", "--json")}
+            "list_matching_all": ("list", "--limit", "10", "--json"),
+            "replay_all": ("replay", "--rate", "1000000", "--json")}
 GROUP = "bench-workers"
 FATAL = Verdict(Outcome.FATAL, "access denied", "StorageAccessDeniedError")
 #: Runs the command line in this process and prints its peak RSS (KiB on Linux) last on stderr.
@@ -84,6 +89,19 @@ def produce_dead_letters(bootstrap: str, topics: TopicNames, count: int) -> None
         if i % 10_000 == 0:
             producer.producer.poll(0)
     assert producer.producer.flush(60) == 0, "dead letters not all delivered"
+
+
+def forget_replays(bootstrap: str, prefix: str) -> None:
+    """The replay memo topic of ``prefix`` deleted and made again, empty: the next replay sends every record."""
+    memos = dlq_replayed_topic(TopicNames.for_prefix(prefix))
+    [spec] = [spec for spec in topic_specs(Settings(topic_prefix=prefix)) if spec.name == memos]
+    admin = admin_client(bootstrap)
+    admin.delete_topics([memos], request_timeout=30)[memos].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while create_topics(admin, [spec])[memos] != "created":  # "exists" while its deletion completes
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{memos} was not made again within 60 s")
+        time.sleep(0.5)
 
 
 def peak_rss_mb(tree: Path | None, env: dict[str, str], args: tuple[str, ...], work: Path) -> float:
@@ -127,6 +145,8 @@ def main() -> None:
                     order = list(trees.items()) if round_number % 2 == 0 else list(reversed(trees.items()))
                     for name, command in COMMANDS.items():
                         for label, tree in order:
+                            if command[0] == "replay":
+                                forget_replays(bootstrap, prefix)
                             peak = peak_rss_mb(tree, env, command, Path(work))
                             peaks.setdefault((size, name, label), []).append(peak)
         finally:

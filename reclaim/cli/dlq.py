@@ -20,10 +20,11 @@ from reclaim.settings import Settings
 if TYPE_CHECKING:
     from reclaim.tools.dlq.reader import DlqScan
     from reclaim.tools.dlq.records import DeadLetter
-    from reclaim.tools.dlq.selection import Filters
+    from reclaim.tools.dlq.selection import Filters, Placed, Selection
 
 T = TypeVar("T")
 Held = TypeVar("Held")
+L = TypeVar("L", bound="Placed")
 
 _DESCRIPTION = """\
 Read the dead-letter topic by assignment (no group joined, nothing committed). list, stats, replay and
@@ -228,7 +229,9 @@ Send dead letters back to the deletion topic (after fixing what made them fail),
 sent is remembered in the compacted topic <prefix>ledger-deletion.dlq-replayed (created by `reclaim
 topics create`), shared by every operator, and not sent again by a later replay (one that dies between
 a delivery and its memo sends that record once more; phase 2 finds it already gone). A replayed
-record starts again at attempt 1 and names its DLQ coordinates in the header reclaim.replayed-from."""
+record starts again at attempt 1 and names its DLQ coordinates in the header reclaim.replayed-from.
+The DLQ is read twice: once to choose, holding only where each chosen record sits, and once to send;
+a chosen record purged in between is not sent (counted as gone)."""
 
 _PURGE = """\
 Drop dead letters for good with delete-records, which can only drop the oldest records of a partition:
@@ -250,46 +253,64 @@ def _rate(raw: str) -> float:
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from reclaim.services.runtime import topic_names
+    from reclaim.services.runtime import codec, topic_names
     from reclaim.tools.dlq.render import console, counts_line, letters_table, print_json
-    from reclaim.tools.dlq.replay import Pacer, ReplayTopics, read_replayed, replay
-    from reclaim.tools.dlq.selection import select
+    from reclaim.tools.dlq.replay import Pacer, ReplaySource, ReplayTopics, replay
+    from reclaim.tools.dlq.selection import Sendable
     from reclaim.tools.topics import dlq_replayed_topic
 
     filters, limit, rate = filters_of(args), whole("--limit", args.limit, 1), _rate(args.rate)
     names = topic_names(settings)
     topics = ReplayTopics(names.deletion, dlq_replayed_topic(names))
     now = now_ms()
-    address, found = scan_dlq(settings, filters, matching(filters, now, to_send=True), topics.deletion,
-                              topics.replayed)
-    chosen = select(found.letters, filters, now, newest_first=False, total=found.total)
-    replayed = read_replayed(address, topics.replayed)
-    fresh = [letter for letter in chosen.records if letter not in replayed]
-    to_send = fresh if limit is None else fresh[:limit]
-    skipped = len(chosen.records) - len(fresh)
-    counts = {**chosen.counts(), "already_replayed": skipped, "to_send": len(to_send)}
     if args.dry_run:
+        # What a listing shows of each matching record: the dry run prints the records it would send.
+        address, listed = scan_dlq(settings, filters, matching(filters, now), topics.deletion, topics.replayed)
+        chosen, shown, counts = _unsent(address, topics.replayed, listed, limit)
         if args.json:
-            print_json({"topic": found.topic, "dry_run": True, **counts,
-                        "records": [letter.summary() for letter in to_send]})
+            print_json({"topic": listed.topic, "dry_run": True, **counts, "records": [d.summary() for d in shown]})
             return ExitCode.OK
-        if to_send:
-            console().print(letters_table(to_send, now))
-        print(f"would send {len(to_send)} record(s) to {topics.deletion} ({skipped} already replayed); "
-              + counts_line(found.topic, chosen, newest_first=False))
+        if shown:
+            console().print(letters_table(shown, now))
+        print(f"would send {len(shown)} record(s) to {topics.deletion} ({counts['already_replayed']} already "
+              "replayed); " + counts_line(listed.topic, chosen, newest_first=False))
         return ExitCode.OK
-    sent = 0
+
+    def sendable(letter: DeadLetter) -> Sendable | None:
+        # Only where a matching record sits: the records are read again to be sent.
+        return Sendable.of(letter) if filters.matches(letter, now) else None
+
+    address, found = scan_dlq(settings, filters, sendable, topics.deletion, topics.replayed)
+    chosen_sendables, to_send, counts = _unsent(address, topics.replayed, found, limit)
+    sent = gone = 0
     if to_send:
         columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console(stderr=True)) as progress:
             task = progress.add_task("replay", total=len(to_send))
-            sent = replay(address, topics, to_send, Pacer(rate), on_sent=lambda n: progress.advance(task, n))
+            sent, gone = replay(ReplaySource(address, found.topic, codec(settings)), topics, to_send, Pacer(rate),
+                                on_sent=lambda n: progress.advance(task, n))
     if args.json:
-        print_json({"topic": found.topic, **counts, "sent": sent})
+        print_json({"topic": found.topic, **counts, "sent": sent, "gone": gone})
     else:
-        print(f"sent {sent} record(s) to {topics.deletion} ({skipped} already replayed, skipped); "
-              + counts_line(found.topic, chosen, newest_first=False))
+        left = f"; {gone} chosen record(s) left the DLQ before they were sent" if gone else ""
+        print(f"sent {sent} record(s) to {topics.deletion} ({counts['already_replayed']} already replayed, "
+              "skipped); " + counts_line(found.topic, chosen_sendables, newest_first=False) + left)
     return ExitCode.OK
+
+
+def _unsent(address: str, memos: str, found: DlqScan[L], limit: int | None
+            ) -> tuple[Selection[L], list[L], dict[str, int]]:
+    """Of the matching records a replay read, each once, oldest first: those no replay has sent (at most
+    ``limit``), with the counts a replay prints."""
+    from reclaim.tools.dlq.replay import read_replayed
+    from reclaim.tools.dlq.selection import pick
+
+    chosen = pick(found.letters, newest_first=False, total=found.total)
+    replayed = read_replayed(address, memos)
+    fresh = [letter for letter in chosen.records if letter not in replayed]
+    to_send = fresh if limit is None else fresh[:limit]
+    counts = {**chosen.counts(), "already_replayed": len(chosen.records) - len(fresh), "to_send": len(to_send)}
+    return chosen, to_send, counts
 
 
 def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:

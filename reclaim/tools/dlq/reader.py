@@ -95,7 +95,7 @@ def scan(address: str, topic: str, codec: RecordCodec, keep: Callable[[DeadLette
     def take(msg: Message) -> None:
         nonlocal total
         total += 1
-        held = keep(_letter(msg, codec, topic))
+        held = keep(letter_of(msg, codec, topic))
         if held is not None:
             kept.append(held)
 
@@ -155,7 +155,8 @@ def _failed(msg: Message) -> bool:
     return True
 
 
-def _letter(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
+def letter_of(msg: Message, codec: RecordCodec, topic: str) -> DeadLetter:
+    """The :class:`DeadLetter` of a record read from the DLQ ``topic``."""
     return dead_letter(topic, msg.partition() or 0, msg.offset() or 0, msg.timestamp()[1], msg.key(), msg.value(),
                        msg.headers(), codec)
 
@@ -195,7 +196,7 @@ def read_one(address: str, topic: str, codec: RecordCodec, partition: int, offse
                 continue
             if msg.offset() != offset:
                 raise UsageError(f"no record at {partition}:{offset} of {topic} (the next is at offset {msg.offset()})")
-            return _letter(msg, codec, topic)
+            return letter_of(msg, codec, topic)
         raise Unavailable(f"no answer reading {topic} at {partition}:{offset} within {timeout_s:g} s"
                           f"{reading.cause()}")
     finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from reclaim.consumers import retry
 from reclaim.schemas.codec import RecordCodec
@@ -69,12 +69,8 @@ class DeadLetter:
 
     @property
     def identity(self) -> tuple[str, int, int, int | None]:
-        """What makes two dead letters the same record: the original's coordinates and timestamp (its own
-        coordinates without them). Copies of one record share its timestamp; a record at the same
-        coordinates of a deletion topic created again does not, and is another record."""
-        if self.origin is not None:
-            return (self.origin.topic, self.origin.partition, self.origin.offset, self.original_timestamp_ms)
-        return (self.topic, self.partition, self.offset, None)
+        """What makes two dead letters the same record: see :func:`identity_of`."""
+        return identity_of(self)
 
     def summary(self) -> dict[str, Any]:
         """The record as ``list --json`` prints it."""
@@ -94,6 +90,34 @@ class DeadLetter:
             "decode_error": self.decode_error or None,
             "headers": [{"key": key, "value": text(value)} for key, value in self.headers],
         }
+
+
+class Located(Protocol):
+    """Where a dead letter sits and which record it stands for: a :class:`DeadLetter`, or what a command
+    holds of one between two reads of the DLQ."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int | None: ...
+    @property
+    def origin(self) -> Origin | None: ...
+    @property
+    def original_timestamp_ms(self) -> int | None: ...
+
+
+def identity_of(letter: Located) -> tuple[str, int, int, int | None]:
+    """What makes two dead letters the same record: the original's coordinates and timestamp (its own
+    coordinates without them). Copies of one record share its timestamp; a record at the same coordinates
+    of a deletion topic created again does not, and is another record."""
+    origin = letter.origin
+    if origin is not None:
+        return (origin.topic, origin.partition, origin.offset, letter.original_timestamp_ms)
+    return (letter.topic, letter.partition, letter.offset, None)
 
 
 def dead_letter(topic: str, partition: int, offset: int, timestamp_ms: int | None, key: bytes | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -58,7 +59,7 @@ def letters_table(letters: Sequence[DeadLetter], now_ms: int) -> Table:
     return table
 
 
-def counts_line(topic: str, selection: Selection, newest_first: bool) -> str:
+def counts_line(topic: str, selection: Selection[Any], newest_first: bool) -> str:
     """The counts every listing ends with, e.g. ``3 matching of 10 records in t (1 duplicate left out)``."""
     shown = len(selection.records)
     order = "newest" if newest_first else "oldest"
@@ -67,7 +68,7 @@ def counts_line(topic: str, selection: Selection, newest_first: bool) -> str:
     return f"{selection.matching} matching of {selection.total} records in {topic}{copies}{limited}"
 
 
-def print_list(topic: str, selection: Selection, now_ms: int, newest_first: bool) -> None:
+def print_list(topic: str, selection: Selection[DeadLetter], now_ms: int, newest_first: bool) -> None:
     out = console()
     if selection.records:
         out.print(letters_table(selection.records, now_ms))

@@ -12,6 +12,12 @@ by its DLQ coordinates, so every operator's replay, from any machine, skips it: 
 when its coordinates are remembered with the same DLQ timestamp (a recreated DLQ starts its offsets
 again), or when another copy of the same original record (its coordinates and timestamp) was replayed.
 
+The DLQ is read twice: the first read chooses what to send and holds only where each chosen record sits
+(:class:`~reclaim.tools.dlq.selection.Sendable`); the second reads the records again and sends each chosen
+one as it comes, so a replay holds a few hundred bytes a chosen record, not the records. A chosen record
+no longer there at the second read (purged, or past the topic's retention, in between) is not sent, and
+counted as ``gone``.
+
 A record's delivery to the deletion topic (idempotent producer, ``acks=all``) is confirmed before it
 is remembered. If the process dies in between, the record was sent but is not remembered: the next
 replay sends it again. That is at most one duplicate, which phase 2 handles idempotently (the second
@@ -25,14 +31,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from reclaim.exits import Unavailable
 from reclaim.producers.config import quiet_logger
 from reclaim.producers.producer import DeliveryTracker, RecordProducer
+from reclaim.schemas.codec import RecordCodec
 from reclaim.security.signing import signature_headers
-from reclaim.tools.dlq.reader import read_each
-from reclaim.tools.dlq.records import DeadLetter
+from reclaim.tools.dlq.reader import letter_of, read_each
+from reclaim.tools.dlq.records import DeadLetter, Located
+from reclaim.tools.dlq.selection import Sendable
 
 H_REPLAYED_FROM = "reclaim.replayed-from"
 H_REPLAYED_ORIGIN = "reclaim.replayed-origin"
@@ -46,12 +54,12 @@ DELIVERY_TIMEOUT_S = 30.0
 _QUIET = quiet_logger("dlq-replay")
 
 
-def dlq_coordinates(letter: DeadLetter) -> str:
+def dlq_coordinates(letter: Located) -> str:
     """``<dlq-topic>/<partition>/<offset>``: the key a replayed record is remembered by."""
     return f"{letter.topic}/{letter.partition}/{letter.offset}"
 
 
-def _origin(letter: DeadLetter) -> str | None:
+def _origin(letter: Located) -> str | None:
     origin = letter.origin
     return None if origin is None else f"{origin.topic}/{origin.partition}/{origin.offset}"
 
@@ -104,7 +112,7 @@ class Replayed:
         return replayed
 
     def __contains__(self, letter: object) -> bool:
-        if not isinstance(letter, DeadLetter):
+        if not isinstance(letter, DeadLetter | Sendable):
             return False
         coordinates = dlq_coordinates(letter)
         if coordinates in self.timestamps and self.timestamps[coordinates] == letter.timestamp_ms:
@@ -154,31 +162,78 @@ class ReplayTopics:
     replayed: str
 
 
-def replay(address: str, topics: ReplayTopics, letters: Sequence[DeadLetter], pacer: Pacer,
-           on_sent: Callable[[int], None] = lambda _n: None, timeout_s: float = DELIVERY_TIMEOUT_S) -> int:
-    """Send ``letters`` to the deletion topic and remember each once its delivery is confirmed.
+@dataclass(frozen=True)
+class ReplaySource:
+    """The DLQ read again to send what the first read chose: the broker, the DLQ topic and its codec."""
 
-    Returns how many were sent. Raises :class:`~reclaim.exits.Unavailable` when a delivery or a memo is not
-    confirmed (what was confirmed before stays sent and remembered).
+    address: str
+    dlq: str
+    codec: RecordCodec
+
+
+def replay(source: ReplaySource, topics: ReplayTopics, chosen: Sequence[Sendable], pacer: Pacer,
+           on_sent: Callable[[int], None] = lambda _n: None, timeout_s: float = DELIVERY_TIMEOUT_S
+           ) -> tuple[int, int]:
+    """Read the DLQ again and send each of ``chosen`` as it is read to the deletion topic, remembering each
+    once its delivery is confirmed; ``(sent, gone)``, gone being those of ``chosen`` the DLQ no longer holds
+    (or holds another record at their place: the topic was created again).
+
+    Raises :class:`~reclaim.exits.Unavailable` when a delivery or a memo is not confirmed (what was
+    confirmed before stays sent and remembered).
     """
-    seen: list[KafkaError] = []
-    producer = RecordProducer(address, "idempotent-producer", {"logger": _QUIET, "error_cb": seen.append})
-    sent = 0
-    # About a second of sends between confirmations, so little is ever sent and not yet remembered.
-    size = max(1, min(CONFIRM_EVERY, int(pacer.rate)))
+    wanted = {(letter.partition, letter.offset): letter.timestamp_ms for letter in chosen}
+    sender = _Sender(source.address, topics, pacer, on_sent, timeout_s)
     try:
-        for start in range(0, len(letters), size):
-            chunk = letters[start:start + size]
-            confirmed = _send(producer, topics.deletion, chunk, pacer, timeout_s)
-            _remember(producer, topics.replayed, confirmed, timeout_s)
-            sent += len(confirmed)
-            on_sent(len(confirmed))
-            if len(confirmed) < len(chunk):
-                raise Unavailable(f"{len(chunk) - len(confirmed)} record(s) not confirmed by the broker within "
-                                  f"{timeout_s:g} s ({sent} sent and remembered): run the replay again")
+        def take(msg: Message) -> None:
+            place = (msg.partition() or 0, msg.offset() or 0)
+            if place in wanted:
+                letter = letter_of(msg, source.codec, source.dlq)
+                if letter.timestamp_ms == wanted.pop(place):
+                    sender.add(letter)
+
+        read_each(source.address, source.dlq, take)
+        sender.flush()
     finally:
-        producer.close()
-    return sent
+        sender.close()
+    return sender.sent, len(chosen) - sender.sent
+
+
+class _Sender:
+    """Sends replayed records in groups of about a second's worth, each group's deliveries confirmed and
+    then remembered before the next is sent, so little is ever sent and not yet remembered."""
+
+    def __init__(self, address: str, topics: ReplayTopics, pacer: Pacer, on_sent: Callable[[int], None],
+                 timeout_s: float) -> None:
+        self._errors: list[KafkaError] = []
+        self._producer = RecordProducer(address, "idempotent-producer", {"logger": _QUIET,
+                                                                         "error_cb": self._errors.append})
+        self._topics = topics
+        self._pacer = pacer
+        self._on_sent = on_sent
+        self._timeout_s = timeout_s
+        self._size = max(1, min(CONFIRM_EVERY, int(pacer.rate)))
+        self._group: list[DeadLetter] = []
+        self.sent = 0
+
+    def add(self, letter: DeadLetter) -> None:
+        self._group.append(letter)
+        if len(self._group) >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        group, self._group = self._group, []
+        if not group:
+            return
+        confirmed = _send(self._producer, self._topics.deletion, group, self._pacer, self._timeout_s)
+        _remember(self._producer, self._topics.replayed, confirmed, self._timeout_s)
+        self.sent += len(confirmed)
+        self._on_sent(len(confirmed))
+        if len(confirmed) < len(group):
+            raise Unavailable(f"{len(group) - len(confirmed)} record(s) not confirmed by the broker within "
+                              f"{self._timeout_s:g} s ({self.sent} sent and remembered): run the replay again")
+
+    def close(self) -> None:
+        self._producer.close()
 
 
 def _send(producer: RecordProducer, topic: str, letters: Sequence[DeadLetter], pacer: Pacer,

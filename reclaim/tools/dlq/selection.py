@@ -15,9 +15,9 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from reclaim.tools.dlq.records import DeadLetter
+from reclaim.tools.dlq.records import DeadLetter, Origin, identity_of
 
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _AGE = re.compile(r"^(\d+)([smhdw])$")
@@ -65,6 +65,29 @@ class Brief:
         return cls(letter.partition, letter.offset, letter.timestamp_ms,
                    (sys.intern(topic), partition, offset, original_ms), sys.intern(letter.outcome),
                    sys.intern(letter.error_class), sys.intern(letter.stream))
+
+
+@dataclass(frozen=True, slots=True)
+class Sendable:
+    """What ``dlq replay`` holds of a matching dead letter between the read that chooses what to send and
+    the read that sends it: where it sits and which record it stands for (about a tenth of the whole
+    record, which the second read gets again)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    origin: Origin | None
+    original_timestamp_ms: int | None
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> Sendable:
+        return cls(sys.intern(letter.topic), letter.partition, letter.offset, letter.timestamp_ms, letter.origin,
+                   letter.original_timestamp_ms)
+
+    @property
+    def identity(self) -> tuple[str, int, int, int | None]:
+        return identity_of(self)
 
 
 def parse_age(text: str) -> int:
@@ -172,7 +195,7 @@ def dedupe(letters: Iterable[P]) -> tuple[list[P], int]:
 
 
 @dataclass(frozen=True)
-class Selection:
+class Selection(Generic[P]):
     """The records chosen and the counts around them.
 
     ``total``: every record read; ``matching``: those the filters chose, copies included; ``unique``:
@@ -183,7 +206,7 @@ class Selection:
     matching: int
     unique: int
     duplicates: int
-    records: tuple[DeadLetter, ...]
+    records: tuple[P, ...]
 
     def counts(self) -> dict[str, int]:
         return {"total": self.total, "matching": self.matching, "unique": self.unique,
@@ -191,21 +214,26 @@ class Selection:
 
 
 def select(letters: Sequence[DeadLetter], filters: Filters, now_ms: int, *, newest_first: bool = True,
-           limit: int | None = None, total: int | None = None) -> Selection:
+           limit: int | None = None, total: int | None = None) -> Selection[DeadLetter]:
     """The records matching ``filters``, each once, newest (or oldest) first, at most ``limit``; ``total``:
     how many records were read, when ``letters`` are only those kept of them (``len(letters)`` otherwise)."""
-    matching = [letter for letter in letters if filters.matches(letter, now_ms)]
+    return pick([letter for letter in letters if filters.matches(letter, now_ms)], newest_first=newest_first,
+                limit=limit, total=len(letters) if total is None else total)
+
+
+def pick(matching: Sequence[P], *, newest_first: bool, total: int, limit: int | None = None) -> Selection[P]:
+    """:func:`select` of records that matched already (as a command's read kept them), of ``total`` read."""
     unique, duplicates = dedupe(matching)
     ordered = list(reversed(unique)) if newest_first else unique
-    return Selection(len(letters) if total is None else total, len(matching), len(unique), duplicates,
-                     tuple(ordered if limit is None else ordered[:limit]))
+    chosen = ordered if limit is None else ordered[:limit]
+    return Selection(total, len(matching), len(unique), duplicates, tuple(chosen))
 
 
 @dataclass(frozen=True)
 class Stats:
     """Counts of the unique matching records by outcome, error class, stream and age bucket."""
 
-    selection: Selection
+    selection: Selection[Brief]
     by_outcome: dict[str, int] = field(default_factory=dict)
     by_error_class: dict[str, int] = field(default_factory=dict)
     by_stream: dict[str, int] = field(default_factory=dict)
@@ -230,7 +258,7 @@ def count(matching: Sequence[Brief], now_ms: int, *, total: int) -> Stats:
     ages = Counter(age_bucket(age_ms(letter, now_ms)) for letter in records)
     buckets = [name for name, _ in AGE_BUCKETS] + [OLDER] + ([UNKNOWN_AGE] if ages[UNKNOWN_AGE] else [])
     return Stats(
-        Selection(total, len(matching), len(records), duplicates, ()),
+        Selection[Brief](total, len(matching), len(records), duplicates, ()),
         by_outcome=_most_first(Counter(letter.outcome or "(none)" for letter in records)),
         by_error_class=_most_first(Counter(letter.error_class or "(none)" for letter in records)),
         by_stream=_most_first(Counter(letter.stream for letter in records)),

@@ -23,8 +23,10 @@ from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, signature_headers
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
-from reclaim.tools.dlq.reader import Reader, read_all, watermarks
-from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN
+from reclaim.tools.dlq.reader import Reader, read_all, scan, watermarks
+from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, ReplaySource, ReplayTopics, replay
+from reclaim.tools.dlq.selection import Sendable
+from reclaim.tools.topics import dlq_replayed_topic
 from tests.support.cli import run_reclaim
 from tests.support.dlq import FATAL, SLOW, dead_letter, dlq, env_of, flush, one_line_error
 from tests.support.pipeline import Pipeline, outcomes
@@ -76,6 +78,28 @@ def test_a_replay_sends_each_record_once_however_often_it_runs(pipe: Pipeline, t
 
     text = run_reclaim("dlq", "replay", env=env_of(pipe, tmp_path), timeout=120, check=True).stdout
     assert text.startswith(f"sent 0 record(s) to {pipe.topics.deletion} (3 already replayed, skipped)")
+
+
+
+def test_a_record_purged_between_the_choosing_read_and_the_sending_one_is_counted_gone_not_sent(
+        pipe: Pipeline, tmp_path: Path) -> None:
+    # The first read holds only where each chosen record sits; one purged before the second read is not sent.
+    for offset in range(3):
+        dead_letter(pipe, offset, FATAL, "group-a")
+    flush(pipe)
+    found = scan(pipe.bootstrap, pipe.topics.dlq, pipe.codec, Sendable.of)
+    assert [s.offset for s in found.letters] == [0, 1, 2]
+    run_reclaim("dlq", "purge", "--up-to", "0:0", "--yes", env=env_of(pipe, tmp_path), timeout=120, check=True)
+    topics = ReplayTopics(pipe.topics.deletion, dlq_replayed_topic(pipe.topics))
+    progress: list[int] = []
+    sent, gone = replay(ReplaySource(pipe.bootstrap, pipe.topics.dlq, pipe.codec), topics, found.letters,
+                        Pacer(1000), on_sent=progress.append)
+    assert (sent, gone, sum(progress)) == (2, 1, 2)
+    assert sorted(m.key() for m in deletion_records(pipe)) == [b"scope/stream/0.#epoch.0.E-1-O-1.forged",
+                                                               b"scope/stream/0.#epoch.0.E-1-O-2.forged"]
+    # The command says the same of what it sends now: nothing new, the two remembered.
+    again = dlq(pipe, tmp_path, "replay")
+    assert (again["sent"], again["gone"], again["already_replayed"]) == (0, 0, 2)
 
 
 def test_a_purge_drops_exactly_what_its_plan_says(pipe: Pipeline, tmp_path: Path) -> None:

@@ -19,8 +19,16 @@ from reclaim.security.rules import signers_of
 from reclaim.security.signing import RecordSigner, RecordVerifier, Rejection, Signer, Unauthenticated
 from reclaim.tools.dlq.purge import plan_filtered, plan_up_to
 from reclaim.tools.dlq.records import DeadLetter, dead_letter
-from reclaim.tools.dlq.replay import H_REPLAYED_FROM, H_REPLAYED_ORIGIN, Pacer, Replayed, memo, replay_headers
-from reclaim.tools.dlq.selection import Filters, dedupe
+from reclaim.tools.dlq.replay import (
+    H_REPLAYED_FROM,
+    H_REPLAYED_ORIGIN,
+    Pacer,
+    Replayed,
+    dlq_coordinates,
+    memo,
+    replay_headers,
+)
+from reclaim.tools.dlq.selection import Filters, Sendable, dedupe, pick
 from tests.support.dead_letters import NOW, letter
 
 TIERS = RetryTiers(((10, "t.retry-10s"), (60, "t.retry-60s")), max_attempts=3)
@@ -125,6 +133,22 @@ def test_replay_memos_remember_by_coordinates_and_by_origin() -> None:
     assert letter(5, origin_offset=10) not in replayed
     recreated = dead_letter(sent.topic, 0, 4, 5, sent.key, sent.value, [], build_codec())
     assert recreated not in replayed  # same coordinates in a DLQ created again: another record
+
+
+
+def test_what_a_replay_holds_between_its_reads_is_told_apart_as_the_record_is() -> None:
+    # The choosing read keeps a Sendable of each record: its identity, copies and memos must read the same.
+    sent, copy, other = letter(4, origin_offset=9), letter(7, origin_offset=9), letter(5, origin_offset=10)
+    plain = dead_letter(sent.topic, 0, 6, NOW, sent.key, sent.value, [], build_codec())  # no origin headers
+    for whole in (sent, copy, other, plain):
+        brief = Sendable.of(whole)
+        assert (brief.identity, brief.partition, brief.offset, brief.timestamp_ms) == \
+               (whole.identity, whole.partition, whole.offset, whole.timestamp_ms)
+        assert dlq_coordinates(brief) == dlq_coordinates(whole)
+    replayed = Replayed.of([memo(sent, NOW), memo(plain, NOW)])
+    assert [Sendable.of(d) in replayed for d in (sent, copy, other, plain)] == [True, True, False, True]
+    chosen = pick([Sendable.of(d) for d in (copy, other, sent)], newest_first=False, total=5)
+    assert [s.offset for s in chosen.records] == [4, 5] and (chosen.duplicates, chosen.total) == (1, 5)
 
 
 def test_the_same_coordinates_of_a_deletion_topic_created_again_are_another_record() -> None:
