@@ -14,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reclaim.cli.common import store_flags
 from reclaim.exits import ExitCode, Unavailable, UsageError
-from reclaim.settings import METADATA_URL_HELP, Settings
+from reclaim.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -193,20 +194,20 @@ def _print_report(report: AuditReport, repair: OrphanRepair | None) -> None:
         print(f"{result.binding}: {result.live} live, {result.pending} pending deletion, {result.orphans.count} "
               f"orphans, {result.missing.count} missing, {result.dangling.count} dangling; within the {grace} "
               f"grace: {result.recent} recent objects, {result.cleaning} rows in cleanup")
-        _print_names("orphan", result.orphans)
-        _print_names("missing", result.missing)
-        _print_names("dangling", result.dangling)
+        print_names("orphan", result.orphans)
+        print_names("missing", result.missing)
+        print_names("dangling", result.dangling)
     for where, rows in report.unconfigured.items():
         print(f"{where}: not configured, {rows.count} chunk rows name it (dangling)")
-        _print_names("dangling", rows)
+        print_names("dangling", rows)
     totals = report.totals()
     print("total: " + ", ".join(f"{count} {name}" for name, count in totals.items()))
     if repair is not None:
         sent = repair.report
         print(f"repair: {sent.sent.count} orphans sent through phase 1, {sent.unattributed.count} left (no "
               f"readable reclaim ownership tags), {sent.failed.count} not confirmed by the broker")
-        _print_names("left", sent.unattributed)
-        _print_names("unsent", sent.failed)
+        print_names("left", sent.unattributed)
+        print_names("unsent", sent.failed)
 
 
 def shown(name: str) -> str:
@@ -215,14 +216,14 @@ def shown(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
-def _print_names(label: str, sample: Sample) -> None:
+def print_names(label: str, sample: Sample) -> None:
     for name in sample.names:
         print(f"  {label:8} {shown(name)}")
     if sample.count > len(sample.names):
         print(f"  ... and {sample.count - len(sample.names)} more (--limit)")
 
 
-def _limit(text: str) -> int:
+def parse_limit(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -246,7 +247,7 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                     "the broker could not be used, and nothing is reported. The audit creates and deletes\n"
                     "nothing; --repair publishes pending deletes for the orphans (phase 1), which the worker\n"
                     "deletes after its checks.")
-    audit.add_argument("--limit", type=_limit, default=20, help="names listed per finding (default 20)")
+    audit.add_argument("--limit", type=parse_limit, default=20, help="names listed per finding (default 20)")
     audit.add_argument("--grace", type=parse_grace, default=3600.0, metavar="DURATION",
                        help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "
                             "2d (default 1h)")
@@ -272,8 +273,6 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                        help="with --spark: read BINDING's objects from an S3 Inventory report (its manifest.json, "
                             "s3:// or s3a:// or a local path; CSV or Parquet) instead of listing the bucket; "
                             "findings are still confirmed against the bucket")
-    audit.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
-    audit.add_argument("--metadata-url", help=METADATA_URL_HELP)
-    audit.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2)")
+    store_flags(audit)
     common(audit)
     audit.set_defaults(run=cmd_audit)

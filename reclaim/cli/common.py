@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from reclaim.exits import ExitCode
-from reclaim.settings import Settings
+from reclaim.settings import METADATA_URL_HELP, Settings
 
 #: What a command runs: its parsed arguments and the settings of this run in, an exit status out.
 Command = Callable[[argparse.Namespace, Settings], int]
@@ -53,3 +53,12 @@ def common_options(parser: argparse.ArgumentParser) -> None:
 
 def print_json(value: object) -> None:
     print(json.dumps(value, indent=2, default=str))
+
+
+def store_flags(parser: argparse.ArgumentParser, fs_root_help: str = "") -> None:
+    """``--metadata-path``, ``--metadata-url`` and ``--fs-root``: where a command finds the metadata store and
+    the filesystem tier-2 binding."""
+    parser.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
+    parser.add_argument("--metadata-url", help=METADATA_URL_HELP)
+    parser.add_argument("--fs-root", type=Path,
+                        help="filesystem tier-2 root (default <state-dir>/tier2)" + fs_root_help)

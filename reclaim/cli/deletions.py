@@ -1,15 +1,43 @@
-"""``reclaim deletions inflight``: the deletions not yet final (the worker group's lag)."""
+"""``reclaim deletions inflight | stalled``: the deletions not yet final (the worker group's lag), and the
+chunks retired long ago whose objects are still there (their pending deletes lost on the way)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from reclaim.cli.common import Common, print_json
+from reclaim.cli.common import Common, print_json, store_flags
+from reclaim.exits import ExitCode, UsageError
 from reclaim.services import preflight
 from reclaim.settings import Settings
 
+if TYPE_CHECKING:
+    from reclaim.storage.sql_store import SQLMetadataStore
+    from reclaim.tools.stalled import Resend, StalledReport
+
+DEFAULT_LIMIT = 20
+
+_DESCRIPTION = """\
+inflight  estimated deletions not yet final: the worker group's lag on the deletion topic and its tiers
+stalled   chunks retired (handed to phase 2) longer than --older-than ago whose objects are still there:
+          their pending deletes were lost (dead-lettered and purged, acked as in use by a worker with a
+          shorter mark timeout than phase 1's, past the topic's retention). --resend publishes them again
+          through phase 1 (needs the broker); the worker deletes them after its checks. Nothing is deleted
+          here. Exit status: 0 none found; 1 some found; 2 the store, a binding or the broker could not be used."""
+
 
 def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.tools.stalled import STALLED_AFTER_S
+
+    if args.action == "stalled":
+        return _stalled(args, settings)
+    given = [flag for flag, value in (("--older-than", args.older_than != STALLED_AFTER_S),
+                                      ("--limit", args.limit != DEFAULT_LIMIT), ("--resend", args.resend)) if value]
+    if given:
+        raise UsageError(f"{', '.join(given)} only go(es) with stalled")
     from reclaim.consumers.lag import estimated_inflight
     from reclaim.services.runtime import topic_names
 
@@ -23,11 +51,76 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _stalled(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.services import runtime
+    from reclaim.tools.audit import auditable, probe
+    from reclaim.tools.stalled import StalledReport, survey
+
+    # It only reads the store and the objects: never the root of a filesystem binding.
+    settings = replace(settings, fs_create_root=False)
+    with ExitStack() as stack:
+        store = runtime.metadata_store(settings, create=False)
+        stack.callback(store.close)
+        bindings = runtime.storage_bindings(settings)
+        stack.callback(bindings.close)
+        chosen = auditable(bindings)
+        probe(chosen)
+        report = StalledReport(args.older_than, args.limit)
+        resend = stack.enter_context(_resend(settings, store, report)) if args.resend else None
+        survey(store, {b.name: b for b in chosen}, report, resend=resend)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        _print(report, resent=args.resend)
+    return ExitCode.FINDINGS if report.count else ExitCode.OK
+
+
+@contextmanager
+def _resend(settings: Settings, store: SQLMetadataStore, report: StalledReport) -> Iterator[Resend]:
+    """Phase 1 on an idempotent producer, the broker and the deletion topic proven first."""
+    from reclaim.producers.producer import RecordProducer
+    from reclaim.services import runtime
+    from reclaim.tools.stalled import Resend
+
+    address = preflight.broker(settings)
+    preflight.require_topics(address, [runtime.topic_names(settings).deletion])
+    producer = RecordProducer(address, "idempotent-producer")
+    try:
+        yield Resend(runtime.deletion_service(settings, store, producer).prepare, report)
+    finally:
+        producer.close()
+
+
+def _print(report: StalledReport, *, resent: bool) -> None:
+    from reclaim.cli.audit import human, print_names
+
+    for binding, sample in report.found.items():
+        print(f"{binding}: {sample.count} chunks retired over {human(report.older_than_s)} ago, objects still there")
+        print_names("stalled", sample)
+    print(f"total: {report.count} stalled of {report.rows} chunk rows")
+    if resent:
+        print(f"resent: {report.resent.count} through phase 1, {report.failed.count} not confirmed by the broker")
+        print_names("unsent", report.failed)
+
+
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
-    deletions = sub.add_parser("deletions", help="inspect the deletion pipeline")
-    deletions.add_argument("action", choices=["inflight"],
-                           help="inflight: estimated deletions not yet final (the group's lag)")
+    from reclaim.cli.audit import parse_grace, parse_limit
+    from reclaim.tools.stalled import STALLED_AFTER_S
+
+    deletions = sub.add_parser("deletions", help="inspect the deletion pipeline", description=_DESCRIPTION,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    deletions.add_argument("action", choices=["inflight", "stalled"],
+                           help="inflight: estimated deletions not yet final (the group's lag); stalled: retired "
+                                "chunks whose objects are still there long after")
     deletions.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
-    deletions.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    deletions.add_argument("--json", action="store_true", help="print the result as JSON")
+    deletions.add_argument("--older-than", type=parse_grace, default=STALLED_AFTER_S, metavar="DURATION",
+                           help="stalled: how long ago a chunk must have been retired: 3600, 90s, 15m, 1h, 2d "
+                                "(default 1d)")
+    deletions.add_argument("--limit", type=parse_limit, default=DEFAULT_LIMIT, help="stalled: names listed per binding "
+                                                                          "(default 20)")
+    deletions.add_argument("--resend", action="store_true",
+                           help="stalled: publish their pending deletes again through phase 1 (needs the broker)")
+    store_flags(deletions)
     common(deletions)
     deletions.set_defaults(run=cmd_deletions)

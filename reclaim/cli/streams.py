@@ -7,7 +7,7 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from reclaim.cli.common import Common
+from reclaim.cli.common import Common, store_flags
 from reclaim.exits import Unavailable, UsageError
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.publisher import ConfirmedPublisher
@@ -28,7 +28,7 @@ from reclaim.segments.streams import StreamController
 from reclaim.services import preflight, runtime
 from reclaim.services.controller import stream_controller
 from reclaim.services.recorder import RetentionRecorder
-from reclaim.settings import METADATA_URL_HELP, Settings
+from reclaim.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,6 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     streams.add_argument("--publish", action="store_true",
                          help="truncate: publish the signed event on the truncation topic instead of applying it")
     streams.add_argument("--json", action="store_true", help="history: as JSON")
-    streams.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
-    streams.add_argument("--metadata-url", help=METADATA_URL_HELP)
-    streams.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
+    store_flags(streams)
     common(streams)
     streams.set_defaults(run=cmd_streams)

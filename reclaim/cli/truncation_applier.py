@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from reclaim.cli.common import Common
+from reclaim.cli.common import Common, store_flags
 from reclaim.services.applier import run_applier
-from reclaim.settings import METADATA_URL_HELP, Settings
+from reclaim.settings import Settings
 
 
 def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
@@ -24,9 +24,7 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                          help="retention period of the recorder (RECLAIM_RECORD_EVERY_S, default 60; 0: never)")
     applier.add_argument("--truncation-group-id", help="consumer group (default reclaim-truncation)")
     applier.add_argument("--poll-timeout-s", type=float, help="poll timeout (default 1.0)")
-    applier.add_argument("--metadata-path", help="SQLite metadata store (default <state-dir>/metadata.db)")
-    applier.add_argument("--metadata-url", help=METADATA_URL_HELP)
-    applier.add_argument("--fs-root", help="filesystem tier-2 root (default <state-dir>/tier2)")
+    store_flags(applier)
     applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
     common(applier)

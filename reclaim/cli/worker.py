@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from reclaim.cli.common import Common
-from reclaim.settings import METADATA_URL_HELP, Settings
+from reclaim.cli.common import Common, store_flags
+from reclaim.settings import Settings
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -42,10 +41,7 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                         help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 300)")
     worker.add_argument("--commit-interval-ms", type=int,
                         help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")
-    worker.add_argument("--metadata-path", type=Path, help="SQLite metadata store (default <state-dir>/metadata.db)")
-    worker.add_argument("--metadata-url", help=METADATA_URL_HELP)
-    worker.add_argument("--fs-root", type=Path, help="filesystem tier-2 root (default <state-dir>/tier2); it must "
-                        "exist (an unmounted volume is refused), see --create-fs-root")
+    store_flags(worker, "; it must exist (an unmounted volume is refused), see --create-fs-root")
     worker.add_argument("--create-fs-root", dest="fs_create_root", action="store_true", default=None,
                         help="create the filesystem tier-2 root when missing (a first start on a fresh volume; "
                         "env RECLAIM_FS_CREATE_ROOT)")

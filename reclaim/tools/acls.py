@@ -37,7 +37,8 @@ ROLES: dict[str, str] = {
     "truncation-applier": "applies truncation events; through its controller also phase 1, topology and recorded cuts",
     "retention-job": "the Spark retention job: reads the five retention inputs, writes truncations and rejects",
     "subscriber": "a subscriber: its registration and its truncation cuts",
-    "operator": "the dead-letter tools (dlq list/stats/replay/purge), audit --repair and deletions inflight",
+    "operator": "the dead-letter tools (dlq list/stats/replay/purge), audit --repair, deletions inflight and "
+                "deletions stalled --resend",
     "admin": "topics create/describe, manual truncation: everything on the topic prefix",
 }
 PRINCIPAL = re.compile(r"User:(?!\*$)\S+")
@@ -128,7 +129,7 @@ def _operator(n: Names) -> list[Grant]:
         *_topics("READ", [t.dlq], "dlq list/stats/replay/purge read the dead letters"),
         *_topics("DELETE", [t.dlq], "dlq purge deletes records (DeleteRecords) up to an offset"),
         *_topics("WRITE", [t.deletion], "dlq replay sends dead letters back to the deletion topic; audit --repair "
-                                        "publishes pending deletes for orphans (phase 1)"),
+                                        "and deletions stalled --resend publish pending deletes (phase 1)"),
         *_topics("READ", [replayed], "dlq replay reads which letters were replayed already"),
         *_topics("WRITE", [replayed], "dlq replay records what it replayed"),
         _group(READER_GROUP, "DESCRIBE", "the DLQ reader's group id (assigned partitions, no join, no commit)"),
