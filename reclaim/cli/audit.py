@@ -21,11 +21,26 @@ from reclaim.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from reclaim.storage.bindings import StorageBindings
     from reclaim.storage.sql_store import SQLMetadataStore
     from reclaim.tools.audit import AuditReport, OrphanRepair, Sample
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+
+
+def open_to_read(settings: Settings, stack: ExitStack) -> tuple[SQLMetadataStore, StorageBindings]:
+    """The metadata store and the storage bindings of a command that only reads them (the audit, ``deletions
+    stalled``), both closed with ``stack``: the store neither made nor migrated, and the root of a filesystem
+    binding never made, whatever RECLAIM_FS_CREATE_ROOT says."""
+    from reclaim.services import runtime
+
+    settings = replace(settings, fs_create_root=False)
+    store = runtime.metadata_store(settings, create=False)
+    stack.callback(store.close)
+    bindings = runtime.storage_bindings(settings)
+    stack.callback(bindings.close)
+    return store, bindings
 
 
 def parse_grace(text: str) -> float:
@@ -45,7 +60,6 @@ def human(seconds: float) -> str:
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
-    from reclaim.services import runtime
     from reclaim.tools.audit import AuditHooks, audit, auditable
 
     if not args.spark:
@@ -55,13 +69,8 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"{', '.join(given)} only go(es) with --spark")
     if args.metrics_file is not None:
         metrics_target(args.metrics_file)
-    # An audit only reads: never the root of a filesystem binding, whatever RECLAIM_FS_CREATE_ROOT says.
-    settings = replace(settings, fs_create_root=False)
     with ExitStack() as stack:
-        store = runtime.metadata_store(settings, create=False)
-        stack.callback(store.close)
-        bindings = runtime.storage_bindings(settings)
-        stack.callback(bindings.close)
+        store, bindings = open_to_read(settings, stack)
         chosen = auditable(bindings)
         if args.spark:
             spark = stack.enter_context(_spark_session(settings, args))

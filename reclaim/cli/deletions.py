@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from reclaim.cli.common import Common, print_json, store_flags
@@ -52,17 +51,12 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _stalled(args: argparse.Namespace, settings: Settings) -> int:
-    from reclaim.services import runtime
+    from reclaim.cli.audit import open_to_read
     from reclaim.tools.audit import auditable, probe
     from reclaim.tools.stalled import StalledReport, survey
 
-    # It only reads the store and the objects: never the root of a filesystem binding.
-    settings = replace(settings, fs_create_root=False)
     with ExitStack() as stack:
-        store = runtime.metadata_store(settings, create=False)
-        stack.callback(store.close)
-        bindings = runtime.storage_bindings(settings)
-        stack.callback(bindings.close)
+        store, bindings = open_to_read(settings, stack)
         chosen = auditable(bindings)
         probe(chosen)
         report = StalledReport(args.older_than, args.limit)

@@ -19,8 +19,8 @@ from reclaim.settings import Settings
 
 if TYPE_CHECKING:
     from reclaim.tools.dlq.reader import DlqScan
-    from reclaim.tools.dlq.records import DeadLetter
-    from reclaim.tools.dlq.selection import Filters, Placed, Selection
+    from reclaim.tools.dlq.records import DeadLetter, Placed
+    from reclaim.tools.dlq.selection import Filters, Selection
 
 T = TypeVar("T")
 Held = TypeVar("Held")

@@ -92,18 +92,26 @@ class DeadLetter:
         }
 
 
-class Located(Protocol):
-    """Where a dead letter sits and which record it stands for: a :class:`DeadLetter`, or what a command
-    holds of one between two reads of the DLQ."""
+class Placed(Protocol):
+    """What ordering and telling copies apart read of a dead letter (a :class:`DeadLetter`, or what a
+    command holds of one)."""
 
-    @property
-    def topic(self) -> str: ...
     @property
     def partition(self) -> int: ...
     @property
     def offset(self) -> int: ...
     @property
     def timestamp_ms(self) -> int | None: ...
+    @property
+    def identity(self) -> tuple[str, int, int, int | None]: ...
+
+
+class Located(Placed, Protocol):
+    """Where a dead letter sits and which record it stands for, in full: a :class:`DeadLetter`, or what
+    ``dlq replay`` holds of one between its two reads of the DLQ."""
+
+    @property
+    def topic(self) -> str: ...
     @property
     def origin(self) -> Origin | None: ...
     @property

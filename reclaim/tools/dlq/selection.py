@@ -15,9 +15,9 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-from reclaim.tools.dlq.records import DeadLetter, Origin, identity_of
+from reclaim.tools.dlq.records import DeadLetter, Origin, Placed, identity_of
 
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _AGE = re.compile(r"^(\d+)([smhdw])$")
@@ -26,19 +26,6 @@ AGE_BUCKETS: tuple[tuple[str, int], ...] = (("<1h", 3_600_000), ("<1d", 86_400_0
 OLDER = "older"
 UNKNOWN_AGE = "unknown"
 """The bucket of a record without a timestamp."""
-
-
-class Placed(Protocol):
-    """What ordering and telling copies apart read of a dead letter (a :class:`DeadLetter` or a :class:`Brief`)."""
-
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int | None: ...
-    @property
-    def identity(self) -> tuple[str, int, int, int | None]: ...
 
 
 P = TypeVar("P", bound=Placed)
