@@ -368,6 +368,16 @@ class RepairReport:
                 "failed": self.failed.to_dict()}
 
 
+def unconfirmed(prepare: Callable[[Sequence[ChunkRecord]], PreparedMark], chunks: Sequence[ChunkRecord]) -> set[str]:
+    """Phase 1's publish of ``chunks`` (``prepare``: their pending deletes under one new mark, nothing in the
+    store changed); the names of those whose records the broker did not confirm."""
+    try:
+        prepare(chunks)
+    except MarkError as exc:
+        return set(exc.failed_chunks)
+    return set()
+
+
 class OrphanRepair:
     """Hands orphans to phase 1 (``prepare``: publish their pending deletes, one mark per page) and never
     deletes anything itself: the worker deletes them after its ownership checks against their tags."""
@@ -394,11 +404,7 @@ class OrphanRepair:
                 chunks.append(chunk)
         if not chunks:
             return
-        failed: set[str] = set()
-        try:
-            self._prepare(chunks)
-        except MarkError as exc:
-            failed = set(exc.failed_chunks)
+        failed = unconfirmed(self._prepare, chunks)
         for chunk in chunks:
             if chunk.name in failed:
                 self.report.failed.add(chunk.name)

@@ -21,12 +21,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reclaim.deletion.mark import MarkError
 from reclaim.segments.garbage import PreparedMark
 from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.chunks import ChunkStorage
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MetadataStore
-from reclaim.tools.audit import PAGE, Sample, unreachable
+from reclaim.tools.audit import PAGE, Sample, unconfirmed, unreachable
 
 STALLED_AFTER_S = 86_400.0
 """How long after its mark a retired chunk's object may still be there before it counts as stalled: a
@@ -125,11 +124,7 @@ class Resend:
         self._report = report
 
     def __call__(self, rows: Sequence[ChunkRecord]) -> None:
-        failed: set[str] = set()
-        try:
-            self._prepare(rows)
-        except MarkError as exc:
-            failed = set(exc.failed_chunks)
+        failed = unconfirmed(self._prepare, rows)
         for row in rows:
             (self._report.failed if row.name in failed else self._report.resent).add(row.name)
 
