@@ -123,16 +123,37 @@ AUDIT_LAST_RUN = Gauge("reclaim_audit_last_run_timestamp_seconds", "When the las
                        registry=AUDIT_REGISTRY)
 
 
+# ``reclaim deletions stalled`` likewise, in a file of its own.
+STALLED_REGISTRY = CollectorRegistry()
+STALLED_CHUNKS = Gauge("reclaim_stalled_chunks", "Chunks retired over a day ago whose objects the last check "
+                       "of `reclaim deletions stalled` found still there, by binding", ["binding"],
+                       registry=STALLED_REGISTRY)
+STALLED_LAST_RUN = Gauge("reclaim_stalled_last_run_timestamp_seconds",
+                         "When the last check of `reclaim deletions stalled` finished (Unix time)",
+                         registry=STALLED_REGISTRY)
+
+
 def write_textfile(path: str | Path, orphans_by_binding: Mapping[str, int], finished_at: float | None = None) -> None:
     """Write the audit's gauges to ``path`` (replaced atomically) in the text exposition format.
 
     ``orphans_by_binding`` names every binding audited, with 0 for a clean one: a binding left out
     disappears from the file.
     """
-    if any(count < 0 for count in orphans_by_binding.values()):
-        raise ValueError(f"orphan counts must be >= 0, got {dict(orphans_by_binding)}")
-    AUDIT_ORPHANS.clear()
-    for binding, count in orphans_by_binding.items():
-        AUDIT_ORPHANS.labels(binding).set(count)
-    AUDIT_LAST_RUN.set(time.time() if finished_at is None else finished_at)
-    write_to_textfile(str(path), AUDIT_REGISTRY)
+    _write_counts(path, AUDIT_REGISTRY, AUDIT_ORPHANS, AUDIT_LAST_RUN, orphans_by_binding, finished_at)
+
+
+def write_stalled_textfile(path: str | Path, stalled_by_binding: Mapping[str, int],
+                           finished_at: float | None = None) -> None:
+    """:func:`write_textfile` for ``reclaim deletions stalled``: its count of each binding checked."""
+    _write_counts(path, STALLED_REGISTRY, STALLED_CHUNKS, STALLED_LAST_RUN, stalled_by_binding, finished_at)
+
+
+def _write_counts(path: str | Path, registry: CollectorRegistry, counts: Gauge, last_run: Gauge,
+                  by_binding: Mapping[str, int], finished_at: float | None) -> None:
+    if any(count < 0 for count in by_binding.values()):
+        raise ValueError(f"counts must be >= 0, got {dict(by_binding)}")
+    counts.clear()
+    for binding, count in by_binding.items():
+        counts.labels(binding).set(count)
+    last_run.set(time.time() if finished_at is None else finished_at)
+    write_to_textfile(str(path), registry)

@@ -100,18 +100,19 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     return ExitCode.OK if report.clean else ExitCode.FINDINGS
 
 
-def metrics_target(path: Path) -> None:
-    """Refuse, before anything is audited or repaired, a ``--metrics-file`` the audit could not replace
+def metrics_target(path: Path, command: str = "audit") -> None:
+    """Refuse, before anything is audited or repaired, a ``--metrics-file`` the ``command`` could not replace
     with a file at the end: one in no writable directory, or a path that is no regular file (a directory,
     or a device such as /dev/null, which the atomic replace would swap for a plain file)."""
+    nothing = "nothing was audited" if command == "audit" else "nothing was checked"
     if path.exists() and not path.is_file():
-        raise Unavailable(f"--metrics-file {path} is not a regular file (the audit replaces it whole): name a "
-                          "file in node_exporter's textfile directory; nothing was audited")
+        raise Unavailable(f"--metrics-file {path} is not a regular file (the {command} replaces it whole): name a "
+                          f"file in node_exporter's textfile directory; {nothing}")
     directory = path.parent
     if not directory.is_dir():
-        raise Unavailable(f"--metrics-file {path}: there is no directory {directory}; nothing was audited")
+        raise Unavailable(f"--metrics-file {path}: there is no directory {directory}; {nothing}")
     if not os.access(directory, os.W_OK):
-        raise Unavailable(f"--metrics-file {path}: the directory {directory} is not writable; nothing was audited")
+        raise Unavailable(f"--metrics-file {path}: the directory {directory} is not writable; {nothing}")
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reclaim.cli.common import Common, print_json, store_flags
@@ -34,7 +35,8 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "stalled":
         return _stalled(args, settings)
     given = [flag for flag, value in (("--older-than", args.older_than != STALLED_AFTER_S),
-                                      ("--limit", args.limit != DEFAULT_LIMIT), ("--resend", args.resend)) if value]
+                                      ("--limit", args.limit != DEFAULT_LIMIT), ("--resend", args.resend),
+                                      ("--metrics-file", args.metrics_file is not None)) if value]
     if given:
         raise UsageError(f"{', '.join(given)} only go(es) with stalled")
     from reclaim.consumers.lag import estimated_inflight
@@ -51,10 +53,12 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _stalled(args: argparse.Namespace, settings: Settings) -> int:
-    from reclaim.cli.audit import open_to_read
+    from reclaim.cli.audit import metrics_target, open_to_read
     from reclaim.tools.audit import auditable, probe
     from reclaim.tools.stalled import StalledReport, survey
 
+    if args.metrics_file is not None:
+        metrics_target(args.metrics_file, "deletions stalled check")
     with ExitStack() as stack:
         store, bindings = open_to_read(settings, stack)
         chosen = auditable(bindings)
@@ -62,6 +66,11 @@ def _stalled(args: argparse.Namespace, settings: Settings) -> int:
         report = StalledReport(args.older_than, args.limit)
         resend = stack.enter_context(_resend(settings, store, report)) if args.resend else None
         survey(store, {b.name: b for b in chosen}, report, resend=resend)
+    if args.metrics_file is not None:
+        from reclaim.storage.metrics import write_stalled_textfile
+
+        counts = {b.name: 0 for b in chosen} | {name: found.count for name, found in report.found.items()}
+        write_stalled_textfile(args.metrics_file, counts)
     if args.json:
         print_json(report.to_dict())
     else:
@@ -115,6 +124,10 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                                                                           "(default 20)")
     deletions.add_argument("--resend", action="store_true",
                            help="stalled: publish their pending deletes again through phase 1 (needs the broker)")
+    deletions.add_argument("--metrics-file", type=Path, metavar="PATH",
+                           help="stalled: also write reclaim_stalled_chunks{binding} and "
+                                "reclaim_stalled_last_run_timestamp_seconds to PATH (replaced atomically) for "
+                                "node_exporter's textfile collector")
     store_flags(deletions)
     common(deletions)
     deletions.set_defaults(run=cmd_deletions)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from reclaim.exits import ExitCode
 from reclaim.storage.chunks import ChunkHandle
@@ -51,8 +52,13 @@ def test_a_chunk_whose_pending_delete_was_lost_is_found_resent_and_deleted(pipe:
     retire(pipe, gone, "mark-old", committed_s_ago=2 * DAY)
     fs.delete(ChunkHandle(gone.name, read_only=False))  # deleted, its row's cleanup lost: the audit's dangling
 
-    found = stalled(pipe, tmp_path, code=ExitCode.FINDINGS)
+    textfile = tmp_path / "reclaim_stalled.prom"
+    found = stalled(pipe, tmp_path, "--metrics-file", str(textfile), code=ExitCode.FINDINGS)
     assert found["stalled"] == 1 and found["rows_checked"] == 4
+    samples = {(s.name, tuple(s.labels.items())): s.value
+               for family in text_string_to_metric_families(textfile.read_text()) for s in family.samples}
+    assert samples[("reclaim_stalled_chunks", (("binding", "fs-tier2"),))] == 1.0
+    assert time.time() - samples[("reclaim_stalled_last_run_timestamp_seconds", ())] < 120
     assert found["bindings"] == {"fs-tier2": {"count": 1, "names": [lost.name]}}
     assert stalled(pipe, tmp_path, "--older-than", "30s", code=ExitCode.FINDINGS)["stalled"] == 2
     text = run_reclaim("deletions", "stalled", env=env_of(pipe, tmp_path), timeout=120).stdout
@@ -65,10 +71,16 @@ def test_a_chunk_whose_pending_delete_was_lost_is_found_resent_and_deleted(pipe:
     assert outcomes(reports) == {"deleted": 1}
     assert not fs.exists(lost.name) and pipe.store.get_chunk(lost.name) is None
     assert fs.exists(recent.name) and fs.exists(live.name)
-    assert stalled(pipe, tmp_path, code=ExitCode.OK)["stalled"] == 0
+    assert stalled(pipe, tmp_path, "--metrics-file", str(textfile), code=ExitCode.OK)["stalled"] == 0
+    assert 'reclaim_stalled_chunks{binding="fs-tier2"} 0.0' in textfile.read_text()
 
 
-def test_flags_of_stalled_are_refused_with_inflight(pipe: Pipeline, tmp_path: Path) -> None:
+def test_flags_of_stalled_are_refused_with_inflight_and_a_bad_metrics_file_before_anything(
+        pipe: Pipeline, tmp_path: Path) -> None:
     result = run_reclaim("deletions", "inflight", "--resend", env=env_of(pipe, tmp_path), timeout=60)
     assert result.returncode == ExitCode.USAGE
     assert result.stderr.strip() == "reclaim: error: --resend only go(es) with stalled"
+    refused = run_reclaim("deletions", "stalled", "--metrics-file", str(tmp_path / "no-dir" / "s.prom"),
+                          env=env_of(pipe, tmp_path), timeout=60)
+    assert refused.returncode == ExitCode.UNAVAILABLE
+    assert refused.stderr.strip().endswith(f"there is no directory {tmp_path / 'no-dir'}; nothing was checked")

@@ -95,7 +95,19 @@ def test_the_audit_gauges_are_written_as_a_textfile(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [path]  # written atomically: no temporary file left
 
 
+def test_the_stalled_gauges_are_a_textfile_of_their_own(tmp_path: Path) -> None:
+    audit, stalled = tmp_path / "reclaim_audit.prom", tmp_path / "reclaim_stalled.prom"
+    storage_metrics.write_textfile(audit, {"fs-tier2": 1}, finished_at=1_700_000_000.0)
+    storage_metrics.write_stalled_textfile(stalled, {"fs-tier2": 4, "s3-tier2": 0}, finished_at=1_700_000_060.0)
+    found = {(s.name, tuple(sorted(s.labels.items())), s.value)
+             for family in text_string_to_metric_families(stalled.read_text()) for s in family.samples}
+    assert found == {("reclaim_stalled_chunks", (("binding", "fs-tier2"),), 4.0),
+                     ("reclaim_stalled_chunks", (("binding", "s3-tier2"),), 0.0),
+                     ("reclaim_stalled_last_run_timestamp_seconds", (), 1_700_000_060.0)}
+    assert "reclaim_stalled" not in audit.read_text()  # node_exporter reads both files: no family twice
+
+
 def test_the_audit_textfile_refuses_negative_counts(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="orphan counts must be >= 0"):
+    with pytest.raises(ValueError, match="counts must be >= 0"):
         storage_metrics.write_textfile(tmp_path / "a.prom", {"s3-tier2": -1})
     assert not (tmp_path / "a.prom").exists()
