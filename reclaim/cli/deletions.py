@@ -120,8 +120,8 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     deletions.add_argument("--older-than", type=parse_grace, default=STALLED_AFTER_S, metavar="DURATION",
                            help="stalled: how long ago a chunk must have been retired: 3600, 90s, 15m, 1h, 2d "
                                 "(default 1d)")
-    deletions.add_argument("--limit", type=parse_limit, default=DEFAULT_LIMIT, help="stalled: names listed per binding "
-                                                                          "(default 20)")
+    deletions.add_argument("--limit", type=parse_limit, default=DEFAULT_LIMIT,
+                           help=f"stalled: names listed per binding (default {DEFAULT_LIMIT})")
     deletions.add_argument("--resend", action="store_true",
                            help="stalled: publish their pending deletes again through phase 1 (needs the broker)")
     deletions.add_argument("--metrics-file", type=Path, metavar="PATH",
