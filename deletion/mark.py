@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import operator
 import threading
 import time
 import uuid
@@ -15,15 +14,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reclaim.deletion import metrics
-from reclaim.deletion.records import pending_deletes_for
+from reclaim.deletion.records import mark_records
 from reclaim.errors import ReclaimError
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.segments.garbage import PreparedMark, retire
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, MetadataStore, MetadataTransaction
 
 log = logging.getLogger(__name__)
-
-_ledger_type = operator.attrgetter("ledger_type")
 
 LayoutUpdate = Callable[[MetadataTransaction, Sequence[ChunkRecord]], None]
 
@@ -186,12 +183,13 @@ class LedgerDeletionService:
         txn.put_mark(MarkRecord(mark_id, MarkState.COMMITTED, self._clock()))
 
     def _publish(self, chunks: Sequence[ChunkRecord], mark_id: str) -> set[str]:
-        records = pending_deletes_for(chunks, mark_id, int(self._clock() * 1000))
+        records = mark_records(chunks, mark_id, int(self._clock() * 1000))
         failed_records = self._publisher.publish(records) if records else []
         failed = {record.chunk_name for record in failed_records}
         # A chunk's records count as sent only when all of them were confirmed, as the chunk is marked.
-        sent = Counter(map(_ledger_type, records) if not failed else
-                       (record.ledger_type for record in records if record.chunk_name not in failed))
+        types = records.ledger_types()
+        sent = Counter(types if not failed else (ledger_type for ledger_type, name in
+                                                 zip(types, records.chunk_names(), strict=True) if name not in failed))
         for ledger_type, count in sent.items():
             metrics.PENDING_DELETES_SENT.labels(metrics.snake(ledger_type.name)).inc(count)
         if failed:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import operator
+import secrets
 import struct
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
 
 from reclaim.deletion.ownership import LEDGER_TYPE_OF_TIER_NAME, component_of
 from reclaim.schemas.base import check_millis
+from reclaim.schemas.codec import RecordCodec, zigzag_varint
+from reclaim.schemas.errors import RecordEncodeError
 from reclaim.schemas.ledger import ChunkLocation as RecordLocation
 from reclaim.schemas.ledger import LedgerType, OffloadContext, PendingDeleteLedgerInfo, ledger_id_for
 from reclaim.storage.chunks import ChunkLocation
@@ -83,30 +87,33 @@ class _MarkBatch:
 
     def records(self, chunk: ChunkRecord) -> list[PendingDeleteLedgerInfo]:
         """The records that delete every copy of ``chunk``, in the order of its locations."""
+        return [self.record(chunk, location) for location in chunk.locations]
+
+    def record(self, chunk: ChunkRecord, location: ChunkLocation) -> PendingDeleteLedgerInfo:
+        """The record that deletes the copy of ``chunk`` at ``location``."""
         tags = chunk.tags
-        component = component_of(tags.component)
-        ledger_id = ledger_id_for(chunk.name)
-        records = []
-        for location in chunk.locations:
-            ledger_type = LEDGER_TYPE_OF_TIER_NAME[location.tier._name_]
-            records.append(PendingDeleteLedgerInfo.from_checked({
-                "topic_name": tags.stream,
-                "ledger_component": component,
-                "ledger_type": ledger_type,
-                "ledger_id": ledger_id,
-                "chunk_name": chunk.name,
-                "segment_name": chunk.segment,
-                "storage_binding": location.binding,
-                "location": RecordLocation.from_checked({"key": location.key, "bucket": location.bucket}),
-                "mark_id": self._mark_id,
-                "created_at": self._created_at,
-                "cursor_name": None,
-                "schema_id": None,
-                "offload_context": (self._offload_context(chunk, location)
-                                    if ledger_type is LedgerType.OFFLOAD_LEDGER else None),
-                "owner_epoch": tags.writer_epoch,
-            }))
-        return records
+        ledger_type = LEDGER_TYPE_OF_TIER_NAME[location.tier._name_]
+        return PendingDeleteLedgerInfo.from_checked({
+            "topic_name": tags.stream,
+            "ledger_component": component_of(tags.component),
+            "ledger_type": ledger_type,
+            "ledger_id": ledger_id_for(chunk.name),
+            "chunk_name": chunk.name,
+            "segment_name": chunk.segment,
+            "storage_binding": location.binding,
+            "location": RecordLocation.from_checked({"key": location.key, "bucket": location.bucket}),
+            "mark_id": self._mark_id,
+            "created_at": self._created_at,
+            "cursor_name": None,
+            "schema_id": None,
+            "offload_context": (self._offload_context(chunk, location)
+                                if ledger_type is LedgerType.OFFLOAD_LEDGER else None),
+            "owner_epoch": tags.writer_epoch,
+        })
+
+    def copy_uuid(self, location: ChunkLocation) -> tuple[int, int]:
+        """The (msb, lsb) of the copy's uuid, as its offload context holds them."""
+        return _copy_uuid_halves(self._uuid_prefix, location)
 
 
 def pending_deletes(chunk: ChunkRecord, mark_id: str, created_at_ms: int) -> list[PendingDeleteLedgerInfo]:
@@ -119,3 +126,161 @@ def pending_deletes_for(chunks: Iterable[ChunkRecord], mark_id: str,
     """All records of one mark batch, in chunk order."""
     batch = _MarkBatch(mark_id, created_at_ms)
     return [record for chunk in chunks for record in batch.records(chunk)]
+
+
+class MarkRecords(Sequence[PendingDeleteLedgerInfo]):
+    """The records of one mark, one per copy of each chunk in chunk order, as a sequence built on reading.
+
+    Phase 1 sends them without building them: :meth:`encoded` writes each record's bytes from a template
+    of its shape (what a segment's copies in one binding share: everything but the chunk name, the key,
+    the ledger id and the copy's uuid), which is made once per shape by the codec itself and checked
+    against the codec's own bytes for the first record of that shape. Only the records a caller reads (a
+    publish that failed, say) are ever built.
+    """
+
+    def __init__(self, chunks: Iterable[ChunkRecord], mark_id: str, created_at_ms: int) -> None:
+        self._batch = _MarkBatch(mark_id, created_at_ms)
+        self._copies = [(chunk, location) for chunk in chunks for location in chunk.locations]
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    @overload
+    def __getitem__(self, index: int) -> PendingDeleteLedgerInfo: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[PendingDeleteLedgerInfo]: ...
+
+    def __getitem__(self, index: int | slice) -> PendingDeleteLedgerInfo | list[PendingDeleteLedgerInfo]:
+        if isinstance(index, slice):
+            return [self._batch.record(chunk, location) for chunk, location in self._copies[index]]
+        chunk, location = self._copies[index]
+        return self._batch.record(chunk, location)
+
+    def __iter__(self) -> Iterator[PendingDeleteLedgerInfo]:
+        return (self._batch.record(chunk, location) for chunk, location in self._copies)
+
+    def chunk_names(self) -> list[str]:
+        """Each record's chunk name, in order (the key it is sent under)."""
+        return [chunk.name for chunk, _ in self._copies]
+
+    def ledger_types(self) -> list[LedgerType]:
+        """Each record's ledger type, in order."""
+        return [LEDGER_TYPE_OF_TIER_NAME[location.tier._name_] for _, location in self._copies]
+
+    def encoded(self, codec: RecordCodec, topic: str) -> list[bytes]:
+        """``codec.encode_all(self, topic)``, the same bytes, written from each shape's template."""
+        templates: dict[tuple[int, str, str, str | None, str], _Template | None] = {}
+        values: list[bytes] = []
+        batch = self._batch
+        shape: tuple[int, str, str, str | None, str] | None = None
+        template: _Template | None = None
+        for chunk, location in self._copies:
+            # A segment's copies come one after the other: its shape is looked up once for all of them.
+            copy_shape = (id(chunk.tags), chunk.segment, location.binding, location.bucket, location.tier._name_)
+            if copy_shape != shape:
+                shape = copy_shape
+                template = templates.get(shape, _UNSEEN)
+                if template is _UNSEEN:
+                    template = templates[shape] = _Template.of(batch, chunk, location, codec, topic)
+            if template is None:  # a shape the codec writes otherwise: each record through the codec
+                values += codec.encode_all([batch.record(chunk, location)], topic)
+            else:
+                values.append(template.render(batch, chunk, location))
+        return values
+
+
+def mark_records(chunks: Iterable[ChunkRecord], mark_id: str, created_at_ms: int) -> MarkRecords:
+    """All records of one mark batch, in chunk order, built only when read (see :class:`MarkRecords`)."""
+    return MarkRecords(chunks, mark_id, created_at_ms)
+
+
+#: What differs between the records of one shape, in the order a template's values are given.
+_LEDGER_ID, _UUID_MSB, _UUID_LSB, _CHUNK_NAME, _KEY = range(5)
+_UNSEEN: Any = object()
+
+
+def _string_bytes(text: str) -> bytes:
+    """An Avro string: its UTF-8 length as a long, then its UTF-8 bytes."""
+    data = text.encode()
+    return zigzag_varint(len(data)) + data
+
+
+class _Template:
+    """The bytes of one shape's records with holes for what differs between them.
+
+    ``constants`` are the bytes around the holes (one more than there are holes); ``pick`` takes the
+    holes' values, in the order the holes come, from the values given in ``_LEDGER_ID`` .. ``_KEY`` order.
+    """
+
+    def __init__(self, constants: tuple[bytes, ...], holes: tuple[int, ...], with_uuid: bool) -> None:
+        # The record's pieces in order, the holes' places empty (every other one): filled by one slice
+        # assignment a record.
+        self._pieces: list[bytes] = [piece for constant in constants[:-1] for piece in (constant, b"")]
+        self._pieces.append(constants[-1])
+        self._pick = operator.itemgetter(*holes) if len(holes) > 1 else (lambda values: (values[holes[0]],))
+        self._with_uuid = with_uuid
+
+    @classmethod
+    def of(cls, batch: _MarkBatch, chunk: ChunkRecord, location: ChunkLocation, codec: RecordCodec,
+           topic: str) -> _Template | None:
+        """The template of the shape of ``chunk``'s copy at ``location``, or None when the codec's bytes for a
+        probe of it (its varying fields set to values that occur nowhere else) do not make one that writes
+        this very record as the codec does."""
+        real = batch.record(chunk, location)
+        probe, marks = _probe(real)
+        try:
+            probe_bytes, real_bytes = codec.encode_all([probe, real], topic)
+        except RecordEncodeError:
+            return None  # the records go through the codec one by one, which says what is wrong
+        holes: list[tuple[int, int, int]] = []  # (start, end, which)
+        for which, mark in marks.items():
+            start = probe_bytes.find(mark)
+            while start >= 0:
+                holes.append((start, start + len(mark), which))
+                start = probe_bytes.find(mark, start + len(mark))
+        holes.sort()
+        constants: list[bytes] = []
+        end = 0
+        for start, stop, _ in holes:
+            if start < end:
+                return None  # two marks overlap: no template
+            constants.append(probe_bytes[end:start])
+            end = stop
+        constants.append(probe_bytes[end:])
+        if not holes:
+            return None
+        template = cls(tuple(constants), tuple(which for _, _, which in holes),
+                       any(which in (_UUID_MSB, _UUID_LSB) for _, _, which in holes))
+        return template if template.render(batch, chunk, location) == real_bytes else None
+
+    def render(self, batch: _MarkBatch, chunk: ChunkRecord, location: ChunkLocation) -> bytes:
+        """The bytes of the record of ``chunk``'s copy at ``location``."""
+        name = chunk.name.encode()
+        ledger_id = ledger_id_for(chunk.name)
+        msb, lsb = batch.copy_uuid(location) if self._with_uuid else (0, 0)
+        values = (zigzag_varint(ledger_id), zigzag_varint(msb), zigzag_varint(lsb),
+                  zigzag_varint(len(name)) + name, _string_bytes(location.key))
+        pieces = self._pieces.copy()
+        pieces[1::2] = self._pick(values)
+        return b"".join(pieces)
+
+
+def _probe(record: PendingDeleteLedgerInfo) -> tuple[PendingDeleteLedgerInfo, dict[int, bytes]]:
+    """``record`` with its ledger id, copy uuid, chunk name and key set to random values, and the bytes each
+    of those values is written as."""
+    token = secrets.token_hex(16)
+    name, key = f"reclaim-probe-{token}-name", f"reclaim-probe-{token}-key"
+    # Nine-byte longs (bit 61 set, so never fewer), random: their bytes occur nowhere else.
+    ledger_id, msb, lsb = (secrets.randbits(61) | 1 << 61 for _ in range(3))
+    fields = dict(record.__dict__, ledger_id=ledger_id, chunk_name=name,
+                  location=RecordLocation.from_checked({"key": key, "bucket": record.location.bucket}))
+    context = record.offload_context
+    if context is not None:
+        metadata = tuple((k, key if v == record.location.key else v) for k, v in context.metadata)
+        fields["offload_context"] = OffloadContext.from_checked(
+            dict(context.__dict__, uuid_msb=msb, uuid_lsb=lsb, metadata=metadata))
+    marks = {_LEDGER_ID: zigzag_varint(ledger_id), _CHUNK_NAME: _string_bytes(name), _KEY: _string_bytes(key)}
+    if context is not None:
+        marks |= {_UUID_MSB: zigzag_varint(msb), _UUID_LSB: zigzag_varint(lsb)}
+    return PendingDeleteLedgerInfo.from_checked(fields), marks

@@ -287,6 +287,10 @@ def _zigzag_varint(value: int) -> bytes:
     return (spread | _CONTINUATION[size]).to_bytes(size, "little")
 
 
+#: Avro's int/long bytes, for what writes Avro bodies outside this module (phase 1's record templates).
+zigzag_varint = _zigzag_varint
+
+
 #: The high bit of every byte but the last, for a varint of ``size`` bytes (a long takes at most 10).
 _CONTINUATION = tuple(sum(0x80 << (8 * byte) for byte in range(size - 1)) for size in range(11))
 #: Two varint bytes, both with the high bit set, per 14-bit group: ``_PAIRS[n & 0x3FFF]``.
