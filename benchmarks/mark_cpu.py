@@ -11,8 +11,10 @@ on what else runs on the machine, as the wall clock does. Two figures per stage:
 Stages, in the order a mark runs them (each the process's CPU between two probes set on the service's
 objects for the run; nothing is probed when this benchmark does not run):
 
-  - build: ``pending_deletes_for`` (one ``PendingDeleteLedgerInfo`` per chunk copy);
-  - encode: the Avro encoding of every record (from the publish's start to its first send);
+  - build: ``mark_records``, the mark's records as a sequence (one ``PendingDeleteLedgerInfo`` per chunk
+    copy, built only when read: since d160014 nearly nothing happens here);
+  - encode: every record's bytes (from the publish's start to its first send): since d160014 written from
+    a template per shape without building the records, so this stage holds what build did before;
   - sign + produce: the signing (HMAC-SHA256, when signed) and the client's ``produce`` calls; librdkafka's
     threads start sending meanwhile, so their CPU in that span is counted here too. The signing alone is
     also measured on its own over the same records (``sign, alone``);
@@ -91,7 +93,7 @@ class Timeline:
 def probed(service: LedgerDeletionService, publisher: KafkaPendingDeletePublisher, store: SQLiteMetadataStore,
            timeline: Timeline) -> Iterator[None]:
     """Probes on these objects (and on ``mark``'s record builder) for one mark; all removed after it."""
-    build, publish, send_all, guarded = (mark_module.pending_deletes_for, publisher.publish, publisher._send_all,
+    build, publish, send_all, guarded = (mark_module.mark_records, publisher.publish, publisher._send_all,
                                          publisher._guarded)
     transaction = store.transaction
 
@@ -131,7 +133,7 @@ def probed(service: LedgerDeletionService, publisher: KafkaPendingDeletePublishe
         finally:
             timeline.enter("other")
 
-    mark_module.pending_deletes_for = building
+    mark_module.mark_records = building
     publisher.publish = publishing
     publisher._send_all = sending
     publisher._guarded = first_guarded
@@ -139,7 +141,7 @@ def probed(service: LedgerDeletionService, publisher: KafkaPendingDeletePublishe
     try:
         yield
     finally:
-        mark_module.pending_deletes_for = build
+        mark_module.mark_records = build
         for name in ("publish", "_send_all", "_guarded"):
             delattr(publisher, name)
         del store.transaction

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import operator
 import secrets
@@ -228,7 +229,7 @@ class _Template:
         probe of it (its varying fields set to values that occur nowhere else) do not make one that writes
         this very record as the codec does."""
         real = batch.record(chunk, location)
-        probe, marks = _probe(real)
+        probe, marks = _probe(batch, chunk, location)
         try:
             probe_bytes, real_bytes = codec.encode_all([probe, real], topic)
         except RecordEncodeError:
@@ -266,21 +267,21 @@ class _Template:
         return b"".join(pieces)
 
 
-def _probe(record: PendingDeleteLedgerInfo) -> tuple[PendingDeleteLedgerInfo, dict[int, bytes]]:
-    """``record`` with its ledger id, copy uuid, chunk name and key set to random values, and the bytes each
+def _probe(batch: _MarkBatch, chunk: ChunkRecord,
+           location: ChunkLocation) -> tuple[PendingDeleteLedgerInfo, dict[int, bytes]]:
+    """The record of a copy of the same shape as ``chunk``'s at ``location``, built as every record is but for
+    a chunk name and a key of random letters, and with a random ledger id and copy uuid; and the bytes each
     of those values is written as."""
     token = secrets.token_hex(16)
     name, key = f"reclaim-probe-{token}-name", f"reclaim-probe-{token}-key"
+    place = dataclasses.replace(location, key=key)
+    record = batch.record(dataclasses.replace(chunk, name=name, locations=(place,)), place)
     # Nine-byte longs (bit 61 set, so never fewer), random: their bytes occur nowhere else.
     ledger_id, msb, lsb = (secrets.randbits(61) | 1 << 61 for _ in range(3))
-    fields = dict(record.__dict__, ledger_id=ledger_id, chunk_name=name,
-                  location=RecordLocation.from_checked({"key": key, "bucket": record.location.bucket}))
+    fields = dict(record.__dict__, ledger_id=ledger_id)
+    marks = {_LEDGER_ID: zigzag_varint(ledger_id), _CHUNK_NAME: _string_bytes(name), _KEY: _string_bytes(key)}
     context = record.offload_context
     if context is not None:
-        metadata = tuple((k, key if v == record.location.key else v) for k, v in context.metadata)
-        fields["offload_context"] = OffloadContext.from_checked(
-            dict(context.__dict__, uuid_msb=msb, uuid_lsb=lsb, metadata=metadata))
-    marks = {_LEDGER_ID: zigzag_varint(ledger_id), _CHUNK_NAME: _string_bytes(name), _KEY: _string_bytes(key)}
-    if context is not None:
+        fields["offload_context"] = OffloadContext.from_checked(dict(context.__dict__, uuid_msb=msb, uuid_lsb=lsb))
         marks |= {_UUID_MSB: zigzag_varint(msb), _UUID_LSB: zigzag_varint(lsb)}
     return PendingDeleteLedgerInfo.from_checked(fields), marks
