@@ -35,6 +35,7 @@ from reclaim.deletion import metrics
 from reclaim.deletion.executor import DeletionExecutor
 from reclaim.deletion.facts import Pending
 from reclaim.deletion.outcomes import ROUTES, Outcome, Route, Verdict, stack_summary
+from reclaim.deletion.shapes import PendingReader
 from reclaim.producers.config import kafka_config
 from reclaim.producers.kafka_errors import check_committed, is_no_offset
 from reclaim.producers.producer import RecordProducer
@@ -118,6 +119,8 @@ class DeletionWorker:
         self._signers = signers_of(PendingDeleteLedgerInfo)
         self._executor = executor
         self._codec = codec
+        # Pending deletes of a shape already read are matched against its template, not decoded again.
+        self._reader = PendingReader.for_codec(codec)
         self._tiers = RetryTiers(config.topics.retries, config.max_attempts)
         self._retry_topics = set(config.topics.retry_topics)
         self._rerouter = Rerouter(producer or RecordProducer(config.bootstrap, "idempotent-producer"),
@@ -289,6 +292,9 @@ class DeletionWorker:
         pending: list[Pending] = []
         undecodable: list[Undecodable] = []
         refusal_of = self._refusal if self._verifier is not None else None
+        reader = self._reader
+        if reader is not None:
+            reader.new_batch()
         for record in polled:
             refusal = refusal_of(record) if refusal_of is not None else None
             if refusal is not None:
@@ -296,7 +302,8 @@ class DeletionWorker:
                 undecodable.append(Undecodable(record, verdict))
                 continue
             try:
-                info = self._codec.decode(record.value or b"", record.topic, PendingDeleteLedgerInfo)
+                info = (reader.decode(record.value or b"", record.topic) if reader is not None else
+                        self._codec.decode(record.value or b"", record.topic, PendingDeleteLedgerInfo))
             except RecordDecodeError as exc:
                 undecodable.append(Undecodable(record, Verdict(Outcome.UNDECODABLE, str(exc), type(exc).__name__,
                                                                stack_summary(exc))))
