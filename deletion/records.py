@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from reclaim.deletion.ownership import LEDGER_TYPE_OF_TIER_NAME, component_of
+from reclaim.deletion.shapes import CHUNK_NAME, KEY, LEDGER_ID, UUID_LSB, UUID_MSB, holes_in, marker_long, string_bytes
 from reclaim.schemas.base import check_millis
 from reclaim.schemas.codec import RecordCodec, zigzag_varint
 from reclaim.schemas.errors import RecordEncodeError
@@ -196,22 +197,14 @@ def mark_records(chunks: Iterable[ChunkRecord], mark_id: str, created_at_ms: int
     return MarkRecords(chunks, mark_id, created_at_ms)
 
 
-#: What differs between the records of one shape, in the order a template's values are given.
-_LEDGER_ID, _UUID_MSB, _UUID_LSB, _CHUNK_NAME, _KEY = range(5)
 _UNSEEN: Any = object()
-
-
-def _string_bytes(text: str) -> bytes:
-    """An Avro string: its UTF-8 length as a long, then its UTF-8 bytes."""
-    data = text.encode()
-    return zigzag_varint(len(data)) + data
 
 
 class _Template:
     """The bytes of one shape's records with holes for what differs between them.
 
     ``constants`` are the bytes around the holes (one more than there are holes); ``pick`` takes the
-    holes' values, in the order the holes come, from the values given in ``_LEDGER_ID`` .. ``_KEY`` order.
+    holes' values, in the order the holes come, from the values given in ``LEDGER_ID`` .. ``KEY`` order.
     """
 
     def __init__(self, constants: tuple[bytes, ...], holes: tuple[int, ...], with_uuid: bool) -> None:
@@ -234,25 +227,11 @@ class _Template:
             probe_bytes, real_bytes = codec.encode_all([probe, real], topic)
         except RecordEncodeError:
             return None  # the records go through the codec one by one, which says what is wrong
-        holes: list[tuple[int, int, int]] = []  # (start, end, which)
-        for which, mark in marks.items():
-            start = probe_bytes.find(mark)
-            while start >= 0:
-                holes.append((start, start + len(mark), which))
-                start = probe_bytes.find(mark, start + len(mark))
-        holes.sort()
-        constants: list[bytes] = []
-        end = 0
-        for start, stop, _ in holes:
-            if start < end:
-                return None  # two marks overlap: no template
-            constants.append(probe_bytes[end:start])
-            end = stop
-        constants.append(probe_bytes[end:])
-        if not holes:
-            return None
-        template = cls(tuple(constants), tuple(which for _, _, which in holes),
-                       any(which in (_UUID_MSB, _UUID_LSB) for _, _, which in holes))
+        shape = holes_in(probe_bytes, marks)
+        if shape is None:
+            return None  # two marks overlap, or none was found: no template
+        constants, holes = shape
+        template = cls(constants, holes, any(which in (UUID_MSB, UUID_LSB) for which in holes))
         return template if template.render(batch, chunk, location) == real_bytes else None
 
     def render(self, batch: _MarkBatch, chunk: ChunkRecord, location: ChunkLocation) -> bytes:
@@ -261,7 +240,7 @@ class _Template:
         ledger_id = ledger_id_for(chunk.name)
         msb, lsb = batch.copy_uuid(location) if self._with_uuid else (0, 0)
         values = (zigzag_varint(ledger_id), zigzag_varint(msb), zigzag_varint(lsb),
-                  zigzag_varint(len(name)) + name, _string_bytes(location.key))
+                  zigzag_varint(len(name)) + name, string_bytes(location.key))
         pieces = self._pieces.copy()
         pieces[1::2] = self._pick(values)
         return b"".join(pieces)
@@ -276,12 +255,11 @@ def _probe(batch: _MarkBatch, chunk: ChunkRecord,
     name, key = f"reclaim-probe-{token}-name", f"reclaim-probe-{token}-key"
     place = dataclasses.replace(location, key=key)
     record = batch.record(dataclasses.replace(chunk, name=name, locations=(place,)), place)
-    # Nine-byte longs (bit 61 set, so never fewer), random: their bytes occur nowhere else.
-    ledger_id, msb, lsb = (secrets.randbits(61) | 1 << 61 for _ in range(3))
+    ledger_id, msb, lsb = marker_long(), marker_long(), marker_long()
     fields = dict(record.__dict__, ledger_id=ledger_id)
-    marks = {_LEDGER_ID: zigzag_varint(ledger_id), _CHUNK_NAME: _string_bytes(name), _KEY: _string_bytes(key)}
+    marks = {LEDGER_ID: zigzag_varint(ledger_id), CHUNK_NAME: string_bytes(name), KEY: string_bytes(key)}
     context = record.offload_context
     if context is not None:
         fields["offload_context"] = OffloadContext.from_checked(dict(context.__dict__, uuid_msb=msb, uuid_lsb=lsb))
-        marks |= {_UUID_MSB: zigzag_varint(msb), _UUID_LSB: zigzag_varint(lsb)}
+        marks |= {UUID_MSB: zigzag_varint(msb), UUID_LSB: zigzag_varint(lsb)}
     return PendingDeleteLedgerInfo.from_checked(fields), marks
