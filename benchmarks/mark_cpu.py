@@ -93,7 +93,9 @@ class Timeline:
 def probed(service: LedgerDeletionService, publisher: KafkaPendingDeletePublisher, store: SQLiteMetadataStore,
            timeline: Timeline) -> Iterator[None]:
     """Probes on these objects (and on ``mark``'s record builder) for one mark; all removed after it."""
-    build, publish, send_all, guarded = (mark_module.mark_records, publisher.publish, publisher._send_all,
+    # The builder mark() calls: mark_records since d160014, pending_deletes_for before (an earlier tree).
+    builder = "mark_records" if hasattr(mark_module, "mark_records") else "pending_deletes_for"
+    build, publish, send_all, guarded = (getattr(mark_module, builder), publisher.publish, publisher._send_all,
                                          publisher._guarded)
     transaction = store.transaction
 
@@ -133,7 +135,7 @@ def probed(service: LedgerDeletionService, publisher: KafkaPendingDeletePublishe
         finally:
             timeline.enter("other")
 
-    mark_module.mark_records = building
+    setattr(mark_module, builder, building)
     publisher.publish = publishing
     publisher._send_all = sending
     publisher._guarded = first_guarded
@@ -141,7 +143,7 @@ def probed(service: LedgerDeletionService, publisher: KafkaPendingDeletePublishe
     try:
         yield
     finally:
-        mark_module.mark_records = build
+        setattr(mark_module, builder, build)
         for name in ("publish", "_send_all", "_guarded"):
             delattr(publisher, name)
         del store.transaction
