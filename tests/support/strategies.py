@@ -109,3 +109,25 @@ records: st.SearchStrategy[AvroRecord] = st.one_of(
     retention_rejects,
 )
 """Any valid record of a top-level type."""
+
+
+@st.composite
+def mutated(draw: st.DrawFn, data: bytes, most: int = 4) -> bytes:
+    """``data`` with 1..``most`` bytes flipped, set, inserted, appended, deleted, or cut off."""
+    out = bytearray(data)
+    for _ in range(draw(st.integers(min_value=1, max_value=most))):
+        position = draw(st.integers(min_value=0, max_value=max(len(out) - 1, 0)))
+        action = draw(st.sampled_from(["flip", "set", "insert", "append", "delete", "truncate"]))
+        if action == "flip" and out:
+            out[position] ^= 1 << draw(st.integers(min_value=0, max_value=7))
+        elif action == "set" and out:
+            out[position] = draw(st.integers(min_value=0, max_value=255))
+        elif action == "insert":
+            out[position:position] = draw(st.binary(min_size=1, max_size=8))
+        elif action == "append":
+            out += draw(st.binary(min_size=1, max_size=8))
+        elif action == "delete":
+            del out[position : position + draw(st.integers(min_value=1, max_value=8))]
+        else:
+            del out[position:]
+    return bytes(out)
