@@ -169,6 +169,10 @@ class Keyring:
     def get(self, key_id: str) -> Key | None:
         return self._keys.get(key_id)
 
+    def current(self) -> Keyring:
+        """Itself: a keyring held in memory never changes (a :class:`~reclaim.security.live.KeyringFile` does)."""
+        return self
+
     def signing_key(self, role: str, subject: str | None = None, prefer: Algorithm | None = None) -> Key | None:
         """The key ``role`` (for ``subject``) signs with now: the last active one listed, of the ``prefer``
         algorithm when it has one; None when this keyring has none."""

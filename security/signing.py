@@ -23,6 +23,7 @@ from prometheus_client import Counter
 from reclaim.logs import LogLimiter
 from reclaim.security.errors import SigningError
 from reclaim.security.keyring import Algorithm, Keyring, KeyStatus
+from reclaim.security.live import KeySource
 
 log = logging.getLogger(__name__)
 
@@ -172,14 +173,24 @@ def _signature(headers: RawHeaders) -> tuple[str, bytes] | Rejection | None:
 
 
 class RecordSigner:
-    """Signs the records one role (or one subscriber) writes, with its keyring's current key for it."""
+    """Signs the records one role (or one subscriber) writes, with its keyring's current key for it.
 
-    def __init__(self, keyring: Keyring, role: str, subject: str | None = None,
+    Given a :class:`~reclaim.security.live.KeyringFile`, it follows the file: a key added after the one it
+    signs with is used from the next record on, and when its key is retired or removed and no other
+    can sign, signing fails (:class:`SigningError`) rather than writing records every verifier refuses.
+    """
+
+    def __init__(self, keyring: KeySource, role: str, subject: str | None = None,
                  prefer: Algorithm | None = None) -> None:
-        key = keyring.signing_key(role, subject, prefer)
+        self._source, self._role, self._subject, self._prefer = keyring, role, subject, prefer
+        self._use(keyring.current())
+
+    def _use(self, keyring: Keyring) -> None:
+        key = keyring.signing_key(self._role, self._subject, self._prefer)
         if key is None:
-            who = f"subscriber {subject!r}" if subject else f"role {role!r}"
+            who = f"subscriber {self._subject!r}" if self._subject else f"role {self._role!r}"
             raise SigningError(f"the keyring has no active key to sign with for {who}")
+        self._keyring = keyring
         self.key = key
         self._kid = key.id.encode()
         self._prefixes: dict[str, bytes] = {}
@@ -190,6 +201,9 @@ class RecordSigner:
 
     def headers(self, topic: str, key: bytes | None, value: bytes) -> Headers:
         """The signature headers of a record of ``topic`` with ``key`` and ``value``."""
+        keyring = self._source.current()
+        if keyring is not self._keyring:
+            self._use(keyring)
         prefix = self._prefixes.get(topic)
         if prefix is None:
             prefix = self._prefixes[topic] = _prefix(self.key.id, topic)
@@ -199,14 +213,19 @@ class RecordSigner:
 class RecordVerifier:
     """Says who signed a record and whether that signer may write it; counts and logs every refusal."""
 
-    def __init__(self, keyring: Keyring, mode: AuthMode = AuthMode.ENFORCE) -> None:
-        self.keyring = keyring
+    def __init__(self, keyring: KeySource, mode: AuthMode = AuthMode.ENFORCE) -> None:
+        self._source = keyring
         self.mode = mode
         self._limiter = LogLimiter()
+        self._prefixes: dict[tuple[str, str], bytes] = {}
+        self._use(keyring.current())
+
+    def _use(self, keyring: Keyring) -> None:
+        """Verify by ``keyring`` from now on (a key file read again: a key retired there is refused)."""
+        self.keyring = keyring
         # Per key id, all a check needs: the key, its HMAC (None for Ed25519), who signs with it.
         self._keys = {k.id: (k, None if k.secret is None else _hmac(k.secret), Signer(k.id, k.role, k.subject))
                       for k in keyring}
-        self._prefixes: dict[tuple[str, str], bytes] = {}
 
     def verify(self, topic: str, key: bytes | None, value: bytes | None, headers: RawHeaders,
                roles: frozenset[str], *, signed_topic: str | None = None) -> Signer | Unauthenticated:
@@ -238,6 +257,9 @@ class RecordVerifier:
 
     def _check(self, topic: str, key: bytes | None, value: bytes, headers: RawHeaders,
                roles: frozenset[str]) -> Signer | Unauthenticated:
+        keyring = self._source.current()
+        if keyring is not self.keyring:
+            self._use(keyring)
         found = _signature(headers)
         if found is None:
             if self.mode is AuthMode.ROLLOUT:

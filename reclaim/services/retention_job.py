@@ -6,7 +6,8 @@ import logging
 import math
 import re
 import threading
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -15,6 +16,8 @@ from reclaim.exits import Unavailable, UsageError
 from reclaim.localstack.procs import stop_on_signals
 from reclaim.retention.spark_auth import JobKeys, job_keys
 from reclaim.security.errors import SigningError
+from reclaim.security.keyring import Keyring
+from reclaim.security.live import KeyringFile
 from reclaim.security.signing import AuthMode
 from reclaim.services import client_security, preflight, runtime
 from reclaim.settings import AWS_S3, Settings
@@ -136,15 +139,17 @@ def checkpoint_store(settings: RetentionJobSettings) -> S3aStore | None:
                     secret_key=settings.s3_secret_key, session_token=settings.s3_session_token)
 
 
-def executor_keys(settings: Settings) -> JobKeys | None:
+def executor_keys(settings: Settings, keyring: Keyring | None = None) -> JobKeys | None:
     """What the job's executors verify inputs by and sign truncation events with, from the keyring read here,
-    on the driver: executors read no file, the keys travel inside the job (``reclaim.retention.spark_auth``).
+    on the driver (``keyring``: as last read, else the file): executors read no file, the keys travel inside
+    the job (``reclaim.retention.spark_auth``).
 
     None without a keyring. A keyring without an ed25519 key of the retention-job role is a
     :class:`~reclaim.security.errors.SigningError` (one line), unless record_auth is off or in rollout, where
     the events go unsigned (and an applier with a keyring refuses them).
     """
-    keyring = runtime.keyring(settings)
+    if keyring is None:
+        keyring = runtime.keyring(settings)
     mode = None if keyring is None or settings.record_auth == "off" else AuthMode(settings.record_auth or "enforce")
     if mode is None:
         log.warning("record authentication is off (no keyring, or record_auth=off): the retention job obeys inputs "
@@ -158,6 +163,23 @@ def executor_keys(settings: Settings) -> JobKeys | None:
             raise
         log.warning("%s: the job's truncation events go unsigned", exc)
     return None if mode is None else job_keys(keyring, mode, sign=False)
+
+
+class KeyWatch:
+    """The job's keys as the keyring file changes: the executors' keys travel inside the query, so a key
+    retired or added reaches them only in a query started again (from its checkpoint) with the new keys."""
+
+    def __init__(self, settings: Settings, keys: KeyringFile) -> None:
+        self.settings, self.keys = settings, keys
+        self._seen = keys.current()
+
+    def changed(self) -> JobKeys | None:
+        """The executors' new keys when the file changed since last asked; None when it has not."""
+        keyring = self.keys.current()
+        if keyring is self._seen:
+            return None
+        self._seen = keyring
+        return executor_keys(self.settings, keyring)
 
 
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
@@ -179,7 +201,9 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
             raise Unavailable(f"the executors cannot run the retention job: {'; '.join(problems)}")
         if once:
             return _report(run_available(spark, config, stop=stop), failure=None)
-        return _supervise(start_retention_job(spark, config), stop)
+        keys = runtime.keyring_file(settings) if config.keys is not None else None
+        watch = None if keys is None else KeyWatch(settings, keys)
+        return _supervise(lambda keyed: start_retention_job(spark, keyed), config, stop, watch)
     except RetentionJobError as exc:
         log.error("%s", exc)
         return 1
@@ -187,14 +211,24 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
         spark.stop()
 
 
-def _supervise(job: RetentionJob, stop: threading.Event) -> int:
-    """Wait for the query to end or for ``stop``; 1 if the query failed."""
+def _supervise(start: Callable[[RetentionJobConfig], RetentionJob], config: RetentionJobConfig,
+               stop: threading.Event, watch: KeyWatch | None) -> int:
+    """Run the query until it ends or ``stop``, starting it again with the new keys whenever ``watch`` sees
+    the keyring change; 1 if the query failed."""
+    jobs = [start(config)]  # the running query last; those before it are stopped
+    batches: list[BatchSummary] = []
     try:
-        while job.query.isActive and not stop.wait(0.5):
-            pass
-        failure = job.query.exception()
+        while jobs[-1].query.isActive and not stop.wait(0.5):
+            keys = None if watch is None else watch.changed()
+            if keys is not None:
+                log.info("the keyring changed: restarting the retention query with the new keys")
+                batches += jobs.pop().stop()
+                config = replace(config, keys=keys)
+                jobs.append(start(config))
+        failure = jobs[-1].query.exception()
     finally:
-        batches = job.stop()
+        if jobs:
+            batches += jobs[-1].stop()
     return _report(batches, None if failure is None else str(failure))
 
 

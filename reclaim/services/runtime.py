@@ -15,6 +15,7 @@ from reclaim.producers.producer import RecordProducer
 from reclaim.producers.topics import TopicNames
 from reclaim.schemas.codec import RecordCodec, build_codec
 from reclaim.security.keyring import Algorithm, Keyring, load_keyring
+from reclaim.security.live import KeyringFile
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
 from reclaim.services import client_security, preflight
 from reclaim.settings import AWS_S3, Settings
@@ -97,10 +98,17 @@ def keyring(settings: Settings) -> Keyring | None:
     return None if settings.keyring is None else load_keyring(settings.keyring)
 
 
+def keyring_file(settings: Settings) -> KeyringFile | None:
+    """The keyring of this process as its running signers and verifiers follow it (read again when it
+    changes), or None when it has none."""
+    return None if settings.keyring is None else KeyringFile(settings.keyring)
+
+
 def record_verifier(settings: Settings) -> RecordVerifier | None:
-    """What checks the signatures of the records this process obeys; None when record authentication is
-    off (no keyring, or ``record_auth=off``), which is logged once as a warning."""
-    keys = keyring(settings) if settings.record_auth != "off" else None
+    """What checks the signatures of the records this process obeys, following the keyring file as it
+    changes; None when record authentication is off (no keyring, or ``record_auth=off``), which is logged
+    once as a warning."""
+    keys = keyring_file(settings) if settings.record_auth != "off" else None
     if keys is None:
         log.warning("record authentication is off (no keyring: set RECLAIM_KEYRING): records from anyone who can "
                     "write reclaim's topics are obeyed")
@@ -113,10 +121,10 @@ def record_signer(settings: Settings, role: str, subject: str | None = None,
     """What signs the records this process writes as ``role``: None without a keyring; a keyring without
     a key for the role is a :class:`~reclaim.security.errors.SigningError` (one line), unless record_auth is
     off or in rollout, where the records go unsigned."""
-    keys = keyring(settings)
+    keys = keyring_file(settings)
     if keys is None:
         return None
-    if keys.signing_key(role, subject) is None and settings.record_auth in ("off", "rollout"):
+    if keys.current().signing_key(role, subject) is None and settings.record_auth in ("off", "rollout"):
         log.warning("the keyring has no key for role %s: its records go unsigned", role)
         return None
     return RecordSigner(keys, role, subject, prefer)
