@@ -99,6 +99,23 @@ def validate(topology: Topology, cut: StreamCut) -> None:
     _check_causal(topology, found)
 
 
+def held_to_sealed_lengths(topology: Topology, cut: StreamCut) -> StreamCut:
+    """``cut`` with each offset beyond its segment's sealed length lowered to that length; else ``cut`` itself.
+
+    A cut past a segment's end and one at its end say the same: the whole segment was read. Only the
+    sealed segments' final lengths are known here, so an active segment's offset is left as it is.
+
+    Examples
+    --------
+    >>> t = Topology.of([[(0, 0.0, 0.5), (1, 0.5, 1.0)]], {1: 80})
+    >>> held_to_sealed_lengths(t, StreamCut.from_mapping({0: 500, 1: 100})).as_dict()
+    {0: 500, 1: 80}
+    """
+    offsets = cut.as_dict()
+    held = {segment: min(offset, topology.sealed_lengths.get(segment, offset)) for segment, offset in offsets.items()}
+    return cut if held == offsets else StreamCut.from_mapping(held)
+
+
 def _check_offsets(topology: Topology, found: Mapping[SegmentRange, int]) -> None:
     for segment, offset in sorted(found.items(), key=lambda item: item[0].segment_id):
         if offset < UNREACHED:

@@ -50,6 +50,7 @@ def dump_state(state: StreamRetentionState) -> bytes:
         "retention": [_record(r) for r in state.retention.records],
         "recorded": None if state.last_recorded is None else _record(state.last_recorded),
         "last": None if state.last_emitted is None else _cut(state.last_emitted),
+        "refused": state.last_emitted_refused,
     }
     return json.dumps(data, separators=(",", ":")).encode()
 
@@ -73,4 +74,5 @@ def load_state(cls: type[StreamRetentionState], raw: bytes) -> StreamRetentionSt
     recorded = data.get("recorded")
     state.last_recorded = state.retention.latest if recorded is None else _unrecord(state.stream, recorded)
     state.last_emitted = None if data["last"] is None else _uncut(data["last"])
+    state.last_emitted_refused = bool(data.get("refused", False))  # absent from states written before it was kept
     return state

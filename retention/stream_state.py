@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reclaim.retention import cuts
 from reclaim.retention.decision import decide
@@ -87,6 +87,9 @@ class StreamRetentionState:
         self.retention = RetentionSet()
         self.last_recorded: StreamCutRecord | None = None
         self.last_emitted: StreamCut | None = None
+        # The last emitted cut was past a sealed segment's end, so the controller refused it: it is held
+        # at that end now (last_emitted), and the held cut may be emitted although it equals it.
+        self.last_emitted_refused = False
 
     def apply(self, record: InputRecord, now_ms: int) -> Rejection | None:
         """Fold one input record into the state; a refused record changes nothing and says why."""
@@ -129,6 +132,36 @@ class StreamRetentionState:
         self.deleted = record.state is TopologyState.DELETED
         if record.epochs:
             self.topology = topology_of(record)
+            self._hold_to_sealed_lengths(self.topology)
+
+    def _hold_to_sealed_lengths(self, topology: Topology) -> None:
+        """Lower every kept cut's offsets past a sealed segment's end to that end.
+
+        Only the controller knows an active segment's length, so a cut accepted while its segment was
+        active may name an offset the segment never reaches once it seals. At the sealed end the cut
+        says the same (the whole segment was read) and is a position of the stream again. Left past
+        it, the job would decide a truncation the controller refuses, and the subscriber's every cut
+        at the sealed end would be refused as CUT_BEHIND. A cut that arrives after the seal is
+        checked against the sealed length instead (INVALID_CUT).
+        """
+        for subscriber in self.registry:
+            held = None if subscriber.cut is None else cuts.held_to_sealed_lengths(topology, subscriber.cut)
+            if held is not None and held != subscriber.cut:
+                logger.info("subscriber cut held to sealed lengths stream=%s subscriber=%s cut=%s",
+                            self.stream, subscriber.name, held.as_dict())
+                self.registry.set_cut(subscriber.name, held)
+        self.retention = RetentionSet(tuple(
+            replace(record, cut=cuts.held_to_sealed_lengths(topology, record.cut))
+            for record in self.retention.records))
+        if self.last_recorded is not None:
+            self.last_recorded = replace(self.last_recorded,
+                                         cut=cuts.held_to_sealed_lengths(topology, self.last_recorded.cut))
+        if self.last_emitted is not None:
+            held = cuts.held_to_sealed_lengths(topology, self.last_emitted)
+            if held != self.last_emitted:
+                logger.info("last truncation was past a sealed end, held to it stream=%s cut=%s",
+                            self.stream, held.as_dict())
+                self.last_emitted, self.last_emitted_refused = held, True
 
     def _known_topology(self) -> Topology:
         """The stream's topology; a stream with none (never published, or deleted) is unknown."""
@@ -177,11 +210,11 @@ class StreamRetentionState:
         bound = self.lower_bound() if limits.by_consumption else StreamCut()
         decision = decide(limits, self.retention, bound, now_ms, self.topology)
         cut = decision.cut
-        if cut is None or cut == self.last_emitted:
+        if cut is None or (cut == self.last_emitted and not self.last_emitted_refused):
             return None
         if self.last_emitted is not None and not cuts.is_at_or_after(self.topology, cut, self.last_emitted):
             return None
-        self.last_emitted = cut
+        self.last_emitted, self.last_emitted_refused = cut, False
         self.retention = self.retention.drop_through(self.topology, cut)
         reason = TruncationReason.CONSUMPTION if decision.rule.at_bound else TruncationReason(limits.kind.value)
         logger.debug("truncation decided stream=%s rule=%s", self.stream, decision.rule.name)
