@@ -27,11 +27,16 @@ from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 from reclaim.errors import ReclaimError
 from reclaim.producers.config import kafka_config
+from reclaim.retention.errors import RetentionError
+from reclaim.retention.minimums import inside_minimum
+from reclaim.retention.stream_state import topology_of
+from reclaim.schemas.base import millis_now
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
-from reclaim.schemas.streams import StreamCut, TruncationEvent
+from reclaim.schemas.streams import StreamCut, StreamCutRecord, TruncationEvent, TruncationReason
+from reclaim.schemas.topology import StreamTopology
 from reclaim.security.rules import authorize_truncation, signers_of
-from reclaim.security.signing import RawHeaders, RecordVerifier, Signer, Unauthenticated
+from reclaim.security.signing import RawHeaders, RecordVerifier, Rejection, Signer, Unauthenticated
 from reclaim.segments.stream_errors import StreamNotFoundError
 from reclaim.segments.stream_model import StreamRecord
 
@@ -64,6 +69,18 @@ class Truncator(Protocol):
         past it already."""
         ...
 
+    def topology(self, stream: str) -> StreamTopology:
+        """The stream's epochs and sealed lengths as the store holds them."""
+        ...
+
+    def tail_cut(self, stream: str) -> tuple[StreamCut, int]:
+        """The cut at the stream's tail and its size (bytes written since it began)."""
+        ...
+
+    def recorded_cut(self, stream: str, at_ms: int) -> StreamCutRecord | None:
+        """The newest cut the retention recorder took of ``stream`` at or before ``at_ms``."""
+        ...
+
 
 class Applied(enum.Enum):
     """What became of one truncation event."""
@@ -86,13 +103,15 @@ for _applied in Applied:
 
 def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, topic: str, where: str, *,
                 key: bytes | None = None, headers: RawHeaders = None,
-                verifier: RecordVerifier | None = None) -> Applied:
+                verifier: RecordVerifier | None = None, now_ms: int | None = None) -> Applied:
     """Verify one record, decode it, check it against the stream's policy and apply it; every outcome but
     RETRY is final for its offset.
 
     With a ``verifier``, only an event signed by a key that may write truncation events is read at all;
     then a MANUAL one needs an admin's key and any other the retention job's, with a reason the stream's
     stored policy gives. Without one (record authentication off), the reason must still fit the policy.
+    Either way a TIME, SIZE or CONSUMPTION truncation must keep the policy's minimum, as this controller
+    knows it (``now_ms``: its clock, by default the system's): see :mod:`reclaim.retention.minimums`.
     """
     signer = None
     if verifier is not None:
@@ -114,7 +133,7 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
             # Decided for a deleted stream of the same name: its cut would cut the new stream's bytes.
             log.warning("truncation event for %s at %s predates the stream's creation: skipped", event.stream, where)
             return Applied.UNKNOWN_STREAM
-        refusal = _refusal(event, signer, stream)
+        refusal = _refusal(event, signer, stream) or _inside_minimum(truncator, event, stream, now_ms or millis_now())
         if refusal is not None:
             if verifier is not None:
                 verifier.refused(topic, refusal)
@@ -147,6 +166,26 @@ def _refusal(event: TruncationEvent, signer: Signer | None, stream: StreamRecord
         if refusal is None:
             return None
     return refusal
+
+
+def _inside_minimum(truncator: Truncator, event: TruncationEvent, stream: StreamRecord,
+                    now_ms: int) -> Unauthenticated | None:
+    """AGAINST_POLICY when a policy truncation would remove what the stored policy's minimum keeps."""
+    if event.reason is TruncationReason.MANUAL:
+        return None
+    policy = stream.policy
+    try:
+        topology = topology_of(truncator.topology(event.stream))
+        _, size_now = truncator.tail_cut(event.stream)
+        floor_ms = now_ms - policy.min_limit
+        why = inside_minimum(policy, event.cut, topology, size_now, truncator.recorded_cut(event.stream, floor_ms),
+                             floor_ms)
+    except RetentionError as exc:  # a cut that does not fit the stream: refused whole (a valid one always fits)
+        why = f"it cannot be checked against the policy's minimum: {exc}"
+    if why is None:
+        return None
+    return Unauthenticated(Rejection.AGAINST_POLICY, f"a {event.reason.name} truncation of {event.stream} is inside "
+                           f"its policy's minimum: {why}")
 
 
 def _signed_by(signer: Signer | None) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -102,7 +102,7 @@ class KeyringFile:
             return None
 
 
-def _changes(before: dict[str, object], after: dict[str, object]) -> str:
+def _changes(before: Mapping[str, object], after: Mapping[str, object]) -> str:
     """What changed, by key id (never any key material)."""
     added = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from reclaim.schemas.streams import RetentionPolicy
+from reclaim.schemas.streams import RetentionPolicy, StreamCut, StreamCutRecord
 from reclaim.segments.ids import SegmentId, TxnId
 from reclaim.segments.stream_model import (
     EpochRecord,
@@ -78,6 +78,18 @@ CREATE TABLE IF NOT EXISTS controller_truncations (
 CREATE TABLE controller_truncations (
     stream TEXT COLLATE "C" NOT NULL, source TEXT COLLATE "C" NOT NULL, cut TEXT NOT NULL, reason TEXT NOT NULL,
     signer TEXT NOT NULL, state TEXT NOT NULL, recorded_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (stream, source))
+"""}),
+    # The cuts the retention recorder took, kept for the applier's check of a truncation against the time minimum.
+    Migration(3, {
+        "sqlite": """
+CREATE TABLE IF NOT EXISTS controller_recorded (
+    stream TEXT NOT NULL, recorded_at INTEGER NOT NULL, size INTEGER NOT NULL, cut TEXT NOT NULL,
+    PRIMARY KEY (stream, recorded_at))
+""",
+        "postgresql": """
+CREATE TABLE controller_recorded (
+    stream TEXT COLLATE "C" NOT NULL, recorded_at BIGINT NOT NULL, size BIGINT NOT NULL, cut TEXT NOT NULL,
+    PRIMARY KEY (stream, recorded_at))
 """}),
 )
 
@@ -154,6 +166,15 @@ class _Queries(Queries):
                "WHERE stream = ? ORDER BY recorded_at, source")
         return [JournalEntry(row[0], row[1], tuple((int(k), int(v)) for k, v in json.loads(row[2])), row[3], row[4],
                              JournalState(row[5]), float(row[6])) for row in self._conn.execute(sql, (stream,))]
+
+    def recorded_at_or_before(self, stream: str, at_ms: int) -> StreamCutRecord | None:
+        """The newest cut the recorder took of ``stream`` at or before ``at_ms``; None when it took none."""
+        row = self._conn.execute("SELECT recorded_at, size, cut FROM controller_recorded WHERE stream = ? "
+                                 "AND recorded_at <= ? ORDER BY recorded_at DESC LIMIT 1", (stream, at_ms)).fetchone()
+        if row is None:
+            return None
+        cut = StreamCut.from_mapping({int(segment): int(offset) for segment, offset in json.loads(row[2])})
+        return StreamCutRecord(stream, cut, int(row[0]), int(row[1]))
 
     def get_operation(self, stream: str) -> Operation | None:
         sql = "SELECT op_id, plan, started_at, version FROM controller_operations WHERE stream = ?"
@@ -255,6 +276,16 @@ class StreamTransaction(_Queries, Transaction):
              entry.state.value, entry.recorded_at))
         return None if row is None else replace(entry, state=JournalState(row[0]))
 
+    def put_recorded(self, record: StreamCutRecord, keep_from_ms: int) -> None:
+        """Keep a cut the recorder took; drop the stream's cuts older than the newest one at or before
+        ``keep_from_ms`` (a truncation is checked against that one, never an older one)."""
+        self._conn.execute("INSERT INTO controller_recorded VALUES (?, ?, ?, ?) ON CONFLICT (stream, recorded_at) "
+                           "DO NOTHING", (record.stream, record.recording_time, record.recording_size,
+                                          json.dumps(sorted(record.cut.as_dict().items()))))
+        self._conn.execute("DELETE FROM controller_recorded WHERE stream = ? AND recorded_at < (SELECT "
+                           "MAX(recorded_at) FROM controller_recorded WHERE stream = ? AND recorded_at <= ?)",
+                           (record.stream, record.stream, keep_from_ms))
+
     def drop_journal(self, stream: str, source: str) -> None:
         self._conn.execute("DELETE FROM controller_truncations WHERE stream = ? AND source = ?", (stream, source))
 
@@ -264,6 +295,7 @@ class StreamTransaction(_Queries, Transaction):
         self._conn.execute("DELETE FROM controller_sealed WHERE stream = ?", (stream,))
         self._conn.execute("DELETE FROM controller_heads WHERE stream = ?", (stream,))
         self._conn.execute("DELETE FROM controller_txns WHERE stream = ?", (stream,))
+        self._conn.execute("DELETE FROM controller_recorded WHERE stream = ?", (stream,))
 
 
 class ControllerStore(StoreBase[_Queries, StreamTransaction]):
@@ -304,6 +336,9 @@ class ControllerStore(StoreBase[_Queries, StreamTransaction]):
 
     def get_journal(self, stream: str) -> list[JournalEntry]:
         return self._read(lambda q: q.get_journal(stream))
+
+    def recorded_at_or_before(self, stream: str, at_ms: int) -> StreamCutRecord | None:
+        return self._read(lambda q: q.recorded_at_or_before(stream, at_ms))
 
 
 class StreamMetadataStore(ControllerStore):

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from reclaim.errors import ReclaimError
 from reclaim.retention.errors import CutProblem, InvalidCutError
-from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut
+from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, StreamCutRecord
 from reclaim.schemas.topology import StreamTopology
 from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.controller_store import ControllerStore, StreamTransaction, open_controller_store
@@ -180,6 +180,10 @@ class StreamController:
     def topology(self, stream: str) -> StreamTopology:
         """The stream's topology as the store holds it (DELETED, without epochs, for a deleted stream)."""
         return self.ops.topology(stream)
+
+    def recorded_cut(self, stream: str, at_ms: int) -> StreamCutRecord | None:
+        """The newest cut the retention recorder took of ``stream`` at or before ``at_ms``."""
+        return self.store.recorded_at_or_before(stream, at_ms)
 
     def publish_topology(self, stream: str) -> StreamTopology:
         """Publish the stream's topology again and return it: for an operator, or after a lost topic.

@@ -7,13 +7,24 @@ from collections.abc import Callable
 
 from reclaim.errors import ReclaimError
 from reclaim.producers.publisher import ConfirmedPublisher
+from reclaim.retention.errors import InvalidPolicyError
+from reclaim.retention.policy import limits_of
 from reclaim.retention.retention_set import recording_due
 from reclaim.schemas.base import millis_now
-from reclaim.schemas.streams import RetentionType, StreamCutRecord
+from reclaim.schemas.streams import LimitType, RetentionPolicy, RetentionType, StreamCutRecord
 from reclaim.segments.stream_model import StreamState
 from reclaim.segments.streams import StreamController
 
 log = logging.getLogger(__name__)
+
+
+def _time_minimum(policy: RetentionPolicy) -> int:
+    """The millis a policy's minimum keeps (0 unless its limits are times)."""
+    try:
+        limits = limits_of(policy)
+    except InvalidPolicyError:
+        return 0
+    return limits.min_keep if limits is not None and limits.kind is LimitType.TIME else 0
 
 
 class RetentionRecorder:
@@ -46,6 +57,9 @@ class RetentionRecorder:
             try:
                 cut, size = self.controller.tail_cut(stream.qualified)
                 record = StreamCutRecord(stream.qualified, cut, now, size)
+                # Kept first: the applier checks a truncation against the time minimum by the cuts kept here.
+                with self.controller.store.transaction() as txn:
+                    txn.put_recorded(record, keep_from_ms=now - _time_minimum(stream.policy))
                 self.publisher.publish(self.topic, record, stream.qualified)
             except ReclaimError as exc:
                 # e.g. a segment of the stream missing, or its record refused by the broker: the other streams
