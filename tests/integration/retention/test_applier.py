@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from reclaim.producers.topics import TopicNames
 from reclaim.schemas import build_codec
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
+from reclaim.security.keyring import load_keyring
+from reclaim.security.live import KeyringFile
+from reclaim.security.signing import RecordSigner, RecordVerifier
 from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.garbage import RecordingGarbageSink
 from reclaim.segments.streams import StreamController
@@ -119,3 +123,43 @@ def test_manual_truncation_needs_the_admin_key_is_idempotent_and_journaled(
     assert bad.returncode == 64 and "--cut must be a JSON object" in bad.stderr
     writer.close()
     store.close()
+
+
+def test_a_key_retired_under_a_running_applier_is_refused_within_seconds(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], controller: StreamController,
+        unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """Finding 3: an admin key retired with `reclaim keys retire` still truncated until the applier restarted."""
+    keyring = tmp_path / "applier.toml"
+    env = cli_env(kafka_bootstrap, tmp_path, "unused.")
+    run_reclaim("keys", "new", "--role", "admin", "--id", "admin-1", "--keyring", str(keyring), env=env, check=True)
+    signer = RecordSigner(load_keyring(keyring), "admin")  # the admin's key as its holder keeps it
+    topics = kafka_topics(partitions=1)
+
+    def manual(at: StreamCut) -> Outgoing:
+        value = build_codec().encode(TruncationEvent(STREAM, at, TruncationReason.MANUAL, millis_now(), POLICY),
+                                     topics.truncation)
+        return Outgoing(topics.truncation, value, STREAM.encode(),
+                        signer.headers(topics.truncation, STREAM.encode(), value))
+
+    verifier = RecordVerifier(KeyringFile(keyring, check_every_s=0.5))
+    applier = TruncationApplier(ApplierConfig(kafka_bootstrap, topics.truncation, unique_name("g"), poll_timeout_s=0.5),
+                                controller, build_codec(), verifier=verifier)
+    try:
+        produce_confirmed(kafka_bootstrap, [manual(cut(4, 4))])
+        assert _until_outcome(applier) == [Applied.TRUNCATED]
+        run_reclaim("keys", "retire", "--id", "admin-1", "--keyring", str(keyring), env=env, check=True)
+        time.sleep(0.6)  # the applier looks at its keyring every 0.5 s here (every 2 s by default)
+        produce_confirmed(kafka_bootstrap, [manual(cut(8, 8))])
+        assert _until_outcome(applier) == [Applied.UNAUTHENTICATED]
+    finally:
+        applier.close()
+    assert controller.head(STREAM) == cut(4, 4)
+    assert [entry.cut for entry in controller.journal(STREAM)] == [tuple(cut(4, 4).as_dict().items())]
+
+
+def _until_outcome(applier: TruncationApplier) -> list[Applied]:
+    for _ in range(40):
+        outcomes = applier.run_once()
+        if outcomes:
+            return outcomes
+    return []
