@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reclaim.localstack.certs import IssuedCert, ensure_ca
+from reclaim.producers import client_properties
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_ITERATIONS = 8192
@@ -76,6 +77,15 @@ def read_properties(path: Path) -> dict[str, str]:
     return found
 
 
+def admin_client_properties(path: Path) -> dict[str, str]:
+    """The admin's librdkafka properties from its ``admin.properties`` file, less ``bootstrap.servers``: a
+    reclaim client takes the address from its ``bootstrap`` setting, and a config file's ``[kafka]`` table
+    refuses the property. Empty while the file does not exist."""
+    found = read_properties(path) if path.exists() else {}
+    found.pop("bootstrap.servers", None)
+    return found
+
+
 def prepare(directory: Path, bootstrap: str) -> BrokerSecurity:
     """The CA (kept while valid), a fresh broker certificate and the admin's password (made once, kept in
     ``directory/admin.properties`` with the rest of the admin's client properties for ``bootstrap``)."""
@@ -95,7 +105,15 @@ def prepare(directory: Path, bootstrap: str) -> BrokerSecurity:
 
 def reclaim_config(bootstrap: str, properties: dict[str, str], **settings: str) -> str:
     """A reclaim config file (TOML) naming ``bootstrap`` and the other ``settings``, with ``properties`` (if
-    any) as its ``[kafka]`` table."""
+    any) as its ``[kafka]`` table.
+
+    Raises
+    ------
+    ValueError
+        When ``properties`` hold one the ``[kafka]`` table refuses (``bootstrap.servers`` above all): the
+        file written would stop every command given it.
+    """
+    client_properties.check(properties)
     lines = [f"{name} = {json.dumps(value)}" for name, value in {"bootstrap": bootstrap, **settings}.items()]
     if properties:
         lines += ["", "[kafka]"]

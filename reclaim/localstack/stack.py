@@ -14,8 +14,8 @@ from reclaim.localstack.kafka_security import (
     ADMIN_CONFIG,
     ADMIN_PROPERTIES,
     BrokerSecurity,
+    admin_client_properties,
     prepare,
-    read_properties,
     reclaim_config,
     write_private,
 )
@@ -111,10 +111,7 @@ def _admin_properties(state: StackState, state_dir: Path) -> dict[str, str] | No
     """How ``up``'s broker is asked whether it answers: as the admin when it is the secured one."""
     if not state.kafka_secure:
         return None
-    _, properties, _ = secure_files(state_dir)
-    found = read_properties(properties) if properties.exists() else {}
-    found.pop("bootstrap.servers", None)
-    return found
+    return admin_client_properties(secure_files(state_dir)[1])
 
 
 def _kafka_running(state: StackState, state_dir: Path) -> bool:
@@ -184,7 +181,8 @@ def local_config(state_dir: Path) -> Path:
 def local_config_text(settings: Settings, state: StackState) -> str:
     """What ``up`` writes to :func:`local_config` for the stack ``state`` describes."""
     assert state.bootstrap is not None and state.s3_url is not None
-    admin = read_properties(secure_files(settings.state_dir)[1]) if state.kafka_secure else {}
+    # The broker's address is the top-level bootstrap; the admin's properties file names it as librdkafka does.
+    admin = admin_client_properties(secure_files(settings.state_dir)[1]) if state.kafka_secure else {}
     endpoint = S3Endpoint(url=state.s3_url)
     s3 = {"s3_endpoint": endpoint.url, "s3_bucket": settings.s3_bucket, "s3_region": endpoint.region,
           "s3_access_key": endpoint.access_key or "", "s3_secret_key": endpoint.secret_key or ""}

@@ -57,6 +57,12 @@ def test_local_up_secure_prints_where_the_credentials_are_never_the_password(tmp
         assert granted.returncode == 0 and "created" in granted.stdout, granted.stderr
         shown = reclaim("--config", str(admin_config), "config", "show", state_dir=state)
         assert "kafka.sasl.username = admin" in shown.stdout and password not in shown.stdout
+        # the stack's settings file, which `up` tells every command to use, reaches the secured broker too
+        local_config = state / "local.toml"
+        assert str(local_config) in up.stdout
+        described = reclaim("--config", str(local_config), "topics", "describe", "--partitions", "1",
+                            state_dir=state)
+        assert described.returncode == 0 and "reclaim.truncation" in described.stdout, described.stderr
 
         plain = reclaim("local", "up", state_dir=state)
         assert plain.returncode == 2 and "runs secured, not PLAINTEXT" in plain.stderr
