@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pandas as pd
 
 from reclaim.retention.buckets import BucketEntry, decode_bucket, encode_bucket
+from reclaim.retention.errors import InvalidPolicyError
+from reclaim.retention.policy import check_policy
 from reclaim.retention.spark_auth import JobKeys, check_subject, job_auth, unauthenticated, verify_input
 from reclaim.retention.spark_compat import StateOffsetsFix
 from reclaim.retention.spark_io import (
@@ -24,7 +26,7 @@ from reclaim.retention.spark_io import (
     undecodable,
 )
 from reclaim.retention.stream_state import Rejection, StreamRetentionState
-from reclaim.schemas.base import AvroRecord
+from reclaim.schemas.base import LONG_MAX, AvroRecord
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
 from reclaim.schemas.rejects import RetentionReject
@@ -91,11 +93,10 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
                if entry.next_change_ms is not None and entry.next_change_ms <= now_ms}
         out: list[dict[str, Any]] = []
         for stream in sorted(by_stream.keys() | due):
-            entry = entries.get(stream)
-            retention = StreamRetentionState(stream) if entry is None else StreamRetentionState.from_bytes(entry.state)
+            retention = _kept_state(stream, entries.get(stream))
             out += _apply_all(codec, topics, retention, by_stream.get(stream, []), now_ms, verifier)
             out += _decide(codec, topics, retention, now_ms, signer)
-            entries[stream] = BucketEntry(retention.next_change_ms(now_ms), retention.to_bytes())
+            entries[stream] = _entry(retention, now_ms)
         state.update((encode_bucket(entries),))
         changes = [e.next_change_ms for e in entries.values() if e.next_change_ms is not None]
         if changes:
@@ -103,6 +104,32 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
         yield output_frame(out)
 
     return step
+
+
+def _kept_state(stream: str, entry: BucketEntry | None) -> StreamRetentionState:
+    """The stream's state as the bucket kept it (a fresh one if none).
+
+    A policy kept that :func:`check_policy` refuses now is dropped, as it would be rejected if it arrived
+    now: an earlier version accepted limits up to the largest long, and deciding on one would fail the
+    bucket. The stream is truncated by no policy until a valid one arrives.
+    """
+    if entry is None:
+        return StreamRetentionState(stream)
+    retention = StreamRetentionState.from_bytes(entry.state)
+    if retention.config is not None:
+        try:
+            check_policy(retention.config.policy)
+        except InvalidPolicyError as exc:
+            log.warning("stream %s: kept policy dropped, it is refused now (%s): set a valid one", stream, exc)
+            retention.config = None
+    return retention
+
+
+def _entry(retention: StreamRetentionState, now_ms: int) -> BucketEntry:
+    """The stream's bucket entry: its state, and when time alone may next change its decision. An instant past
+    the largest long never comes: it sets no timer (and the bucket keeps a next change as a long)."""
+    change = retention.next_change_ms(now_ms)
+    return BucketEntry(None if change is None or change > LONG_MAX else change, retention.to_bytes())
 
 
 def _decide(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetentionState, now_ms: int,

@@ -12,6 +12,7 @@ from reclaim.exits import Unavailable, UsageError
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.producers.subscribers import SubscriberClient
+from reclaim.retention.errors import InvalidPolicyError
 from reclaim.retention.policy import check_policy
 from reclaim.schemas.base import LONG_MAX, millis_now
 from reclaim.schemas.streams import (
@@ -58,13 +59,14 @@ def format_cut(cut: StreamCut) -> str:
 def policy_from(args: argparse.Namespace) -> RetentionPolicy:
     kind = RetentionType[args.type.upper()]
     limit = LimitType[args.limit_type.upper()] if args.limit_type else None
-    for flag, value in (("--min", args.min), ("--max", args.max)):
-        # Checked before the policy is stored: a limit beyond a long cannot be published or read back.
-        if value is not None and value > LONG_MAX:
-            raise UsageError(f"{flag} {value} is above the largest limit {LONG_MAX}")
     policy = RetentionPolicy(kind, limit, args.min if args.min is not None else 0,
                              args.max if args.max is not None else LONG_MAX)
-    check_policy(policy)
+    # Before the policy is stored or published, by the check the retention job applies to what it reads: a
+    # limit it would reject (above its type's largest, beyond a long) is never stored.
+    try:
+        check_policy(policy)
+    except InvalidPolicyError as exc:
+        raise UsageError(f"set-policy: {exc}") from exc
     return policy
 
 
@@ -189,8 +191,10 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     streams.add_argument("--type", default="none", choices=["none", "time", "size", "consumption"],
                          help="set-policy: retention type")
     streams.add_argument("--limit-type", choices=["time", "size"], help="set-policy: unit of --min/--max")
-    streams.add_argument("--min", type=int, help="set-policy: keep at least this much (ms or bytes)")
-    streams.add_argument("--max", type=int, help="set-policy: keep at most this much (ms or bytes)")
+    streams.add_argument("--min", type=int, help="set-policy: keep at least this much: ms (at most 100 years) or "
+                                                 "bytes (at most 2^62)")
+    streams.add_argument("--max", type=int, help="set-policy: keep at most this much: ms (at most 100 years) or "
+                                                 "bytes (at most 2^62); no max when left out")
     streams.add_argument("--cut", help="truncate: JSON object of segment id to offset, as 'cut' prints it")
     streams.add_argument("--publish", action="store_true",
                          help="truncate: publish the signed event on the truncation topic instead of applying it")

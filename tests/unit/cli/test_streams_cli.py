@@ -1,5 +1,5 @@
 """``reclaim streams`` refuses bad input before it opens anything, and a cut it accepts truncates exactly
-there: the empty cut (the very start) deletes nothing, an offset is never rounded, a limit fits a long."""
+there: the empty cut (the very start) deletes nothing, an offset is never rounded, a limit is within its bound."""
 
 from __future__ import annotations
 
@@ -65,7 +65,17 @@ def test_a_missing_cut_is_named() -> None:
     (["create", "scope/s", "--segments", "-3"], "--segments must be at least 1, got -3"),
     # A limit above a long was stored, then could not be published or read back: every later command
     # on the stream (and `streams record` on all of them) failed until the row was mended by hand.
-    (["set-policy", "scope/s", "--type", "size", "--max", str(2**64)], f"--max {2**64} is above the largest limit"),
+    (["set-policy", "scope/s", "--type", "size", "--max", str(2**64)],
+     f"max limit {2**64} is above the largest SIZE limit, {2**62} bytes (2^62)"),
+    # A limit a long holds but the job's arithmetic did not: it passed, then every stream of its state
+    # bucket stopped when the job could not save the bucket.
+    (["set-policy", "scope/s", "--type", "time", "--max", str(2**63 - 2)],
+     f"max limit {2**63 - 2} is above the largest TIME limit, 3155760000000 ms (100 years)"),
+    (["set-policy", "scope/s", "--type", "consumption", "--min", str(3_155_760_000_001)],
+     "min limit 3155760000001 is above the largest TIME limit"),
+    (["set-policy", "scope/s", "--type", "consumption", "--limit-type", "size", "--max", str(2**62 + 1)],
+     "is above the largest SIZE limit"),
+    (["set-policy", "scope/s", "--type", "size", "--min", "-1"], "limits must not be negative"),
     (["set-policy", "scope/s", "--type", "time", "--min", "5", "--max", "3"], "min limit 5 is above max limit 3"),
     (["truncate", "scope/s"], "streams truncate needs --cut"),
     (["truncate", "scope/s", "--cut", '{"0": 1.5}'], "offset 1.5 is not a whole number"),
