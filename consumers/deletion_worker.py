@@ -1,6 +1,7 @@
 """Phase 2 as a Kafka consumer group (``reclaim worker``): the consumer loop.
 
-Each ``run_once`` polls a batch, decodes it (:mod:`reclaim.consumers.batches` values), checks it
+Each ``run_once`` polls a batch, verifies it and holds retry tiers not due yet
+(:mod:`reclaim.consumers.intake`), decodes it (:mod:`reclaim.consumers.batches` values), checks it
 (:meth:`~reclaim.deletion.executor.DeletionExecutor.prepare`) and hands it to the in-flight pipeline
 (:mod:`reclaim.consumers.pipeline`); completed batches are routed (:mod:`reclaim.consumers.routing`), re-routed
 (:mod:`reclaim.consumers.rerouter`) and their offsets stored (:mod:`reclaim.consumers.offsets`), in poll order. When a
@@ -22,14 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reclaim.consumers.batches import BatchReport, Checked, Completed, Partition, Polled, Undecodable
 from reclaim.consumers.horizons import Horizons, end_offset
+from reclaim.consumers.intake import Intake
 from reclaim.consumers.offsets import OffsetPlan, Position, all_final, plan_offsets
 from reclaim.consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
 from reclaim.consumers.rerouter import Rerouter
-from reclaim.consumers.retry import Delivery, RetryTiers
+from reclaim.consumers.retry import RetryTiers
 from reclaim.consumers.routing import ACK, route
 from reclaim.deletion import metrics
 from reclaim.deletion.executor import DeletionExecutor
@@ -43,8 +45,7 @@ from reclaim.producers.topics import TopicNames
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
-from reclaim.security.rules import signers_of
-from reclaim.security.signing import RecordVerifier, Unauthenticated, signature_headers
+from reclaim.security.signing import RecordVerifier
 from reclaim.stage_clock import stage
 
 __all__ = ["MAX_IN_FLIGHT", "BatchReport", "DeletionWorker", "WorkerConfig", "tune_interpreter"]
@@ -115,21 +116,18 @@ class DeletionWorker:
     def __init__(self, config: WorkerConfig, executor: DeletionExecutor, codec: RecordCodec,
                  producer: RecordProducer | None = None, verifier: RecordVerifier | None = None) -> None:
         self._config = config
-        self._verifier = verifier
-        self._signers = signers_of(PendingDeleteLedgerInfo)
         self._executor = executor
         self._codec = codec
         # Pending deletes of a shape already read are matched against its template, not decoded again.
         self._reader = PendingReader.for_codec(codec)
         self._tiers = RetryTiers(config.topics.retries, config.max_attempts)
-        self._retry_topics = set(config.topics.retry_topics)
         self._rerouter = Rerouter(producer or RecordProducer(config.bootstrap, "idempotent-producer"),
                                   config.delivery_timeout_s)
         self._pipeline = BatchPipeline(executor)
         self._consumer = Consumer(config.consumer_config())
-        self._held: dict[Partition, float] = {}
         self._assigned: set[Partition] = set()
         self._horizons = Horizons()
+        self._intake = Intake(self._consumer, config.topics, self._horizons, verifier)
         self._report = BatchReport()
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -155,7 +153,7 @@ class DeletionWorker:
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self._held.pop((tp.topic, tp.partition), None)
+            self._intake.forget((tp.topic, tp.partition))
             self._assigned.discard((tp.topic, tp.partition))
             self._horizons.revoked((tp.topic, tp.partition))
 
@@ -195,13 +193,14 @@ class DeletionWorker:
         The report counts the records this call polled and the outcomes of the batches it completed.
         With batches in flight the poll does not wait: whatever is already fetched overlaps them.
         """
-        self._resume_due()
+        self._intake.resume_due()
         timeout = 0.0 if len(self._pipeline) else self._config.poll_timeout_s
         messages = self._consumer.consume(self._config.batch_size, timeout)
         with stage("poll"):
-            polled = self._ready(messages)
-        if polled:
-            self._pipeline.start(self._check(polled))
+            taken = self._intake.take(messages)
+        self._report += taken.report
+        if taken.ready or taken.refused:
+            self._pipeline.start(self._check(taken.ready, taken.refused))
             while self._pipeline.over_depth:
                 self._complete_oldest()
         elif len(self._pipeline):
@@ -217,68 +216,11 @@ class DeletionWorker:
         report, self._report = self._report, BatchReport()
         return report
 
-    def _ready(self, messages: Sequence[Message]) -> list[Polled]:
-        """The polled records to handle now; a retry tier's records not due yet hold their partition."""
-        now_ms = time.time() * 1000
-        ready: list[Polled] = []
-        held_now: set[Partition] = set()
-        received: Counter[str] = Counter()
-        held = 0
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                self._on_consume_error(error)
-                continue
-            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-            received[topic] += 1
-            if held_now and (topic, partition) in held_now:
-                held += 1
-                continue
-            headers = msg.headers()
-            signature = tuple(signature_headers(headers)) if headers else ()
-            # A record as phase 1 wrote it carries its signature only: no retry history to read.
-            history = headers if headers and len(headers) > len(signature) else None
-            delivery = Delivery.of(topic, partition, offset, history, msg.timestamp()[1])
-            retrying = topic in self._retry_topics
-            if retrying and delivery.not_before_ms and delivery.not_before_ms > now_ms:
-                self._hold((topic, partition), offset, delivery.not_before_ms / 1000)
-                held_now.add((topic, partition))
-                held += 1
-                continue
-            below_horizon = self._horizons.read((topic, partition), offset)
-            redelivered = retrying or delivery.attempt > 1 or below_horizon
-            ready.append(Polled(topic, partition, offset, msg.key(), msg.value(), delivery, redelivered, signature))
-        for topic, count in received.items():
-            metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
-        self._report += BatchReport(received=sum(received.values()), held=held)
-        return ready
-
-    def _on_consume_error(self, error: KafkaError) -> None:
-        if error.fatal():
-            raise KafkaException(error)
-        log.warning("consume error (librdkafka retries it): %s", error)
-
-    def _hold(self, source: Partition, offset: int, due: float) -> None:
-        """A tier is FIFO in due time: pause the partition at its first record that is not due yet."""
-        tp = TopicPartition(source[0], source[1], offset)
-        self._consumer.pause([tp])
-        self._consumer.seek(tp)
-        self._horizons.sought_back(source)
-        self._held[source] = due
-
-    def _resume_due(self) -> None:
-        now = time.time()
-        due = [source for source, when in self._held.items() if when <= now]
-        if due:
-            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in due])
-            for source in due:
-                del self._held[source]
-
-    def _check(self, polled: list[Polled]) -> Checked:
-        """Verify and decode (unauthenticated and undecodable records get their verdict here), then run the
-        checks before any delete."""
+    def _check(self, polled: list[Polled], refused: list[Undecodable]) -> Checked:
+        """Decode the verified records (undecodable ones get their verdict here, beside the ``refused``
+        ones), then run the checks before any delete."""
         with stage("decode"):
-            decoded, pending, undecodable = self._decode(polled)
+            decoded, pending, undecodable = self._decode(polled, refused)
         plan = None
         if pending:
             # "prepare" is facts + judge: the facts are timed on their own inside it.
@@ -286,21 +228,17 @@ class DeletionWorker:
                 plan = self._executor.prepare(pending)
         return Checked(tuple(decoded), tuple(undecodable), plan)
 
-    def _decode(self, polled: list[Polled]) -> tuple[list[Polled], list[Pending], list[Undecodable]]:
-        """The records that decoded and their pending deletes (side by side), and those refused."""
+    def _decode(self, polled: list[Polled], refused: list[Undecodable]
+                ) -> tuple[list[Polled], list[Pending], list[Undecodable]]:
+        """The records that decoded and their pending deletes (side by side), and those refused or
+        undecodable."""
         decoded: list[Polled] = []
         pending: list[Pending] = []
-        undecodable: list[Undecodable] = []
-        refusal_of = self._refusal if self._verifier is not None else None
+        undecodable: list[Undecodable] = list(refused)
         reader = self._reader
         if reader is not None:
             reader.new_batch()
         for record in polled:
-            refusal = refusal_of(record) if refusal_of is not None else None
-            if refusal is not None:
-                verdict = Verdict(Outcome.UNAUTHENTICATED, str(refusal), "Unauthenticated")
-                undecodable.append(Undecodable(record, verdict))
-                continue
             try:
                 info = (reader.decode(record.value or b"", record.topic) if reader is not None else
                         self._codec.decode(record.value or b"", record.topic, PendingDeleteLedgerInfo))
@@ -311,15 +249,6 @@ class DeletionWorker:
                 decoded.append(record)
                 pending.append(Pending(info, record.delivery.first_failure_ms, record.redelivered))
         return decoded, pending, undecodable
-
-    def _refusal(self, record: Polled) -> Unauthenticated | None:
-        """Why ``record`` is not obeyed, before anything else is read of it: not signed by the controller's
-        key for the deletion topic (a retry tier's record was signed for the deletion topic too)."""
-        if self._verifier is None:
-            return None
-        signed = self._verifier.verify(record.topic, record.key, record.value, record.signature, self._signers,
-                                       signed_topic=self._config.topics.deletion)
-        return signed if isinstance(signed, Unauthenticated) else None
 
     def _complete_all(self) -> None:
         while len(self._pipeline):

@@ -90,6 +90,30 @@ class Delivery:
         )
 
 
+def due_ms(not_before_ms: int | None, delay_s: int, timestamp_ms: int | None, first_read_ms: float) -> float:
+    """When a record of a retry tier whose delay is ``delay_s`` falls due (epoch millis): its not-before
+    header, clamped to ``delay_s`` past the earlier of its own Kafka timestamp and ``first_read_ms``,
+    when this worker first read it.
+
+    Retry headers are not signed, and a producer sets its records' timestamps: the clamp bounds how long
+    any record can hold its partition, whatever either says. A record with no timestamp (None, or
+    negative: librdkafka's "not available") counts from its first read. A not-before that is missing
+    or not a number (None) waits the tier's whole delay; one in the past, negative included, is due now.
+
+    Examples
+    --------
+    >>> due_ms(None, 10, 1_000, 5_000)
+    11000
+    >>> due_ms(10**15, 10, 1_000, 5_000)
+    11000
+    >>> due_ms(2_000, 10, 1_000, 5_000)
+    2000
+    """
+    start = first_read_ms if timestamp_ms is None or timestamp_ms < 0 else min(timestamp_ms, first_read_ms)
+    latest = start + delay_s * 1000
+    return latest if not_before_ms is None else min(not_before_ms, latest)
+
+
 @dataclass(frozen=True)
 class RetryTiers:
     """Fixed-delay retry topics, shortest first; a record moves to a longer delay on each failure."""

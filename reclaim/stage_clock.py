@@ -26,8 +26,8 @@ ENV = "RECLAIM_STAGE_CPU"
 #: The prefix of the file's entries that count a stage's runs, beside its seconds.
 CALLS = "calls."
 STAGES = ("poll", "decode", "prepare", "facts", "delete", "cleanup", "route")
-"""The stages, in the order a batch goes through them: poll (read the polled records' headers), decode
-(verify and decode), prepare (the checks: facts, then judging), facts (gathering rows, marks and
+"""The stages, in the order a batch goes through them: poll (verify the polled records, then read their
+headers), decode (decode the verified ones), prepare (the checks: facts, then judging), facts (gathering rows, marks and
 places: part of prepare), delete (the storage request, on the delete thread), cleanup (row cleanup and
 verdicts, on the cleanup thread), route (routing, re-routes and offsets). librdkafka's own threads,
 the consume call itself and the interpreter's start are in none of them."""

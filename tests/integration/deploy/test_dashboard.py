@@ -77,10 +77,12 @@ def expressions(*sections: str) -> list[tuple[str, str]]:
 @pytest.fixture
 def pipeline(kafka_bootstrap: str, kafka_topics: Callable[..., Any], s3_endpoint: S3Endpoint, s3_bucket: str,
              tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Pipeline]:
-    """A deletion pipeline over both tier-2 bindings a worker serves: the filesystem and the S3 endpoint."""
+    """A deletion pipeline over both tier-2 bindings a worker serves: the filesystem and the S3 endpoint.
+
+    Its longest retry tier waits an hour: no record is held longer than its tier's delay."""
     fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2")
     s3 = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket), name="s3-tier2")
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(), SQLiteMetadataStore(tmp_path / "meta.db"),
+    pipe = Pipeline(kafka_bootstrap, kafka_topics(retry_delays=(1, 2, 3600)), SQLiteMetadataStore(tmp_path / "meta.db"),
                     StorageBindings([fs, s3]), unique_name("group"))
     yield pipe
     pipe.close()
@@ -257,7 +259,7 @@ def rules_evaluated(prometheus: PrometheusServer) -> list[tuple[str, set[str]]]:
 
 
 def hold_on_retry_tier(pipeline: Pipeline, count: int) -> None:
-    """``count`` records on the longest retry tier, not due for an hour: a backlog that stays."""
+    """``count`` records on the longest retry tier (an hour), not due for an hour: a backlog that stays."""
     delay, topic = pipeline.topics.retries[-1]
     due_in_an_hour = int(time.time() * 1000) + 3_600_000
     tracker = DeliveryTracker()
@@ -294,7 +296,7 @@ def test_every_retention_query_answers_from_a_real_job_and_applier(
         start_prometheus: Callable[[dict[str, list[str]]], PrometheusServer], tmp_path: Path,
         unique_name: Callable[[str], str]) -> None:
     names = kafka_topics()
-    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap,
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_RECORD_AUTH="off",
                     RECLAIM_TOPIC_PREFIX=names.truncation.removesuffix("truncation"))
     # A stream the job decides a truncation for (the applier's controller has no such stream: unknown_stream),
     # and a config that is no record: an undecodable reject.
