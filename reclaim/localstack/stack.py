@@ -21,6 +21,7 @@ from reclaim.localstack.kafka_security import (
 )
 from reclaim.localstack.procs import StackError, pid_runs, stop_pid
 from reclaim.localstack.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
+from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.settings import AWS_S3, Settings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 
@@ -167,8 +168,28 @@ def up(settings: Settings, secure: bool = False) -> StackState:
     FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2").close()  # the filesystem tier-2 root, as the bucket
     state.s3_bucket = settings.s3_bucket
     state.save(settings.state_dir)
+    local_keyring(settings.state_dir)
     write_private(local_config(settings.state_dir), local_config_text(settings, state))
     return state
+
+
+#: The keyring `up` makes for the local stack (kept across `down` and `up`): the config it writes names it.
+LOCAL_KEYRING = "keyring.toml"
+LOCAL_ROLES = ("controller", "admin", "retention-job")
+"""The signing roles of the local stack's keyring; a subscriber's key is added with `reclaim keys new`."""
+
+
+def local_keyring(state_dir: Path) -> Path:
+    """The local stack's keyring, made on first use (mode 0600): every signing role's key in one file, as one
+    user plays every role, so that the tour runs with record authentication on. A deployment gives each
+    process only its own keys and the public halves of those it verifies (docs/operations/security.md)."""
+    path = state_dir / LOCAL_KEYRING
+    if not path.exists():
+        keys = [new_key(f"local-{role}", role, Algorithm.ED25519) for role in LOCAL_ROLES]
+        keys.append(new_key("local-controller.deletes", "controller", Algorithm.HMAC_SHA256))
+        write_private(path, Keyring(keys).to_toml())
+        log.info("keyring for the local stack made: %s", path)
+    return path
 
 
 def local_config(state_dir: Path) -> Path:
@@ -188,7 +209,8 @@ def local_config_text(settings: Settings, state: StackState) -> str:
           "s3_access_key": endpoint.access_key or "", "s3_secret_key": endpoint.secret_key or ""}
     header = (f"# reclaim's settings for the local stack `reclaim local up` started in {settings.state_dir}:\n"
               f"#   reclaim --config {local_config(settings.state_dir)} <command>\n")
-    return header + reclaim_config(state.bootstrap, admin, state_dir=str(settings.state_dir), **s3)
+    return header + reclaim_config(state.bootstrap, admin, state_dir=str(settings.state_dir),
+                                   keyring=str(settings.state_dir / LOCAL_KEYRING), **s3)
 
 
 def down(settings: Settings) -> StackState:

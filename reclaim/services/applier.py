@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 def run_applier(settings: Settings, *, metrics_addr: str = "127.0.0.1") -> int:
     """Apply truncation events until SIGTERM/SIGINT, recording every stream's cut each ``record_every_s``."""
+    runtime.require_record_auth(settings, "the truncation applier")
     topics, address = runtime.topic_names(settings), preflight.bootstrap(settings)
     # A topic that is not there (another --topic-prefix) left the applier polling nothing, without end.
     preflight.require_topics(address, [topics.truncation] + ([topics.stream_cuts] if settings.record_every_s > 0

@@ -187,6 +187,7 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     from reclaim.retention.spark_job import RetentionJobError, run_available, start_retention_job
     from reclaim.retention.spark_session import build_spark_session, executor_problems, is_local
 
+    runtime.require_record_auth(settings, "the retention job")
     stop = stop_on_signals("stopping the retention query", log.info)
     pin_checkpoint(settings.checkpoint_location, settings.state_buckets)
     preflight.broker(settings)  # bounded and in one line, before Spark starts

@@ -6,10 +6,12 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+from prometheus_client import Gauge
+
 from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
 from reclaim.deletion.executor import DeletionExecutor
 from reclaim.deletion.mark import LedgerDeletionService
-from reclaim.exits import Unavailable
+from reclaim.exits import Unavailable, UsageError
 from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.topics import TopicNames
@@ -18,7 +20,7 @@ from reclaim.security.keyring import Algorithm, Keyring, load_keyring
 from reclaim.security.live import KeyringFile
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
 from reclaim.services import client_security, preflight
-from reclaim.settings import AWS_S3, Settings
+from reclaim.settings import AWS_S3, RECORD_AUTH_MODES, Settings
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.errors import MetadataError
 from reclaim.storage.filesystem import FileSystemChunkStorage
@@ -102,6 +104,25 @@ def keyring_file(settings: Settings) -> KeyringFile | None:
     """The keyring of this process as its running signers and verifiers follow it (read again when it
     changes), or None when it has none."""
     return None if settings.keyring is None else KeyringFile(settings.keyring)
+
+
+AUTH_MODE = Gauge("reclaim_record_auth_mode", "How this process verifies the records it obeys: 1 for its mode "
+                  "(enforce; rollout, where unsigned records are obeyed; off, where nothing is verified)", ["mode"])
+
+
+def require_record_auth(settings: Settings, service: str) -> None:
+    """Refuse to start ``service`` (it obeys records that truncate streams) without a keyring, unless record
+    authentication was turned off explicitly; say its mode at start (a warning in rollout) and in a gauge."""
+    if settings.keyring is None and settings.record_auth != "off":
+        raise UsageError(f"{service} obeys records that truncate streams and has no keyring to verify them by: set "
+                         f"RECLAIM_KEYRING (keyring = \"...\" in the config file), or record_auth = \"off\" "
+                         f"(RECLAIM_RECORD_AUTH=off) to obey records from anyone who can write its topics")
+    mode = "off" if settings.keyring is None or settings.record_auth == "off" else settings.record_auth or "enforce"
+    for each in RECORD_AUTH_MODES:
+        AUTH_MODE.labels(each).set(1 if each == mode else 0)
+    if mode == "rollout":
+        log.warning("record authentication in rollout: %s obeys unsigned records (logged, counted in "
+                    "reclaim_unsigned_records_accepted_total); switch to enforce once that counter stays flat", service)
 
 
 def record_verifier(settings: Settings) -> RecordVerifier | None:

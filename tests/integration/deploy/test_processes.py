@@ -36,7 +36,7 @@ def test_the_truncation_applier_serves_its_outcomes(kafka_bootstrap: str, tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
     prefix = unique_name("t") + "."
     env.update(RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_STATE_DIR=str(tmp_path / "state"),
-               RECLAIM_TOPIC_PREFIX=prefix, RECLAIM_PARTITIONS="1")
+               RECLAIM_TOPIC_PREFIX=prefix, RECLAIM_PARTITIONS="1", RECLAIM_RECORD_AUTH="off")
     run_reclaim("topics", "create", env=env, check=True)
     port, log = free_port(), tmp_path / "applier.log"
     with log.open("wb") as out:

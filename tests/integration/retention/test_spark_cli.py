@@ -95,12 +95,13 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
     produce_records(kafka_bootstrap, names,
                     [*stream_with(CONSUMPTION, "billing"), consumed("billing", at(70, 80)), recorded(at(90, 90))])
     port, log_path = free_port(), tmp_path / "job.log"
+    unsigned = {**os.environ, "RECLAIM_RECORD_AUTH": "off"}  # the process under test, not signatures
     command = [sys.executable, "-m", "reclaim", "retention-job", "--bootstrap", kafka_bootstrap,
                "--topic-prefix", names.truncation.removesuffix("truncation"), "--checkpoint", str(tmp_path / "cp"),
                "--master", "local[2]", "--trigger-interval-s", "1", "--reevaluate-s", "1",
                "--metrics-port", str(port)]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=unsigned)
     try:
         metrics = wait_for_metric(port, "reclaim_retention_truncations_emitted_total 1.0", proc, 180)
         assert "reclaim_retention_input_rows_total 6.0" in metrics  # five inputs and the start's wake-up
@@ -117,7 +118,7 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
 
     # --once from the same checkpoint: only the new cut is read, then the process exits.
     produce_records(kafka_bootstrap, names, [consumed("billing", at(90, 90))])
-    once = run_reclaim(*command[3:-2], "--once", env=os.environ, timeout=300, check=True)
+    once = run_reclaim(*command[3:-2], "--once", env=unsigned, timeout=300, check=True)
     assert "input_rows=2 streams_decided=1 events=1 rejects=0" in once.stderr  # the new cut and a wake-up
     cuts = [build_codec().decode(m.value() or b"", names.truncation, TruncationEvent).cut
             for m in consume_from_start(kafka_bootstrap, [names.truncation], "spark-cli-check-2", 2)]
