@@ -55,7 +55,8 @@ class ClusterJob:
 
     def env(self) -> dict[str, str]:
         # The driver tells the executors where to reach it: on loopback, like the cluster.
-        return clean_env(self.work, RECLAIM_S3_ENDPOINT=self.endpoint.url, SPARK_LOCAL_IP="127.0.0.1", RECLAIM_RECORD_AUTH="off",
+        return clean_env(self.work, RECLAIM_S3_ENDPOINT=self.endpoint.url, SPARK_LOCAL_IP="127.0.0.1",
+                         RECLAIM_RECORD_AUTH="off",  # the cluster under test, not signatures
                          RECLAIM_S3_ACCESS_KEY=self.endpoint.access_key or "",
                          RECLAIM_S3_SECRET_KEY=self.endpoint.secret_key or "")
 
