@@ -13,5 +13,5 @@ NOBODY = "127.0.0.1:1"  # no broker ever answers on port 1: a value that got pas
 def job(tmp_path: Path, *flags: str) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
     result = run_reclaim("retention-job", "--bootstrap", NOBODY, *flags,
-                         env={**env, "RECLAIM_STATE_DIR": str(tmp_path / "state")})
+                         env={**env, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_RECORD_AUTH": "off"})
     return result.returncode, result.stderr.strip().splitlines()[-1]

@@ -38,7 +38,7 @@ def test_every_spark_master_form_is_accepted(master: str) -> None:
 def test_a_bad_job_flag_is_one_line_and_exit_64(tmp_path: Path, flags: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
     result = run_reclaim("retention-job", "--bootstrap", NOBODY, *flags,
-                         env={**env, "RECLAIM_STATE_DIR": str(tmp_path / "state")})
+                         env={**env, "RECLAIM_STATE_DIR": str(tmp_path / "state"), "RECLAIM_RECORD_AUTH": "off"})
     assert result.returncode == ExitCode.USAGE, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("reclaim: error: ") and message in lines[0], result.stderr
