@@ -7,8 +7,9 @@ all that verifying the inputs needs, and the job's own ed25519 signing key. No h
 (whoever holds one can sign as its role) and no other private key ever leaves the driver.
 
 An input is verified before anything else is done with it: a record not signed by a key of a role
-allowed to write it (``reclaim.security.rules.SIGNERS``), or a subscriber's record signed by another
-subscriber's key, becomes an UNAUTHENTICATED reject and changes no state.
+allowed to write it (``reclaim.security.rules.SIGNERS``), a subscriber's record signed by another
+subscriber's key, or by a subscriber key not granted the record's stream, becomes an UNAUTHENTICATED
+reject and changes no state. The grants travel with the public halves (``Key.streams``).
 """
 
 from __future__ import annotations
@@ -154,16 +155,17 @@ def verify_input(verifier: RecordVerifier, record_type: type[AvroRecord], topic:
 
 
 def check_subject(verifier: RecordVerifier, topic: str, signer: Signer, record: AvroRecord) -> Unauthenticated | None:
-    """For a subscriber's record: refused when signed by another subscriber's key (a cut or a change in its name)."""
+    """For a subscriber's record (a cut or a change): refused when signed by another subscriber's key, or by a
+    subscriber key not granted the record's stream."""
     if isinstance(record, SubscriberCut | SubscriberChange):
-        return verifier.check_subject(topic, signer, record.subscriber)
+        return verifier.check_subject(topic, signer, record.subscriber, record.stream)
     return None
 
 
 def unauthenticated(refusal: Unauthenticated, row: Any, now_ms: int, stream: str,
                     subscriber: str | None = None) -> RetentionReject:
     """The reject of an input refused by ``refusal``; its reason starts with the refusal's label (unsigned,
-    bad-signature, unknown-key, retired-key, wrong-role, wrong-subject, malformed-signature)."""
+    bad-signature, unknown-key, retired-key, wrong-role, wrong-subject, not-granted, malformed-signature)."""
     return RetentionReject(stream, subscriber, RejectKind.UNAUTHENTICATED, f"{refusal.reason.value}: {refusal.detail}",
                            str(row.topic), int(row.partition), int(row.offset), now_ms)
 

@@ -48,8 +48,8 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
 
     With ``keys`` whose mode is set, every row's signature is verified first (``reclaim.retention.spark_auth``):
     a record not signed by a role allowed to write it, or a subscriber's record signed by another
-    subscriber's key, is rejected as UNAUTHENTICATED and changes nothing. With ``keys`` that sign, every
-    truncation event carries the job's signature.
+    subscriber's key or by one not granted its stream, is rejected as UNAUTHENTICATED and changes nothing.
+    With ``keys`` that sign, every truncation event carries the job's signature.
     Wake-up rows (``WAKE_BUCKET``) are dropped unread: they only make Spark run a batch.
     Rows without a key arrive under ``UNDECODABLE_BUCKET``; they become rejects and no state is kept
     for them. A value that is no record, or a record of another stream than its key names, is
@@ -172,7 +172,7 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
     """Apply each row's record to ``retention``; the reject rows of the records it refused.
 
     With a ``verifier`` a row's signature is checked before anything else, and a subscriber's record
-    must be signed with that subscriber's own key (or an admin's, for a change).
+    must be signed with that subscriber's own key, granted the stream (or an admin's, for a change).
     """
     types = topics.input_types()
     out: list[dict[str, Any]] = []
@@ -191,9 +191,9 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
             why = f"keyed as stream {retention.stream!r} but names stream {record.stream!r}"
             out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.stream)))
             continue
-        wrong_subject = None if verifier is None or signer is None else check_subject(verifier, topic, signer, record)
-        if wrong_subject is not None:
-            reject = unauthenticated(wrong_subject, row, now_ms, retention.stream, getattr(record, "subscriber", None))
+        refusal = None if verifier is None or signer is None else check_subject(verifier, topic, signer, record)
+        if refusal is not None:
+            reject = unauthenticated(refusal, row, now_ms, retention.stream, getattr(record, "subscriber", None))
             out.append(reject_row(codec, topics, reject))
             continue
         rejection = retention.apply(record, now_ms)

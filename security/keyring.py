@@ -13,6 +13,7 @@ A keyring file lists keys as ``[[key]]`` tables::
     id = "alice-1"
     role = "subscriber"
     subject = "alice"              # a subscriber key signs for this subscriber only
+    streams = ["scope/orders", "billing/*"]   # and acts for these streams only (fnmatch patterns)
     algorithm = "ed25519"
     public = "base64..."           # 32 bytes; a signer's file has ``private`` (the 32-byte seed) instead
 
@@ -21,6 +22,10 @@ active at once (rotation): a signer signs with the last active one listed that i
 controller signs pending deletes with an hmac-sha256 key when it has one (the worker verifies every
 record, so the cheaper check; see docs/operations/security.md) and everything else with an ed25519
 key, so that the retention job, which verifies topologies and recorded cuts, holds no secret of it.
+
+A subscriber key's ``streams`` are its grants: a verifier refuses its cuts and registrations for any other
+stream, and a subscriber key without ``streams`` acts for no stream. The grant lives in the keyring, the
+verifier's trust anchor, so it travels and changes with the keys (docs/operations/security.md, "Grants").
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import fnmatch
 import logging
 import os
 import re
@@ -51,7 +57,10 @@ ROLES = ("controller", "worker", "truncation-applier", "retention-job", "subscri
 
 MIN_SECRET_BYTES = 32
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_FIELDS = frozenset({"id", "role", "subject", "algorithm", "secret", "private", "public", "status"})
+_FIELDS = frozenset({"id", "role", "subject", "streams", "algorithm", "secret", "private", "public", "status"})
+MAX_GRANTS = 1000
+"""The most stream names or patterns one subscriber key may be granted."""
+MAX_GRANT_CHARS = 255
 
 
 class Algorithm(enum.Enum):
@@ -79,6 +88,8 @@ class Key:
     secret: bytes | None = field(default=None, repr=False)
     private: bytes | None = field(default=None, repr=False)
     public: bytes | None = None
+    streams: tuple[str, ...] | None = None
+    """A subscriber key's grants: the stream names or ``fnmatch`` patterns it acts for (None: not given, none)."""
 
     def __post_init__(self) -> None:
         if not _KEY_ID.fullmatch(self.id):
@@ -87,6 +98,8 @@ class Key:
             raise KeyringError(f"key {self.id}: unknown role {self.role!r} (one of {', '.join(ROLES)})")
         if self.role == "subscriber" and not self.subject:
             raise KeyringError(f"key {self.id}: a subscriber key names its subscriber (subject = \"...\")")
+        if self.streams is not None:
+            _check_grants(self.id, self.role, self.streams)
         if self.algorithm is Algorithm.HMAC_SHA256:
             if self.secret is None or len(self.secret) < MIN_SECRET_BYTES:
                 raise KeyringError(f"key {self.id}: an hmac-sha256 key needs a secret of at least "
@@ -110,12 +123,19 @@ class Key:
     def can_sign(self) -> bool:
         return self.status is KeyStatus.ACTIVE and (self.secret is not None or self.private is not None)
 
+    def grants(self, stream: str) -> bool:
+        """Whether this key acts for ``stream``: one of its ``streams`` names it or matches it as a pattern."""
+        if self.streams is None:
+            return False
+        return stream in self.streams or any(fnmatch.fnmatchcase(stream, pattern) for pattern in self.streams)
+
     def public_only(self) -> Key:
-        """This key as a verifier of an Ed25519 key should hold it: without its private half.
+        """This key as a verifier of an Ed25519 key should hold it: without its private half, with its grants.
 
         An HMAC key has no public half: its verifiers hold the secret (and so could sign)."""
         if self.algorithm is Algorithm.ED25519:
-            return Key(self.id, self.role, self.algorithm, self.status, self.subject, public=self.public)
+            return Key(self.id, self.role, self.algorithm, self.status, self.subject, public=self.public,
+                       streams=self.streams)
         return self
 
     def to_toml(self, *, public_only: bool = False) -> str:
@@ -124,6 +144,8 @@ class Key:
         lines = ["[[key]]", f'id = "{key.id}"', f'role = "{key.role}"']
         if key.subject is not None:
             lines.append(f"subject = {_toml_string(key.subject)}")
+        if key.streams is not None:
+            lines.append(f"streams = [{', '.join(_toml_string(stream) for stream in key.streams)}]")
         lines += [f'algorithm = "{key.algorithm.value}"', f'status = "{key.status.value}"']
         for name in ("secret", "private", "public"):
             value = getattr(key, name)
@@ -132,16 +154,31 @@ class Key:
         return "\n".join(lines) + "\n"
 
 
+def _check_grants(key_id: str, role: str, streams: object) -> None:
+    if role != "subscriber":
+        raise KeyringError(f"key {key_id}: only a subscriber key is granted streams (streams = [...])")
+    if not isinstance(streams, tuple):
+        raise KeyringError(f"key {key_id}: streams is a list of stream names or patterns")
+    if len(streams) > MAX_GRANTS:
+        raise KeyringError(f"key {key_id}: at most {MAX_GRANTS} streams may be granted, got {len(streams)}")
+    for stream in streams:
+        if not isinstance(stream, str) or not 0 < len(stream) <= MAX_GRANT_CHARS:
+            raise KeyringError(f"key {key_id}: each of streams is a stream name or pattern of 1 to "
+                               f"{MAX_GRANT_CHARS} characters, got {str(stream)[:64]!r}")
+
+
 def public_of(seed: bytes) -> bytes:
     """The raw public half of the Ed25519 key whose 32-byte seed is ``seed``."""
     return Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
-def new_key(key_id: str, role: str, algorithm: Algorithm, subject: str | None = None) -> Key:
-    """A freshly generated signing key."""
+def new_key(key_id: str, role: str, algorithm: Algorithm, subject: str | None = None,
+            streams: Iterable[str] | None = None) -> Key:
+    """A freshly generated signing key (a subscriber's granted ``streams``)."""
+    granted = None if streams is None else tuple(streams)
     if algorithm is Algorithm.HMAC_SHA256:
-        return Key(key_id, role, algorithm, subject=subject, secret=os.urandom(MIN_SECRET_BYTES))
-    return Key(key_id, role, algorithm, subject=subject, private=os.urandom(32))
+        return Key(key_id, role, algorithm, subject=subject, secret=os.urandom(MIN_SECRET_BYTES), streams=granted)
+    return Key(key_id, role, algorithm, subject=subject, private=os.urandom(32), streams=granted)
 
 
 class Keyring:
@@ -254,9 +291,12 @@ def _key(entry: Mapping[str, Any]) -> Key:
     for name in ("role", "subject"):
         if name in entry and not isinstance(entry[name], str):
             raise KeyringError(f"key {key_id}: {name} is a string")
+    streams = entry.get("streams")
+    if streams is not None and not isinstance(streams, list):
+        raise KeyringError(f"key {key_id}: streams is a list of stream names or patterns")
     return Key(key_id, entry.get("role", ""), algorithm, status, entry.get("subject"),
                secret=_bytes(entry, "secret", key_id), private=_bytes(entry, "private", key_id),
-               public=_bytes(entry, "public", key_id))
+               public=_bytes(entry, "public", key_id), streams=None if streams is None else tuple(streams))
 
 
 def _bytes(entry: Mapping[str, Any], name: str, key_id: str) -> bytes | None:
@@ -271,5 +311,10 @@ def _bytes(entry: Mapping[str, Any], name: str, key_id: str) -> bytes | None:
         raise KeyringError(f"key {key_id}: {name} is not valid base64") from None
 
 
+_TOML_ESCAPES = {ord("\\"): "\\\\", ord('"'): '\\"', 0x7F: "\\u007f",
+                 **{code: f"\\u{code:04x}" for code in range(0x20)}}
+
+
 def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``text`` as a TOML basic string: quotes, backslashes and control characters escaped."""
+    return '"' + text.translate(_TOML_ESCAPES) + '"'

@@ -1,5 +1,6 @@
 """A keyring file followed while a process runs: read again within seconds of a change, so that a key retired
-or removed with ``reclaim keys`` is refused by every running worker, applier and retention job from then on.
+or removed with ``reclaim keys`` (or a stream grant taken from it) is refused by every running worker, applier
+and retention job from then on.
 
 A change is seen by the file's identity (inode, size, modification and change times, in nanoseconds):
 ``reclaim keys`` replaces the file whole (a new inode), an editor rewrites it (new times). A file that
@@ -87,11 +88,11 @@ class KeyringFile:
                 log.error("keyring %s changed and cannot be read, keeping the keys read before: %s%s", self.path,
                           exc, self._limiter.suffix(held))
             return False
-        before = {key.id: key.status for key in self._keyring}
+        before = {key.id: (key.status, key.streams) for key in self._keyring}
         self._stamp, self._keyring = stamp, keyring
         RELOADS.labels("loaded").inc()
         LOADED_AT.set_to_current_time()
-        after = {key.id: key.status for key in keyring}
+        after = {key.id: (key.status, key.streams) for key in keyring}
         log.info("keyring %s read again: %s", self.path, _changes(before, after))
         return True
 
@@ -103,10 +104,10 @@ class KeyringFile:
 
 
 def _changes(before: Mapping[str, object], after: Mapping[str, object]) -> str:
-    """What changed, by key id (never any key material)."""
+    """What changed, by key id: added, removed, or its status or grants changed (never any key material)."""
     added = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))
     changed = sorted(key for key in set(before) & set(after) if before[key] != after[key])
     parts = [f"{label} {', '.join(ids)}" for label, ids in (("added", added), ("removed", removed),
-                                                              ("status changed", changed)) if ids]
+                                                              ("status or grants changed", changed)) if ids]
     return "; ".join(parts) or "no key changed"

@@ -42,7 +42,8 @@ RawHeaders = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str
 
 REJECTED = Counter("reclaim_unauthenticated_records",
                    "Records refused before any other check: unsigned, badly signed, unknown or retired key, "
-                   "or signed by a role (or subscriber) that may not write them", ["topic", "reason"])
+                   "or signed by a role (or subscriber) that may not write them, or for a stream its key is not "
+                   "granted", ["topic", "reason"])
 ACCEPTED_UNSIGNED = Counter("reclaim_unsigned_records_accepted",
                             "Unsigned records accepted because record authentication is in rollout mode", ["topic"])
 
@@ -65,7 +66,9 @@ class Rejection(enum.Enum):
     BAD_SIGNATURE = "bad-signature"
     WRONG_ROLE = "wrong-role"
     WRONG_SUBJECT = "wrong-subject"
+    NOT_GRANTED = "not-granted"
     AGAINST_POLICY = "against-policy"
+    WRONG_INCARNATION = "wrong-incarnation"
 
     @property
     def label(self) -> str:
@@ -241,14 +244,31 @@ class RecordVerifier:
                       "in rollout mode) on %s", topic)
         return outcome
 
-    def check_subject(self, topic: str, signer: Signer, subject: str) -> Unauthenticated | None:
-        """For a record a subscriber signs: refused when the key is another subscriber's."""
-        if signer.unsigned or signer.role != "subscriber" or signer.subject == subject:
+    def check_subject(self, topic: str, signer: Signer, subject: str, stream: str | None = None
+                      ) -> Unauthenticated | None:
+        """For a record a subscriber signs: refused when the key is another subscriber's (WRONG_SUBJECT), or
+        when the record is about a ``stream`` the key is not granted (NOT_GRANTED).
+
+        Only a subscriber key is held to its grants: an admin may add or remove any subscriber anywhere, and
+        an unsigned record accepted in rollout has no key to hold to anything.
+        """
+        if signer.unsigned or signer.role != "subscriber":
             return None
-        refusal = Unauthenticated(Rejection.WRONG_SUBJECT, f"key {signer.key_id} is subscriber "
-                                  f"{signer.subject!r}'s, the record is subscriber {subject!r}'s")
+        if signer.subject != subject:
+            refusal = Unauthenticated(Rejection.WRONG_SUBJECT, f"key {signer.key_id} is subscriber "
+                                      f"{signer.subject!r}'s, the record is subscriber {subject!r}'s")
+        elif stream is None or self._grants(signer.key_id, stream):
+            return None
+        else:
+            refusal = Unauthenticated(Rejection.NOT_GRANTED, f"key {signer.key_id} of subscriber {subject!r} is "
+                                      f"not granted stream {stream[:255]!r}")
         self.refused(topic, refusal)
         return refusal
+
+    def _grants(self, key_id: str, stream: str) -> bool:
+        """Whether key ``key_id`` acts for ``stream`` in the keyring the last record was verified by."""
+        known = self._keys.get(key_id)
+        return known is not None and known[0].grants(stream)
 
     def refused(self, topic: str, refusal: Unauthenticated) -> None:
         """Count and log a refusal (also one a caller decides, such as a truncation against the policy)."""

@@ -1,4 +1,5 @@
-"""``reclaim keys new | list | public | retire``: the keyring files that sign and verify reclaim's records."""
+"""``reclaim keys new | list | public | retire | grant | ungrant``: the keyring files that sign and verify
+reclaim's records, and the streams each subscriber key acts for."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ DESCRIPTION = """\
 new: add a freshly generated key to --keyring FILE (created mode 0600 when missing). The controller gets
 two keys unless --algorithm is given: ID (ed25519: topologies, recorded cuts) and ID.deletes (hmac-sha256:
 pending deletes, which every worker verifies per record). A subscriber key names its subscriber
-(--subject). list: the keys of FILE, without key material. public: what a verifier needs, to append to
-its own keyring: ed25519 public halves, and hmac-sha256 secrets only with --with-secrets (whoever holds
-one can sign too: give it to the workers alone). retire: mark --id retired; it then neither signs nor
-verifies (rotation: add the new key, roll it out to the verifiers, then to the signer, then retire).
-Secret key material is never printed except by `public --with-secrets`."""
+(--subject) and the streams it acts for (--stream, once per stream name or pattern such as 'billing/*');
+with none it acts for no stream. list: the keys of FILE and their grants, without key material. public:
+what a verifier needs, to append to its own keyring: ed25519 public halves with their grants, and
+hmac-sha256 secrets only with --with-secrets (whoever holds one can sign too: give it to the workers
+alone). retire: mark --id retired; it then neither signs nor verifies (rotation: add the new key, roll it
+out to the verifiers, then to the signer, then retire). grant, ungrant: add or remove --stream on the
+subscriber key --id; ungrant removes a grant as listed, not the streams a pattern matches. A grant is
+checked by the verifiers (the retention job), so change it in their keyrings: running processes follow
+the file within seconds. Secret key material is never printed except by `public --with-secrets`."""
 
 
 def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
@@ -31,18 +36,24 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     if path is None:
         raise UsageError("keys needs a keyring file: --keyring FILE (or RECLAIM_KEYRING)")
     path = Path(path)
+    if args.stream and args.action not in ("new", "grant", "ungrant"):
+        raise UsageError(f"--stream is for keys new, grant and ungrant, not keys {args.action}")
     if args.action == "new":
         return _new(args, path)
     keyring = _load(path)
+    if args.action in ("grant", "ungrant"):
+        return _grant(args, path, keyring)
     if args.action == "list":
         rows = [{"id": k.id, "role": k.role, "subject": k.subject, "algorithm": k.algorithm.value,
-                 "status": k.status.value, "signs": k.can_sign} for k in keyring]
+                 "status": k.status.value, "signs": k.can_sign,
+                 **({"streams": list(k.streams or ())} if k.role == "subscriber" else {})} for k in keyring]
         if args.json:
             print(json.dumps(rows, indent=2))
-        for row in [] if args.json else rows:
+        for listed, row in [] if args.json else zip(keyring, rows, strict=True):
             subject = f" subject={row['subject']}" if row["subject"] else ""
+            streams = f"  streams={','.join(listed.streams or ()) or '(none)'}" if listed.role == "subscriber" else ""
             print(f"{row['id']}  role={row['role']}{subject}  {row['algorithm']}  {row['status']}"
-                  f"{'  (signs)' if row['signs'] else ''}")
+                  f"{'  (signs)' if row['signs'] else ''}{streams}")
         return 0
     if args.action == "public":
         roles = {args.role} if args.role else set(ROLES)
@@ -67,6 +78,8 @@ def _new(args: argparse.Namespace, path: Path) -> int:
         raise UsageError("keys new needs --id, e.g. --id controller-2026-11")
     if (args.role == "subscriber") != bool(args.subject):
         raise UsageError("--subject names the subscriber of a subscriber key (and only of one)")
+    if args.stream and args.role != "subscriber":
+        raise UsageError("--stream grants a subscriber key a stream (and only a subscriber key)")
     existing = _load(path) if path.exists() else Keyring()
     if args.algorithm:
         wanted = [(args.id, Algorithm(args.algorithm))]
@@ -75,14 +88,47 @@ def _new(args: argparse.Namespace, path: Path) -> int:
     else:
         wanted = [(args.id, Algorithm.ED25519)]
     try:
-        added = [new_key(key_id, args.role, algorithm, args.subject) for key_id, algorithm in wanted]
+        streams = _unique(args.stream) if args.role == "subscriber" else None
+        added = [new_key(key_id, args.role, algorithm, args.subject, streams) for key_id, algorithm in wanted]
         _write(path, Keyring([*existing, *added]))
     except KeyringError as exc:
         raise UsageError(f"keyring {path}: {exc}") from exc
     for key in added:
-        print(f"key {key.id} ({key.role}{' ' + key.subject if key.subject else ''}, {key.algorithm.value}) "
-              f"added to {path}")
+        granted = "" if key.streams is None else f", streams {','.join(key.streams) or '(none)'}"
+        print(f"key {key.id} ({key.role}{' ' + key.subject if key.subject else ''}, {key.algorithm.value}"
+              f"{granted}) added to {path}")
     return 0
+
+
+def _grant(args: argparse.Namespace, path: Path, keyring: Keyring) -> int:
+    """Add (grant) or remove (ungrant) ``--stream`` on the subscriber key ``--id``, the file replaced whole."""
+    if not args.id or not args.stream:
+        raise UsageError(f"keys {args.action} needs --id KEY and --stream NAME_OR_PATTERN")
+    key = keyring.get(args.id)
+    if key is None:
+        raise UsageError(f"keyring {path} has no key {args.id!r}")
+    if key.role != "subscriber":
+        raise UsageError(f"key {args.id} is the {key.role} role's: only a subscriber key is granted streams")
+    held = list(key.streams or ())
+    if args.action == "grant":
+        streams = _unique([*held, *args.stream])
+    else:
+        absent = [stream for stream in args.stream if stream not in held]
+        if absent:
+            raise UsageError(f"key {args.id} has no grant {absent[0]!r} (its grants: {','.join(held) or 'none'}); "
+                             "ungrant removes a grant as listed")
+        streams = [stream for stream in held if stream not in args.stream]
+    try:
+        _write(path, Keyring(replace(k, streams=tuple(streams)) if k.id == args.id else k for k in keyring))
+    except KeyringError as exc:
+        raise UsageError(f"keyring {path}: {exc}") from exc
+    print(f"key {args.id} in {path}: streams {','.join(streams) or '(none)'}")
+    return 0
+
+
+def _unique(streams: list[str] | None) -> list[str]:
+    """``streams`` in order, each once."""
+    return list(dict.fromkeys(streams or ()))
 
 
 def _load(path: Path) -> Keyring:
@@ -107,13 +153,18 @@ def _write(path: Path, keyring: Keyring) -> None:
 
 
 def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
-    keys = sub.add_parser("keys", help="create, list, export or retire the keys that sign reclaim's records",
+    keys = sub.add_parser("keys", help="create, list, export, retire or grant streams to the keys that sign "
+                          "reclaim's records",
                           description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    keys.add_argument("action", choices=["new", "list", "public", "retire"])
+    keys.add_argument("action", choices=["new", "list", "public", "retire", "grant", "ungrant"])
     keys.add_argument("--keyring", type=Path, help="the keyring file (default RECLAIM_KEYRING)")
     keys.add_argument("--role", help=f"new: the key's role, one of {', '.join(ROLES)}; public: only this role's keys")
-    keys.add_argument("--id", help="new: the key id (letters, digits, '.', '_', '-'); retire: the key to retire")
+    keys.add_argument("--id", help="new: the key id (letters, digits, '.', '_', '-'); retire, grant, ungrant: "
+                                   "the key to change")
     keys.add_argument("--subject", help="new: the subscriber a subscriber key signs for")
+    keys.add_argument("--stream", action="append", metavar="NAME_OR_PATTERN",
+                      help="new, grant, ungrant: a stream the subscriber key acts for, by name (scope/orders) or "
+                           "fnmatch pattern (billing/*); repeat for more")
     keys.add_argument("--algorithm", choices=[a.value for a in Algorithm], help="new: one key of this algorithm")
     keys.add_argument("--with-secrets", action="store_true", help="public: include hmac-sha256 secrets")
     keys.add_argument("--json", action="store_true", help="list: as JSON")

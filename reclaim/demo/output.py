@@ -23,6 +23,8 @@ from reclaim.storage.sql_store import SQLMetadataStore
 DEMO_ROLES = (("controller", None), ("admin", None), ("retention-job", None), ("subscriber", "fast"),
               ("subscriber", "slow"))
 """The keys of the demo's keyring: every part that signs, and each of its subscribers."""
+DEMO_STREAMS = ("demo/events", "demo/events-*")
+"""The streams the demo's subscribers are granted: the retention part's (``demo/events-<hex>``, one a run)."""
 
 
 def demo_keyring(settings: Settings) -> Path:
@@ -31,8 +33,8 @@ def demo_keyring(settings: Settings) -> Path:
     One file holds every role's keys because one process plays every role; a deployment gives each
     process only its own keys and the public halves of those it verifies (see docs/operations/security.md).
     """
-    keys = [new_key(f"demo-{role}" + (f"-{subject}" if subject else ""), role, Algorithm.ED25519, subject)
-            for role, subject in DEMO_ROLES]
+    keys = [new_key(f"demo-{role}" + (f"-{subject}" if subject else ""), role, Algorithm.ED25519, subject,
+                    DEMO_STREAMS if role == "subscriber" else None) for role, subject in DEMO_ROLES]
     keys.append(new_key("demo-controller.deletes", "controller", Algorithm.HMAC_SHA256))
     path = settings.state_dir / "demo-keyring.toml"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -171,13 +171,15 @@ class OwnKeys:
         return _keys("public", "--keyring", str(self.paths[part]), "--with-secrets")
 
 
-def own_keys(directory: Path, roles: Mapping[str, str], retired: Iterable[str] = ()) -> OwnKeys:
-    """A key ``<part>-1`` for each part of ``roles`` (part -> role; a subscriber's for the subject ``part``) in
-    ``<part>-own.toml``; the parts of ``retired`` have theirs retired."""
+def own_keys(directory: Path, roles: Mapping[str, str], retired: Iterable[str] = (),
+             streams: Mapping[str, Iterable[str]] | None = None) -> OwnKeys:
+    """A key ``<part>-1`` for each part of ``roles`` (part -> role; a subscriber's for the subject ``part``,
+    granted its ``streams``) in ``<part>-own.toml``; the parts of ``retired`` have theirs retired."""
     paths = {part: directory / f"{part}-own.toml" for part in roles}
     for part, role in roles.items():
         subject = ("--subject", part) if role == "subscriber" else ()
-        _keys("new", "--role", role, "--id", f"{part}-1", *subject, "--keyring", str(paths[part]))
+        granted = [arg for stream in (streams or {}).get(part, ()) for arg in ("--stream", stream)]
+        _keys("new", "--role", role, "--id", f"{part}-1", *subject, *granted, "--keyring", str(paths[part]))
     for part in retired:
         _keys("retire", "--keyring", str(paths[part]), "--id", f"{part}-1")
     return OwnKeys(paths, {part: _keys("public", "--keyring", str(path)) for part, path in paths.items()})

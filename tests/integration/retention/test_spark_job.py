@@ -135,7 +135,7 @@ def test_two_subscribers_truncate_at_their_common_cut_then_wait_for_the_slow_one
 
 KEYS = Keyring([new_key("ctl-1", "controller", Algorithm.ED25519), new_key("admin-1", "admin", Algorithm.ED25519),
                 new_key("job-1", "retention-job", Algorithm.ED25519),
-                new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing")])
+                new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing", streams=[STREAM])])
 ATTACKER = Keyring([new_key("billing-9", "subscriber", Algorithm.ED25519, subject="billing")])
 
 

@@ -83,8 +83,8 @@ def test_an_unconfirmed_publish_raises_a_retryable_error() -> None:
 
 def test_with_a_keyring_each_subscriber_signs_with_its_own_key_and_the_policy_with_the_publisher_s(
         kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], unique_name: Callable[[str], str]) -> None:
-    keyring = Keyring([new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing"),
-                       new_key("audit-1", "subscriber", Algorithm.ED25519, subject="audit"),
+    keyring = Keyring([new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing", streams=[STREAM]),
+                       new_key("audit-1", "subscriber", Algorithm.ED25519, subject="audit", streams=[STREAM]),
                        new_key("admin-1", "admin", Algorithm.ED25519)])
     topics = kafka_topics()
     publisher = ConfirmedPublisher(RecordProducer(kafka_bootstrap, "idempotent-producer"), build_codec())
@@ -105,7 +105,7 @@ def test_with_a_keyring_each_subscriber_signs_with_its_own_key_and_the_policy_wi
             signer = verifier.verify(topic, message.key(), message.value(), message.headers(), signers_of(kind))
             assert isinstance(signer, Signer), signer
             record = codec.decode(message.value(), kind)
-            assert verifier.check_subject(topic, signer, record.subscriber) is None  # type: ignore[attr-defined]
+            assert verifier.check_subject(topic, signer, record.subscriber, record.stream) is None  # type: ignore[attr-defined]
             assert signer.key_id == f"{record.subscriber}-1"  # type: ignore[attr-defined]
     (config,) = consume_from_start(kafka_bootstrap, [topics.stream_config], unique_name("g"), 1)
     signer = verifier.verify(topics.stream_config, config.key(), config.value(), config.headers(),

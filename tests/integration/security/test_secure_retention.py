@@ -1,8 +1,9 @@
 """Retention end to end on the secured broker: every part runs as its own SCRAM principal over TLS and signs
 with its own key. The controller creates a stream and records its cuts, the admin sets its CONSUMPTION
 policy, two subscribers publish their cuts, a third cut forged by one subscriber for the other is refused,
+and so are that subscriber's registration and cut at the tail of a second stream its key is not granted;
 ``reclaim retention-job`` (Spark's Kafka connector on reclaim's own translation of the principal's
-properties) writes a truncation signed with the job's key, the truncation applier verifies and applies it,
+properties) writes one truncation signed with the job's key, the truncation applier verifies and applies it,
 and the worker deletes the chunks before the cut.
 """
 
@@ -45,6 +46,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 STREAM = "scope/orders"
 SEGMENTS = (f"{STREAM}/0.#epoch.0", f"{STREAM}/1.#epoch.0")
+PAYMENTS = "scope/payments"
+"""A second CONSUMPTION stream, which no subscriber's key is granted."""
 SUBSCRIBERS = ("billing", "audit")
 ROLE_OF = {"controller": "controller", "admin": "admin", "retention-job": "retention-job",
            "truncation-applier": "truncation-applier", "worker": "worker", "billing": "subscriber",
@@ -54,11 +57,13 @@ ROLE_OF = {"controller": "controller", "admin": "admin", "retention-job": "reten
 def _keyrings(directory: Path) -> dict[str, Path]:
     """Each part's own keys, and what each verifier holds of the others' (public halves; the worker the
     controller's HMAC secret for pending deletes)."""
-    own = own_keys(directory, {part: ROLE_OF[part] for part in ("controller", "admin", "retention-job", *SUBSCRIBERS)})
+    own = own_keys(directory, {part: ROLE_OF[part] for part in ("controller", "admin", "retention-job", *SUBSCRIBERS)},
+                   streams={name: [STREAM] for name in SUBSCRIBERS})
     return write_keyrings(directory, {
         **{part: own.text(part) for part in own.paths},
         # The job verifies its inputs: topology and recorded cuts (controller), policy (admin), each cut and
-        # change (its subscriber's own key); it signs with its own.
+        # change (its subscriber's own key, granted STREAM only: its public half carries the grant); it signs
+        # with its own.
         "retention-job": own.text("retention-job") + "".join(
             own.public[part] for part in ("controller", "admin", *SUBSCRIBERS)),
         # The applier runs phase 1 as the controller and verifies the job's and admins' truncations.
@@ -96,17 +101,20 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
 
     # The controller creates the stream (its topology goes out signed) and writes 40 bytes to each segment;
     # the admin, whose keyring holds the admin's key only, sets the policy; the controller records the cut.
-    run_reclaim("streams", "create", STREAM, "--segments", "2", env=deployment.env("controller"), check=True)
+    for stream in (STREAM, PAYMENTS):
+        run_reclaim("streams", "create", stream, "--segments", "2", env=deployment.env("controller"), check=True)
     applier = deployment.start("truncation-applier", "truncation-applier", "--record-every-s", "0")
     worker = deployment.start("worker", "worker")
     common = at(40, 16)  # all of segment 0, and some of segment 1
     with deployment.controller() as (controller, store):
-        for segment in SEGMENTS:
+        for segment in (*SEGMENTS, f"{PAYMENTS}/0.#epoch.0", f"{PAYMENTS}/1.#epoch.0"):
             controller.append(segment, b"x" * 40)
         before_cut = [chunk.name for number, segment in enumerate(SEGMENTS) for chunk in store.list_chunks(segment)
                       if chunk.start_offset + chunk.length <= common.as_dict()[number]]
     assert before_cut
-    run_reclaim("streams", "set-policy", STREAM, "--type", "consumption", env=deployment.env("admin"), check=True)
+    for stream in (STREAM, PAYMENTS):
+        run_reclaim("streams", "set-policy", stream, "--type", "consumption", env=deployment.env("admin"),
+                    check=True)
     run_reclaim("streams", "record", env=deployment.env("controller"), check=True)
     files_before = deployment.chunk_files()
 
@@ -122,29 +130,35 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
     with _publisher(deployment, "audit", audit_key) as forger:
         forger.publish(t.subscriber_cuts, SubscriberCut(STREAM, "billing", 1, at(40, 40), millis_now()),
                        subscriber_key(STREAM, "billing"))
+    # Issue #39's finding 2: audit adds itself to PAYMENTS, where no subscriber holds a cut, and cuts at its
+    # tail. Before grants the job truncated PAYMENTS whole; audit's key is granted STREAM only.
+    with _publisher(deployment, "audit") as publisher:
+        client = SubscriberClient(publisher, t, keyring=load_keyring(deployment.keyrings["audit"]))
+        client.add_subscriber(PAYMENTS, "audit", 1)
+        client.update_truncation_cut(PAYMENTS, "audit", 1, at(40, 40))
 
     job = run_reclaim("retention-job", "--once", "--master", "local[1]", "--state-buckets", "2",
                       env=deployment.env("retention-job"), timeout=240)
     assert job.returncode == 0, job.stdout + job.stderr
-    assert "1 event(s), 1 reject(s)" in job.stderr, job.stderr
+    assert "1 event(s), 3 reject(s)" in job.stderr, job.stderr
 
     superuser = {k: v for k, v in deployment.broker.admin_properties().items() if k != "bootstrap.servers"}
     with installed_client_properties(superuser):
         [message] = consume_from_start(deployment.broker.bootstrap, [t.truncation], f"reader-{uuid.uuid4()}", 1)
-        [refused] = consume_from_start(deployment.broker.bootstrap, [t.retention_rejects],
-                                       f"reader-{uuid.uuid4()}", 1)
-    value, rejected = message.value(), refused.value()
-    assert value is not None and rejected is not None
+        refused = consume_from_start(deployment.broker.bootstrap, [t.retention_rejects], f"reader-{uuid.uuid4()}", 3)
+    value = message.value()
+    assert value is not None
+    rejected = [codec.decode(m.value() or b"", t.retention_rejects, RetentionReject) for m in refused]
+    assert sorted((r.stream, r.subscriber, r.kind, r.source_topic, r.reason.split(":")[0]) for r in rejected) == [
+        (STREAM, "billing", RejectKind.UNAUTHENTICATED, t.subscriber_cuts, "wrong-subject"),
+        (PAYMENTS, "audit", RejectKind.UNAUTHENTICATED, t.subscriber_cuts, "not-granted"),
+        (PAYMENTS, "audit", RejectKind.UNAUTHENTICATED, t.subscribers, "not-granted")]
     event = codec.decode(value, t.truncation, TruncationEvent)
     assert (event.stream, event.reason, event.cut) == (STREAM, TruncationReason.CONSUMPTION, common)
     verifier = RecordVerifier(Keyring(key.public_only() for key in load_keyring(deployment.keyrings["retention-job"])))
     signer = verifier.verify(t.truncation, message.key(), value, message.headers(),
                              signers_of(TruncationEvent))
     assert isinstance(signer, Signer) and (signer.role, signer.key_id) == ("retention-job", "retention-job-1")
-    reject = codec.decode(rejected, t.retention_rejects, RetentionReject)
-    assert (reject.stream, reject.subscriber, reject.kind, reject.source_topic) == (
-        STREAM, "billing", RejectKind.UNAUTHENTICATED, t.subscriber_cuts)
-    assert reject.reason.startswith("wrong-subject"), reject.reason
 
     # The applier verifies the job's signature and the reason against the stored policy, truncates, and
     # the worker deletes the chunks before the cut.
@@ -158,6 +172,7 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
                                                                 {"0": 40, "1": 16})
     with deployment.controller() as (controller, _):
         assert controller.head(STREAM) == common
+        assert controller.head(PAYMENTS) == StreamCut()  # never truncated
     assert files_before - deployment.chunk_files() == {f"chunks/{name}" for name in before_cut}
     assert metric(applier, "reclaim_unauthenticated_records_total", topic=t.truncation, reason="unsigned") == 0
 

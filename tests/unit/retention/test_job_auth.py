@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from pyspark.sql.streaming.state import GroupState
 
 from reclaim.producers.topics import TopicNames
-from reclaim.retention.buckets import bucket_of
+from reclaim.retention.buckets import bucket_of, decode_bucket
 from reclaim.retention.spark_auth import JobKeys, job_keys
 from reclaim.retention.spark_io import DEFAULT_BUCKETS, INPUT_COLUMNS, UNDECODABLE_BUCKET, RetentionTopics
 from reclaim.retention.spark_state import stream_retention_step
@@ -44,16 +44,19 @@ from tests.support.spark_job import (
 )
 
 BUCKET = bucket_of(STREAM, DEFAULT_BUCKETS)
-BILLING_OLD = replace(new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing"),
+PAYMENTS = "scope/payments"
+"""Another CONSUMPTION stream, which no subscriber key here is granted."""
+BILLING_OLD = replace(new_key("billing-1", "subscriber", Algorithm.ED25519, subject="billing", streams=[STREAM]),
                       status=KeyStatus.RETIRED)
 KEYS = Keyring([
     new_key("ctl-1", "controller", Algorithm.ED25519), new_key("ctl-1.deletes", "controller", Algorithm.HMAC_SHA256),
     new_key("admin-1", "admin", Algorithm.ED25519), new_key("job-1", "retention-job", Algorithm.ED25519),
     new_key("job-0", "retention-job", Algorithm.HMAC_SHA256), BILLING_OLD,
-    new_key("billing-2", "subscriber", Algorithm.ED25519, subject="billing"),
-    new_key("audit-1", "subscriber", Algorithm.ED25519, subject="audit"),
+    new_key("billing-2", "subscriber", Algorithm.ED25519, subject="billing", streams=["scope/*"]),
+    new_key("audit-1", "subscriber", Algorithm.ED25519, subject="audit", streams=[STREAM]),
 ])
-"""What the signers hold between them; the job gets public halves of these and its own key."""
+"""What the signers hold between them; the job gets public halves of these and its own key. billing is granted
+every stream of scope ``scope`` by pattern, audit only STREAM."""
 CONTROLLER, ADMIN = RecordSigner(KEYS, "controller", prefer=Algorithm.ED25519), RecordSigner(KEYS, "admin")
 BILLING, AUDIT = RecordSigner(KEYS, "subscriber", "billing"), RecordSigner(KEYS, "subscriber", "audit")
 RETIRED = RecordSigner(Keyring([replace(BILLING_OLD, status=KeyStatus.ACTIVE)]), "subscriber", "billing")
@@ -95,7 +98,9 @@ def rows(items: Sequence[Signed | AvroRecord], *, key_ids: Sequence[bytes | None
         key_id = signature = None
         if signed.signer is not None:
             (_, key_id), (_, signature) = signed.signer.headers(signed.signed_for or topic, key, value)
-        out.append({"bucket": BUCKET, "stream": STREAM, "rank": TOPICS.rank(topic), "kafka_ts": millis_now(),
+        stream = signed.record.stream
+        out.append({"bucket": bucket_of(stream, DEFAULT_BUCKETS), "stream": stream, "rank": TOPICS.rank(topic),
+                    "kafka_ts": millis_now(),
                     "topic": topic, "partition": 0, "offset": offset, "key": key, "value": value,
                     "key_id": key_id, "signature": signature})
     return pd.DataFrame(out, columns=list(INPUT_COLUMNS))
@@ -177,6 +182,41 @@ def test_forged_adds_and_removes_at_high_generations_are_refused_and_do_not_lock
                                 Signed(subscribe("ops", 1), ADMIN)]), state)
     assert rejects(out) == []
     assert [e.cut for e in events(out)] == [at(60, 60)]
+
+
+def test_a_subscriber_key_cannot_add_itself_to_a_stream_it_is_not_granted_and_cut_it_at_the_tail() -> None:
+    # Issue #39's finding 2: audit's key, granted STREAM only, adds audit to PAYMENTS (CONSUMPTION, no
+    # subscriber, so no cut holds the bound) and cuts at its tail; before grants the job truncated it whole.
+    bucket, tail = bucket_of(PAYMENTS, DEFAULT_BUCKETS), at(300, 300)
+    _, state = run(ENFORCE, rows([*stream_with(CONSUMPTION, stream=PAYMENTS), recorded(tail, stream=PAYMENTS)]),
+                   bucket=bucket)
+    kept = decode_bucket(state.get[0])[PAYMENTS].state
+    attack = [subscribe("audit", stream=PAYMENTS), consumed("audit", tail, stream=PAYMENTS)]
+    before = REGISTRY.get_sample_value("reclaim_unauthenticated_records_total",
+                                       {"topic": TOPICS.subscriber_cuts, "reason": "not_granted"}) or 0.0
+
+    out, state = run(ENFORCE, rows(attack), state, bucket)
+    assert refusals(out) == [("audit", "not-granted"), ("audit", "not-granted")]
+    assert all(PAYMENTS in r.reason and "audit-1" in r.reason for r in rejects(out))
+    assert events(out) == []
+    assert decode_bucket(state.get[0])[PAYMENTS].state == kept  # audit is no subscriber of PAYMENTS
+    assert (REGISTRY.get_sample_value("reclaim_unauthenticated_records_total",
+                                      {"topic": TOPICS.subscriber_cuts, "reason": "not_granted"}) or 0.0) == before + 1
+
+    # The same records from billing's key, which scope/* grants, truncate PAYMENTS at the tail: the attack
+    # above was refused for its grant alone.
+    out, _ = run(ENFORCE, rows([subscribe("billing", stream=PAYMENTS), consumed("billing", tail, stream=PAYMENTS)]),
+                 state, bucket)
+    assert rejects(out) == [] and [e.cut for e in events(out)] == [tail]
+
+
+def test_an_admin_may_add_a_subscriber_to_any_stream_whose_key_still_cuts_only_where_granted() -> None:
+    bucket, tail = bucket_of(PAYMENTS, DEFAULT_BUCKETS), at(300, 300)
+    out, _ = run(ENFORCE, rows([*stream_with(CONSUMPTION, stream=PAYMENTS), recorded(tail, stream=PAYMENTS),
+                                Signed(subscribe("audit", stream=PAYMENTS), ADMIN),
+                                consumed("audit", tail, stream=PAYMENTS)]), bucket=bucket)
+    assert refusals(out) == [("audit", "not-granted")]  # the admin's ADD holds, audit's own cut does not
+    assert events(out) == []
 
 
 def test_a_config_shrinking_the_limits_needs_the_admin_key() -> None:

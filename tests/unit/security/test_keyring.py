@@ -9,12 +9,19 @@ from pathlib import Path
 import pytest
 
 from reclaim.security.errors import KeyringError
-from reclaim.security.keyring import Algorithm, Keyring, load_keyring, new_key, parse_keyring
+from reclaim.security.keyring import MAX_GRANTS, Algorithm, Keyring, load_keyring, new_key, parse_keyring
 
 _PUBLIC = new_key("p", "admin", Algorithm.ED25519).public
 assert _PUBLIC is not None
 PUB = base64.b64encode(_PUBLIC).decode()
 ADMIN = f'[[key]]\nid = "k"\nrole = "admin"\nalgorithm = "ed25519"\npublic = "{PUB}"\n'
+SUBSCRIBER = ADMIN.replace('"admin"', '"subscriber"\nsubject = "alice"')
+
+
+def _granted(count: int) -> str:
+    """A subscriber key granted ``count`` streams."""
+    return SUBSCRIBER + "streams = [" + ", ".join(['"s/x"'] * count) + "]\n"
+
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -46,6 +53,13 @@ def test_a_keyring_round_trips_through_its_file(tmp_path: Path) -> None:
     (ADMIN + "colour = 1\n", "unknown field 'colour'"),
     (ADMIN * 2, "listed twice"),
     (ADMIN.replace(PUB, "A" * 44), "32-byte public half"),
+    (ADMIN + 'streams = ["scope/orders"]\n', "key k: only a subscriber key is granted streams"),
+    (SUBSCRIBER + 'streams = "scope/orders"\n', "key k: streams is a list of stream names or patterns"),
+    (SUBSCRIBER + 'streams = ["scope/orders", ""]\n', "key k: each of streams is a stream name or pattern of 1 "
+                                                      "to 255 characters, got ''"),
+    (SUBSCRIBER + 'streams = [1]\n', "each of streams is a stream name or pattern"),
+    (SUBSCRIBER + f'streams = ["{"x" * 256}"]\n', "of 1 to 255 characters"),
+    (_granted(MAX_GRANTS + 1), "at most 1000 streams may be granted, got 1001"),
     ("[[key\n", "keyring"),
 ])
 def test_a_bad_keyring_is_one_line_naming_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -90,3 +104,24 @@ def test_a_keyring_readable_by_others_is_loaded_with_a_warning(tmp_path: Path,
     path.chmod(0o644)
     assert len(load_keyring(path)) == 1
     assert "chmod 600" in caplog.text
+
+
+def test_a_subscriber_key_s_grants_round_trip_and_travel_with_its_public_half(tmp_path: Path) -> None:
+    granted = new_key("alice-1", "subscriber", Algorithm.ED25519, subject="alice",
+                      streams=["scope/orders", "billing/*", 'we"ird\\x\n'])
+    keys = Keyring([granted, new_key("bob-1", "subscriber", Algorithm.ED25519, subject="bob"),
+                    new_key("carol-1", "subscriber", Algorithm.ED25519, subject="carol", streams=[])])
+    for text in (keys.to_toml(), keys.to_toml(public_only=True)):
+        loaded = load_keyring(_write(tmp_path, text))
+        assert [k.streams for k in loaded] == [("scope/orders", "billing/*", 'we"ird\\x\n'), None, ()]
+    assert granted.public_only().streams == granted.streams
+    assert parse_keyring(keys.to_toml(public_only=True)).get("alice-1") == granted.public_only()
+    assert parse_keyring(_granted(MAX_GRANTS)).get("k") is not None
+
+
+def test_a_key_acts_for_the_streams_it_names_or_whose_pattern_matches_and_for_no_other() -> None:
+    key = new_key("alice-1", "subscriber", Algorithm.ED25519, subject="alice", streams=["scope/orders", "billing/*"])
+    assert key.grants("scope/orders") and key.grants("billing/invoices") and key.grants("billing/a/b")
+    assert not key.grants("scope/orders2") and not key.grants("Billing/invoices") and not key.grants("scope/other")
+    assert not new_key("bob-1", "subscriber", Algorithm.ED25519, subject="bob").grants("scope/orders")
+    assert not new_key("carol-1", "subscriber", Algorithm.ED25519, subject="carol", streams=[]).grants("x")
