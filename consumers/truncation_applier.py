@@ -64,9 +64,10 @@ class Truncator(Protocol):
         """The stream's row; :class:`StreamNotFoundError` when there is none."""
         ...
 
-    def truncate_journaled(self, stream: str, cut: StreamCut, *, source: str, reason: str, signer: str) -> bool:
-        """Truncate ``stream`` at ``cut`` and keep it in the journal; False when the stream's head is at or
-        past it already."""
+    def truncate_journaled(self, stream: str, cut: StreamCut, *, source: str, reason: str, signer: str,
+                           incarnation: str | None = None) -> bool:
+        """Truncate ``stream`` (that ``incarnation`` of it, when given) at ``cut`` and keep it in the journal;
+        False when the stream's head is at or past it already."""
         ...
 
     def topology(self, stream: str) -> StreamTopology:
@@ -133,14 +134,15 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
             # Decided for a deleted stream of the same name: its cut would cut the new stream's bytes.
             log.warning("truncation event for %s at %s predates the stream's creation: skipped", event.stream, where)
             return Applied.UNKNOWN_STREAM
-        refusal = _refusal(event, signer, stream) or _inside_minimum(truncator, event, stream, now_ms or millis_now())
+        refusal = (_incarnation_refusal(event, stream) or _refusal(event, signer, stream)
+                   or _inside_minimum(truncator, event, stream, now_ms or millis_now()))
         if refusal is not None:
             if verifier is not None:
                 verifier.refused(topic, refusal)
             log.error("truncation of %s at %s refused: %s", event.stream, where, refusal)
             return Applied.UNAUTHENTICATED
         done = truncator.truncate_journaled(event.stream, event.cut, source=where, reason=event.reason.name,
-                                            signer=_signed_by(signer))
+                                            signer=_journal_signer(signer, event), incarnation=event.incarnation)
     except StreamNotFoundError:
         log.warning("truncation event for unknown stream %s at %s: skipped", event.stream, where)
         return Applied.UNKNOWN_STREAM
@@ -154,6 +156,17 @@ def apply_event(truncator: Truncator, codec: RecordCodec, value: bytes | None, t
     log.info("truncation %s stream=%s reason=%s signer=%s segments=%d at %s", outcome.value, event.stream,
              event.reason.name, _signed_by(signer), len(event.cut), where)
     return outcome
+
+
+def _incarnation_refusal(event: TruncationEvent, stream: StreamRecord) -> Unauthenticated | None:
+    """WRONG_INCARNATION for an event of another incarnation of the stream: decided for one deleted, its name
+    used again. An event that names none (written before incarnations) is the incarnation's that existed when
+    it was decided: one decided before this one was created was skipped already."""
+    if event.incarnation is None or event.incarnation == stream.incarnation:
+        return None
+    return Unauthenticated(Rejection.WRONG_INCARNATION, f"the event is for incarnation {event.incarnation} of "
+                           f"{event.stream}, which is incarnation {stream.incarnation or '(none)'} now: the one it "
+                           f"was decided for was deleted")
 
 
 def _refusal(event: TruncationEvent, signer: Signer | None, stream: StreamRecord) -> Unauthenticated | None:
@@ -186,6 +199,18 @@ def _inside_minimum(truncator: Truncator, event: TruncationEvent, stream: Stream
         return None
     return Unauthenticated(Rejection.AGAINST_POLICY, f"a {event.reason.name} truncation of {event.stream} is inside "
                            f"its policy's minimum: {why}")
+
+
+def _journal_signer(signer: Signer | None, event: TruncationEvent) -> str:
+    """Who the journal names: the event's signer and, for a truncation at the subscribers' bound, the subscribers
+    whose cuts made it with the keys that signed them (as the job says: it verified them)."""
+    if not event.bound_by:
+        return _signed_by(signer)
+    return f"{_signed_by(signer)}; bound by {', '.join(event.bound_by)}"[:MAX_JOURNAL_SIGNER]
+
+
+MAX_JOURNAL_SIGNER = 4096
+"""The most of a journal entry's signer text kept: a bound made by thousands of subscribers is cut short."""
 
 
 def _signed_by(signer: Signer | None) -> str:

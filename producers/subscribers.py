@@ -35,6 +35,12 @@ class SubscriberClient:
     any. A policy (:meth:`set_policy`) always carries the ``publisher``'s: the retention job obeys
     only an admin's, so pass ``publisher.signed_by(admin_signer)``.
 
+    Every record names the incarnation of its stream, as ``incarnations`` (stream name to incarnation: e.g.
+    :meth:`~reclaim.segments.streams.StreamController.incarnation`, or what ``reclaim streams cut`` prints)
+    says: the retention job refuses a record of another incarnation, so a record of a stream deleted and
+    created again under its name does nothing to the new one. Without ``incarnations`` the records name
+    none, which the job accepts only while record authentication is not enforced.
+
     Examples
     --------
     >>> client = SubscriberClient(publisher, TopicNames.for_prefix(), keyring=keyring)  # doctest: +SKIP
@@ -43,12 +49,17 @@ class SubscriberClient:
     """
 
     def __init__(self, publisher: ConfirmedPublisher, topics: TopicNames,
-                 clock: Callable[[], int] = millis_now, keyring: Keyring | None = None) -> None:
+                 clock: Callable[[], int] = millis_now, keyring: Keyring | None = None,
+                 incarnations: Callable[[str], str | None] | None = None) -> None:
         self.publisher = publisher
+        self.incarnations = incarnations
         self.topics = topics
         self.clock = clock
         self.keyring = keyring
         self._publishers: dict[str, ConfirmedPublisher] = {}
+
+    def _incarnation(self, stream: str) -> str | None:
+        return None if self.incarnations is None else self.incarnations(stream)
 
     def publisher_for(self, subscriber: str) -> ConfirmedPublisher:
         """The publisher of ``subscriber``'s records: signing with its own key when there is a keyring."""
@@ -68,14 +79,14 @@ class SubscriberClient:
         self._change(stream, subscriber, generation, SubscriberChangeType.REMOVE)
 
     def _change(self, stream: str, subscriber: str, generation: int, change: SubscriberChangeType) -> None:
-        record = SubscriberChange(stream, subscriber, generation, change, self.clock())
+        record = SubscriberChange(stream, subscriber, generation, change, self.clock(), self._incarnation(stream))
         self.publisher_for(subscriber).publish(self.topics.subscribers, record, subscriber_key(stream, subscriber))
         log.info("subscriber %s stream=%s subscriber=%s generation=%d", change.name.lower(), stream, subscriber,
                  generation)
 
     def update_truncation_cut(self, stream: str, subscriber: str, generation: int, cut: StreamCut) -> None:
         """Publish that ``subscriber`` has consumed ``stream`` up to ``cut``."""
-        record = SubscriberCut(stream, subscriber, generation, cut, self.clock())
+        record = SubscriberCut(stream, subscriber, generation, cut, self.clock(), self._incarnation(stream))
         self.publisher_for(subscriber).publish(self.topics.subscriber_cuts, record,
                                                subscriber_key(stream, subscriber))
         log.info("truncation cut published stream=%s subscriber=%s generation=%d segments=%d", stream, subscriber,
@@ -83,7 +94,7 @@ class SubscriberClient:
 
     def set_policy(self, stream: str, policy: RetentionPolicy) -> StreamConfig:
         """Publish ``stream``'s retention policy for the retention job, signed by the ``publisher``'s signer."""
-        record = StreamConfig(stream, policy, self.clock())
+        record = StreamConfig(stream, policy, self.clock(), self._incarnation(stream))
         self.publisher.publish(self.topics.stream_config, record, stream)
         return record
 

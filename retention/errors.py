@@ -52,3 +52,8 @@ class UnknownSubscriberError(RetentionError):
 
 class GenerationAheadError(RetentionError):
     """A cut at a generation newer than the subscriber's: the add of that generation was never seen."""
+
+
+class WrongIncarnationError(RetentionError):
+    """A record of another incarnation of its stream than the one the job knows (a stream deleted and created
+    again under its name is another stream), or of none where one is required."""

@@ -17,6 +17,8 @@ class Subscriber:
     generation: int
     active: bool
     cut: StreamCut | None = None
+    signed_by: str | None = None
+    """Who signed its last accepted cut (``role:subject/key-id``); None when unsigned or not verified."""
 
 
 class SubscriberRegistry:
@@ -54,7 +56,8 @@ class SubscriberRegistry:
         """Subscribe ``name`` at ``generation``; re-adding a subscribed one keeps its cut."""
         current = self._check_newer(name, generation, "add")
         keep = current.cut if current is not None and current.active else None
-        self._subscribers[name] = Subscriber(name, generation, True, keep)
+        signer = current.signed_by if keep is not None and current is not None else None
+        self._subscribers[name] = Subscriber(name, generation, True, keep, signer)
 
     def remove(self, name: str, generation: int) -> None:
         """Unsubscribe ``name``: it no longer holds truncation back."""
@@ -76,9 +79,15 @@ class SubscriberRegistry:
             raise UnknownSubscriberError(f"subscriber {name!r} was removed at generation {current.generation}")
         return current
 
-    def set_cut(self, name: str, cut: StreamCut) -> None:
-        """Store an accepted cut (the caller checked its generation, validity and that it advances)."""
-        self._subscribers[name] = replace(self._subscribers[name], cut=cut)
+    def set_cut(self, name: str, cut: StreamCut, signed_by: str | None = None) -> None:
+        """Store an accepted cut (the caller checked its generation, validity and that it advances), and who
+        signed it (None: keep who signed the cut it replaces, as when a cut is held to a sealed length)."""
+        current = self._subscribers[name]
+        self._subscribers[name] = replace(current, cut=cut, signed_by=signed_by or current.signed_by)
+
+    def holding(self) -> list[Subscriber]:
+        """The subscribed subscribers that hold a cut: those whose cuts make the lower bound."""
+        return [s for s in self if s.active and s.cut is not None]
 
     def active_cuts(self) -> list[StreamCut]:
         """The cuts that hold truncation back: subscribed subscribers' cuts, by name; none yet holds nothing."""

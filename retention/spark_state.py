@@ -30,7 +30,7 @@ from reclaim.schemas.base import LONG_MAX, AvroRecord
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
 from reclaim.schemas.rejects import RetentionReject
-from reclaim.security.signing import RecordSigner, RecordVerifier, Signer, Unauthenticated
+from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, Signer, Unauthenticated
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.state import GroupState
@@ -196,7 +196,10 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
             reject = unauthenticated(refusal, row, now_ms, retention.stream, getattr(record, "subscriber", None))
             out.append(reject_row(codec, topics, reject))
             continue
-        rejection = retention.apply(record, now_ms)
+        # Enforced authentication also requires the stream's incarnation (a record written before it has none).
+        strict = verifier is not None and verifier.mode is AuthMode.ENFORCE
+        rejection = retention.apply(record, now_ms, require_incarnation=strict,
+                                    signed_by=None if signer is None or signer.unsigned else str(signer))
         if rejection is not None:
             out.append(reject_row(codec, topics, _reject(rejection, row, now_ms)))
     return out

@@ -45,12 +45,13 @@ def dump_state(state: StreamRetentionState) -> bytes:
         "published": state.topology_published_at,
         "deleted": state.deleted,
         "config": None if state.config is None else state.config.to_avro(),
-        "subscribers": [[s.name, s.generation, s.active, None if s.cut is None else _cut(s.cut)]
+        "subscribers": [[s.name, s.generation, s.active, None if s.cut is None else _cut(s.cut), s.signed_by]
                         for s in state.registry],
         "retention": [_record(r) for r in state.retention.records],
         "recorded": None if state.last_recorded is None else _record(state.last_recorded),
         "last": None if state.last_emitted is None else _cut(state.last_emitted),
         "refused": state.last_emitted_refused,
+        "incarnation": state.incarnation,
     }
     return json.dumps(data, separators=(",", ":")).encode()
 
@@ -66,13 +67,15 @@ def load_state(cls: type[StreamRetentionState], raw: bytes) -> StreamRetentionSt
     state.topology_published_at = int(data["published"])
     state.deleted = bool(data["deleted"])
     state.config = None if data["config"] is None else StreamConfig.from_avro(data["config"])
-    state.registry = SubscriberRegistry({
-        name: Subscriber(name, int(generation), bool(active), None if cut is None else _uncut(cut))
-        for name, generation, active, cut in data["subscribers"]})
+    state.registry = SubscriberRegistry({  # who signed a cut: absent from states written before it was kept
+        name: Subscriber(name, int(generation), bool(active), None if cut is None else _uncut(cut),
+                         signer[0] if signer else None)
+        for name, generation, active, cut, *signer in data["subscribers"]})
     state.retention = RetentionSet(tuple(_unrecord(state.stream, record) for record in data["retention"]))
     # A state written before the newest recorded cut was kept on its own: the set's newest stands for it.
     recorded = data.get("recorded")
     state.last_recorded = state.retention.latest if recorded is None else _unrecord(state.stream, recorded)
     state.last_emitted = None if data["last"] is None else _uncut(data["last"])
     state.last_emitted_refused = bool(data.get("refused", False))  # absent from states written before it was kept
+    state.incarnation = data.get("incarnation")  # absent from states written before incarnations
     return state

@@ -16,6 +16,7 @@ from reclaim.retention.errors import (
     StaleGenerationError,
     UnknownStreamError,
     UnknownSubscriberError,
+    WrongIncarnationError,
 )
 from reclaim.retention.lower_bound import lower_bound
 from reclaim.retention.policy import check_policy, limits_of
@@ -48,6 +49,7 @@ _KINDS: dict[type[RetentionError], RejectKind] = {
     UnknownStreamError: RejectKind.UNKNOWN_STREAM,
     GenerationAheadError: RejectKind.GENERATION_AHEAD,
     InvalidPolicyError: RejectKind.INVALID_POLICY,
+    WrongIncarnationError: RejectKind.WRONG_INCARNATION,
 }
 
 
@@ -79,6 +81,9 @@ class StreamRetentionState:
         self._reset()
 
     def _reset(self) -> None:
+        # Which incarnation of the stream this is (its topology says; None: not known yet, or a controller
+        # of a version before incarnations). A stream created again under its name is another incarnation.
+        self.incarnation: str | None = None
         self.topology: Topology | None = None
         self.topology_published_at = 0
         self.deleted = False
@@ -91,17 +96,28 @@ class StreamRetentionState:
         # at that end now (last_emitted), and the held cut may be emitted although it equals it.
         self.last_emitted_refused = False
 
-    def apply(self, record: InputRecord, now_ms: int) -> Rejection | None:
-        """Fold one input record into the state; a refused record changes nothing and says why."""
+    def apply(self, record: InputRecord, now_ms: int, *, require_incarnation: bool = False,
+              signed_by: str | None = None) -> Rejection | None:
+        """Fold one input record into the state; a refused record changes nothing and says why.
+
+        A record of another incarnation of the stream is refused (WRONG_INCARNATION); so is one that carries
+        none (written before incarnations) once the state knows the stream's, with ``require_incarnation``
+        (record authentication enforced), else it is taken as the current incarnation's. ``signed_by``: who
+        signed the record, kept with a subscriber's cut so that a truncation at the bound names it.
+        """
         subscriber = record.subscriber if isinstance(record, SubscriberChange | SubscriberCut) else None
         try:
-            self._apply(record)
+            if isinstance(record, StreamTopology):
+                self._apply_topology(record)
+            else:
+                self._check_incarnation(record, require_incarnation)
+                self._apply(record, signed_by)
         except RetentionError as exc:
             kind = next(kind for error, kind in _KINDS.items() if isinstance(exc, error))
             return Rejection(self.stream, subscriber, kind, str(exc))
         return None
 
-    def _apply(self, record: InputRecord) -> None:
+    def _apply(self, record: InputRecord, signed_by: str | None = None) -> None:
         if record.stream != self.stream:
             raise ValueError(f"record of stream {record.stream!r} applied to {self.stream!r}")
         if isinstance(record, StreamTopology):
@@ -116,18 +132,41 @@ class StreamRetentionState:
             else:
                 self.registry.remove(record.subscriber, record.generation)
         elif isinstance(record, SubscriberCut):
-            self._apply_cut(record)
+            self._apply_cut(record, signed_by)
         else:
             self._apply_recorded(record)
 
-    def _apply_topology(self, record: StreamTopology) -> None:
-        # Published in the controller's order; an older one is a re-delivery of what is known already.
-        if record.published_at < self.topology_published_at:
+    def _check_incarnation(self, record: InputRecord, required: bool) -> None:
+        """Refuse a record of another incarnation than the state's; learn the incarnation from the first
+        record that names one while no topology has (its topology, when it comes, decides)."""
+        if record.incarnation is None:
+            if required and self.incarnation is not None:
+                raise WrongIncarnationError(f"the record names no incarnation of stream {self.stream!r} (written "
+                                            f"before incarnations); the stream is incarnation {self.incarnation}")
             return
-        if self.deleted and record.state is not TopologyState.DELETED:
+        if self.incarnation is None:
+            self.incarnation = record.incarnation
+        elif record.incarnation != self.incarnation:
+            raise WrongIncarnationError(f"the record is of incarnation {record.incarnation} of stream "
+                                        f"{self.stream!r}, which is incarnation {self.incarnation} now")
+
+    def _apply_topology(self, record: StreamTopology) -> None:
+        if record.stream != self.stream:
+            raise ValueError(f"record of stream {record.stream!r} applied to {self.stream!r}")
+        another = record.incarnation is not None and self.incarnation not in (None, record.incarnation)
+        # Published in the controller's order; an older one is a re-delivery of what is known already, or of
+        # an incarnation that ended (replayed: refused, so that it cannot bring the old stream back).
+        if record.published_at < self.topology_published_at:
+            if another:
+                raise WrongIncarnationError(f"topology of incarnation {record.incarnation} of stream {self.stream!r} "
+                                            f"is older than incarnation {self.incarnation}'s")
+            return
+        if another or (self.deleted and record.state is not TopologyState.DELETED):
             self._reset()  # the stream was created again under the same name: nothing of the old one holds
         elif self.topology is not None and 0 < len(record.epochs) < len(self.topology.epochs):
             return  # a history only grows: a shorter one was read before a newer one was published
+        if record.incarnation is not None:
+            self.incarnation = record.incarnation
         self.topology_published_at = record.published_at
         self.deleted = record.state is TopologyState.DELETED
         if record.epochs:
@@ -171,12 +210,12 @@ class StreamRetentionState:
             raise UnknownStreamError(f"stream {self.stream!r} is unknown: no topology of it was published")
         return self.topology
 
-    def _apply_cut(self, record: SubscriberCut) -> None:
+    def _apply_cut(self, record: SubscriberCut, signed_by: str | None) -> None:
         topology = self._known_topology()
         current = self.registry.subscribed(record.subscriber, record.generation)
         cuts.validate(topology, record.cut)
         cuts.check_advances(topology, record.cut, current.cut, "subscriber's previous cut")
-        self.registry.set_cut(record.subscriber, record.cut)
+        self.registry.set_cut(record.subscriber, record.cut, signed_by or "unsigned")
 
     def _apply_recorded(self, record: StreamCutRecord) -> None:
         """Append a recorded cut to the retention set. Recorded cuts only advance (PDP-19: each is the
@@ -218,7 +257,9 @@ class StreamRetentionState:
         self.retention = self.retention.drop_through(self.topology, cut)
         reason = TruncationReason.CONSUMPTION if decision.rule.at_bound else TruncationReason(limits.kind.value)
         logger.debug("truncation decided stream=%s rule=%s", self.stream, decision.rule.name)
-        return TruncationEvent(self.stream, cut, reason, now_ms, self.config.policy)
+        bound_by = tuple(f"{s.name} ({s.signed_by or 'unsigned'})" for s in self.registry.holding()) \
+            if reason is TruncationReason.CONSUMPTION else ()
+        return TruncationEvent(self.stream, cut, reason, now_ms, self.config.policy, self.incarnation, bound_by)
 
     def next_change_ms(self, now_ms: int) -> int | None:
         """The next instant after ``now_ms`` at which time alone may change the decision, or None.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Self, TypeVar
@@ -94,6 +95,12 @@ def check_millis(name: str, value: int) -> None:
     """Raise ValueError unless ``value`` is epoch millis that an Avro timestamp-millis reader accepts."""
     if not 0 <= value <= MAX_TIMESTAMP_MILLIS:
         raise ValueError(f"{name} must be epoch millis in [0, {MAX_TIMESTAMP_MILLIS}], got {value}")
+
+
+def new_incarnation() -> str:
+    """A new stream incarnation: 128 random bits as 32 hex digits, made when a stream is created (as Kafka's
+    topic ids, KIP-516), so that a stream deleted and created again under its name is another stream."""
+    return secrets.token_hex(16)
 
 
 def millis_now() -> int:

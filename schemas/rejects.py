@@ -29,6 +29,9 @@ class RejectKind(enum.Enum):
     """A cut for a stream the job has no topology of (never created, or deleted)."""
     GENERATION_AHEAD = "GENERATION_AHEAD"
     """A subscriber's cut at a generation newer than the subscriber's (its add was never seen)."""
+    WRONG_INCARNATION = "WRONG_INCARNATION"
+    """A record of another incarnation of the stream (one deleted, its name used again), or of none where one is
+    required: a genuine record replayed into the stream created again under its name."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from reclaim.schemas.base import (
     get_long,
     get_millis,
     get_opt_enum,
+    get_opt_str,
     get_record,
     get_str,
 )
@@ -156,12 +157,14 @@ class StreamConfig(AvroRecord):
     stream: str
     policy: RetentionPolicy
     updated_at: int
+    incarnation: str | None = None
 
     def __post_init__(self) -> None:
         check_millis("updated_at", self.updated_at)
 
     def to_avro(self) -> dict[str, Any]:
-        return {"stream": self.stream, "policy": self.policy.to_avro(), "updated_at": self.updated_at}
+        return {"stream": self.stream, "policy": self.policy.to_avro(), "updated_at": self.updated_at,
+                "incarnation": self.incarnation}
 
     @classmethod
     def _from_avro(cls, data: Mapping[str, Any]) -> Self:
@@ -169,6 +172,7 @@ class StreamConfig(AvroRecord):
             stream=get_str(data, "stream"),
             policy=get_record(data, "policy", RetentionPolicy),
             updated_at=get_millis(data, "updated_at"),
+            incarnation=get_opt_str(data, "incarnation"),
         )
 
 
@@ -182,6 +186,7 @@ class StreamCutRecord(AvroRecord):
     cut: StreamCut
     recording_time: int
     recording_size: int
+    incarnation: str | None = None
 
     def __post_init__(self) -> None:
         check_millis("recording_time", self.recording_time)
@@ -192,6 +197,7 @@ class StreamCutRecord(AvroRecord):
             "cut": self.cut.to_avro(),
             "recording_time": self.recording_time,
             "recording_size": self.recording_size,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -201,6 +207,7 @@ class StreamCutRecord(AvroRecord):
             cut=get_record(data, "cut", StreamCut),
             recording_time=get_millis(data, "recording_time"),
             recording_size=get_long(data, "recording_size"),
+            incarnation=get_opt_str(data, "incarnation"),
         )
 
 
@@ -224,6 +231,9 @@ class TruncationEvent(AvroRecord):
     reason: TruncationReason
     computed_at: int
     policy: RetentionPolicy
+    incarnation: str | None = None
+    bound_by: tuple[str, ...] = ()
+    """A CONSUMPTION truncation's subscribers whose cuts made the bound, each with the key that signed its cut."""
 
     def __post_init__(self) -> None:
         check_millis("computed_at", self.computed_at)
@@ -235,6 +245,8 @@ class TruncationEvent(AvroRecord):
             "reason": self.reason.name,
             "computed_at": self.computed_at,
             "policy": self.policy.to_avro(),
+            "incarnation": self.incarnation,
+            "bound_by": list(self.bound_by),
         }
 
     @classmethod
@@ -245,4 +257,6 @@ class TruncationEvent(AvroRecord):
             reason=get_enum(data, "reason", TruncationReason),
             computed_at=get_millis(data, "computed_at"),
             policy=get_record(data, "policy", RetentionPolicy),
+            incarnation=get_opt_str(data, "incarnation"),
+            bound_by=tuple(str(item) for item in data.get("bound_by") or ()),
         )

@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from reclaim.schemas.avro_schema import RecordSchema
-from reclaim.schemas.base import AvroRecord, check_millis, get_enum, get_long, get_millis, get_record, get_str
+from reclaim.schemas.base import (
+    AvroRecord,
+    check_millis,
+    get_enum,
+    get_long,
+    get_millis,
+    get_opt_str,
+    get_record,
+    get_str,
+)
 from reclaim.schemas.streams import StreamCut
 
 
@@ -34,6 +43,7 @@ class SubscriberChange(AvroRecord):
     generation: int
     change: SubscriberChangeType
     changed_at: int
+    incarnation: str | None = None
 
     def __post_init__(self) -> None:
         check_millis("changed_at", self.changed_at)
@@ -45,6 +55,7 @@ class SubscriberChange(AvroRecord):
             "generation": self.generation,
             "change": self.change.name,
             "changed_at": self.changed_at,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -55,6 +66,7 @@ class SubscriberChange(AvroRecord):
             generation=get_long(data, "generation"),
             change=get_enum(data, "change", SubscriberChangeType),
             changed_at=get_millis(data, "changed_at"),
+            incarnation=get_opt_str(data, "incarnation"),
         )
 
 
@@ -73,6 +85,7 @@ class SubscriberCut(AvroRecord):
     generation: int
     cut: StreamCut
     published_at: int
+    incarnation: str | None = None
 
     def __post_init__(self) -> None:
         check_millis("published_at", self.published_at)
@@ -84,6 +97,7 @@ class SubscriberCut(AvroRecord):
             "generation": self.generation,
             "cut": self.cut.to_avro(),
             "published_at": self.published_at,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -94,4 +108,5 @@ class SubscriberCut(AvroRecord):
             generation=get_long(data, "generation"),
             cut=get_record(data, "cut", StreamCut),
             published_at=get_millis(data, "published_at"),
+            incarnation=get_opt_str(data, "incarnation"),
         )

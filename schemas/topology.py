@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from reclaim.schemas.avro_schema import RecordSchema
-from reclaim.schemas.base import AvroRecord, check_millis, get_array, get_enum, get_long, get_millis, get_str
+from reclaim.schemas.base import (
+    AvroRecord,
+    check_millis,
+    get_array,
+    get_enum,
+    get_long,
+    get_millis,
+    get_opt_str,
+    get_str,
+)
 
 KEY_SPACE_END = 1.0
 
@@ -146,6 +155,7 @@ class StreamTopology(AvroRecord):
     sealed_lengths: tuple[SealedSegment, ...]
     state: TopologyState
     published_at: int
+    incarnation: str | None = None
 
     def __post_init__(self) -> None:
         check_millis("published_at", self.published_at)
@@ -173,6 +183,7 @@ class StreamTopology(AvroRecord):
             "sealed_lengths": [sealed.to_avro() for sealed in self.sealed_lengths],
             "state": self.state.name,
             "published_at": self.published_at,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -183,6 +194,7 @@ class StreamTopology(AvroRecord):
             sealed_lengths=tuple(SealedSegment.from_avro(item) for item in get_array(data, "sealed_lengths")),
             state=get_enum(data, "state", TopologyState),
             published_at=get_millis(data, "published_at"),
+            incarnation=get_opt_str(data, "incarnation"),
         )
 
 

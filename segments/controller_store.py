@@ -91,10 +91,28 @@ CREATE TABLE controller_recorded (
     stream TEXT COLLATE "C" NOT NULL, recorded_at BIGINT NOT NULL, size BIGINT NOT NULL, cut TEXT NOT NULL,
     PRIMARY KEY (stream, recorded_at))
 """}),
+    # Stream incarnations: a stream created again under its name is another stream (as Kafka's topic ids). A
+    # stream of an earlier version gets one now; a journal entry written before the stream it names was
+    # created (a namesake's) gets none.
+    Migration(4, {
+        "sqlite": """
+ALTER TABLE controller_streams ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+UPDATE controller_streams SET incarnation = lower(hex(randomblob(16)));
+ALTER TABLE controller_truncations ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+UPDATE controller_truncations SET incarnation = COALESCE((SELECT s.incarnation FROM controller_streams s
+    WHERE s.name = controller_truncations.stream AND controller_truncations.recorded_at >= s.created_at), '')
+""",
+        "postgresql": """
+ALTER TABLE controller_streams ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+UPDATE controller_streams SET incarnation = md5(random()::text || clock_timestamp()::text || name);
+ALTER TABLE controller_truncations ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+UPDATE controller_truncations SET incarnation = COALESCE((SELECT s.incarnation FROM controller_streams s
+    WHERE s.name = controller_truncations.stream AND controller_truncations.recorded_at >= s.created_at), '')
+"""}),
 )
 
 _STREAM_COLUMNS = ("name", "version", "scope", "stream", "policy", "state", "active_epoch", "txn_counter",
-                   "commit_counter", "created_at")
+                   "commit_counter", "created_at", "incarnation")
 _TXN_COLUMNS = ("stream", "txn_id", "version", "epoch", "state", "parents", "commit_order", "created_at")
 
 
@@ -103,7 +121,7 @@ def _stream_from_row(row: Sequence[Any]) -> StreamRecord:
     return StreamRecord(scope=v["scope"], name=v["stream"], policy=RetentionPolicy.from_avro(json.loads(v["policy"])),
                         state=StreamState(v["state"]), active_epoch=int(v["active_epoch"]),
                         txn_counter=int(v["txn_counter"]), commit_counter=int(v["commit_counter"]),
-                        created_at=float(v["created_at"]), version=int(v["version"]))
+                        created_at=float(v["created_at"]), version=int(v["version"]), incarnation=v["incarnation"])
 
 
 def _txn_from_row(row: Sequence[Any]) -> TxnRecord:
@@ -160,12 +178,15 @@ class _Queries(Queries):
         rows = self._conn.execute("SELECT segment_id, length FROM controller_sealed WHERE stream = ?", (stream,))
         return {int(segment): int(length) for segment, length in rows}
 
-    def get_journal(self, stream: str) -> list[JournalEntry]:
-        """The stream's truncation journal, oldest first."""
-        sql = ("SELECT stream, source, cut, reason, signer, state, recorded_at FROM controller_truncations "
-               "WHERE stream = ? ORDER BY recorded_at, source")
+    def get_journal(self, stream: str, incarnation: str | None = None) -> list[JournalEntry]:
+        """The truncation journal of the stream's ``incarnation`` (None: of every stream of that name), oldest
+        first."""
+        sql = ("SELECT stream, source, cut, reason, signer, state, recorded_at, incarnation FROM "
+               "controller_truncations WHERE stream = ?" + ("" if incarnation is None else " AND incarnation = ?")
+               + " ORDER BY recorded_at, source")
+        key = (stream,) if incarnation is None else (stream, incarnation)
         return [JournalEntry(row[0], row[1], tuple((int(k), int(v)) for k, v in json.loads(row[2])), row[3], row[4],
-                             JournalState(row[5]), float(row[6])) for row in self._conn.execute(sql, (stream,))]
+                             JournalState(row[5]), float(row[6]), row[7]) for row in self._conn.execute(sql, key)]
 
     def recorded_at_or_before(self, stream: str, at_ms: int) -> StreamCutRecord | None:
         """The newest cut the recorder took of ``stream`` at or before ``at_ms``; None when it took none."""
@@ -201,10 +222,11 @@ class StreamTransaction(_Queries, Transaction):
         self._check("controller_streams", record.qualified, record.version,
                     self._version("controller_streams", "name = ?", (record.qualified,)))
         self._conn.execute(
-            f"INSERT INTO controller_streams VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {_UPSERT_STREAM}",
+            f"INSERT INTO controller_streams ({', '.join(_STREAM_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"{_UPSERT_STREAM}",
             (record.qualified, record.version + 1, record.scope, record.name,
              json.dumps(record.policy.to_avro(), sort_keys=True), record.state.value, record.active_epoch,
-             str(record.txn_counter), record.commit_counter, record.created_at))
+             str(record.txn_counter), record.commit_counter, record.created_at, record.incarnation))
         return replace(record, version=record.version + 1)
 
     def put_epoch(self, stream: str, record: EpochRecord) -> None:
@@ -270,10 +292,11 @@ class StreamTransaction(_Queries, Transaction):
         row = self._conn.execute("SELECT state FROM controller_truncations WHERE stream = ? AND source = ?",
                                  (entry.stream, entry.source)).fetchone()
         self._conn.execute(
-            "INSERT INTO controller_truncations VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, source) DO UPDATE "
-            "SET cut = excluded.cut, reason = excluded.reason, signer = excluded.signer, state = excluded.state",
+            "INSERT INTO controller_truncations (stream, source, cut, reason, signer, state, recorded_at, incarnation) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (stream, source) DO UPDATE SET cut = excluded.cut, "
+            "reason = excluded.reason, signer = excluded.signer, state = excluded.state",
             (entry.stream, entry.source, json.dumps([list(p) for p in entry.cut]), entry.reason, entry.signer,
-             entry.state.value, entry.recorded_at))
+             entry.state.value, entry.recorded_at, entry.incarnation))
         return None if row is None else replace(entry, state=JournalState(row[0]))
 
     def put_recorded(self, record: StreamCutRecord, keep_from_ms: int) -> None:
@@ -334,8 +357,8 @@ class ControllerStore(StoreBase[_Queries, StreamTransaction]):
     def get_head(self, stream: str) -> dict[int, int] | None:
         return self._read(lambda q: q.get_head(stream))
 
-    def get_journal(self, stream: str) -> list[JournalEntry]:
-        return self._read(lambda q: q.get_journal(stream))
+    def get_journal(self, stream: str, incarnation: str | None = None) -> list[JournalEntry]:
+        return self._read(lambda q: q.get_journal(stream, incarnation))
 
     def recorded_at_or_before(self, stream: str, at_ms: int) -> StreamCutRecord | None:
         return self._read(lambda q: q.recorded_at_or_before(stream, at_ms))

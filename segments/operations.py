@@ -164,7 +164,8 @@ class StreamOperations:
         # Stored lengths win, as in put_sealed_lengths: the first record of a seal stands.
         lengths = {**(sealed or {}), **lengths}
         history = StreamHistory(epochs.values()) if epochs else None
-        return build_topology(stream, history, lengths, state or record.state, int(self.clock() * 1000))
+        return build_topology(stream, history, lengths, state or record.state, int(self.clock() * 1000),
+                              record.incarnation or None)
 
     def sealed_lengths(self, stream: str, segments: Iterable[SegmentId]) -> dict[int, int]:
         """The final lengths of sealed ``segments``, read back from the segment store after sealing."""

@@ -17,6 +17,11 @@ class StreamNotFoundError(StreamError):
     """No such stream (or it has been deleted)."""
 
 
+class IncarnationMismatchError(StreamNotFoundError):
+    """The stream of that name is another incarnation than the one named: the one named was deleted (and its
+    name used again), so nothing done for it may touch this one."""
+
+
 class StreamExistsError(StreamError):
     """A live stream with this name exists already."""
 

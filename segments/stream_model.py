@@ -89,6 +89,9 @@ class StreamRecord:
     commit_counter: int = 0
     created_at: float = 0.0
     version: int = 0
+    incarnation: str = ""
+    """This stream's incarnation (:func:`~reclaim.schemas.base.new_incarnation`): another when its name is used
+    again after a delete."""
 
     @property
     def qualified(self) -> str:
@@ -287,3 +290,5 @@ class JournalEntry:
     signer: str
     state: JournalState
     recorded_at: float
+    incarnation: str = ""
+    """The incarnation of the stream truncated ("" for an entry written before incarnations, of a namesake)."""

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from reclaim.errors import ReclaimError
 from reclaim.retention.errors import CutProblem, InvalidCutError
+from reclaim.schemas.base import new_incarnation
 from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, StreamCutRecord
 from reclaim.schemas.topology import StreamTopology
 from reclaim.segments.chunked import ChunkedSegmentStorage
@@ -17,6 +18,7 @@ from reclaim.segments.controller_store import ControllerStore, StreamTransaction
 from reclaim.segments.ids import SegmentId, TxnId, qualified_stream, segment_name
 from reclaim.segments.operations import TAKEOVER_AFTER_S, CrashHook, StreamOperations
 from reclaim.segments.stream_errors import (
+    IncarnationMismatchError,
     StreamBusyError,
     StreamError,
     StreamExistsError,
@@ -109,7 +111,8 @@ class StreamController:
                 record = existing
             else:
                 record = txn.put_stream(StreamRecord(scope, stream, policy, created_at=self.ops.clock(),
-                                                     version=existing.version if existing else 0))
+                                                     version=existing.version if existing else 0,
+                                                     incarnation=new_incarnation()))
                 txn.put_epoch(name, epoch)
         # Rows first: a crash before every segment exists is finished by the retry.
         for segment in epoch.segments:
@@ -180,6 +183,10 @@ class StreamController:
     def topology(self, stream: str) -> StreamTopology:
         """The stream's topology as the store holds it (DELETED, without epochs, for a deleted stream)."""
         return self.ops.topology(stream)
+
+    def incarnation(self, stream: str) -> str | None:
+        """The stream's incarnation (None for a stream made before incarnations existed and not migrated)."""
+        return self.get_stream(stream).incarnation or None
 
     def recorded_cut(self, stream: str, at_ms: int) -> StreamCutRecord | None:
         """The newest cut the retention recorder took of ``stream`` at or before ``at_ms``."""
@@ -254,18 +261,24 @@ class StreamController:
             logger.info("stream truncation is a no-op stream=%s: the head is at or past the cut", stream)
         return op is not None
 
-    def truncate_journaled(self, stream: str, cut: StreamCut, *, source: str, reason: str, signer: str) -> bool:
+    def truncate_journaled(self, stream: str, cut: StreamCut, *, source: str, reason: str, signer: str,
+                           incarnation: str | None = None) -> bool:
         """:meth:`truncate`, kept in the stream's truncation journal with where it came from (``source``,
         one entry per source), its reason and its signer. Only a truncation that happened is kept.
+        With ``incarnation``, only that incarnation of the stream is truncated
+        (:class:`IncarnationMismatchError` for another: the one named was deleted).
 
         The entry is written (applying) before the truncation and marked applied after it, so a crash
         in between leaves it applying; the same source read again finds the head at its cut and marks
         it applied. A source applied already changes nothing.
         """
-        entry = JournalEntry(stream, source, tuple(sorted(cut.as_dict().items())), reason, signer,
-                             JournalState.APPLYING, time.time())
         with self.store.transaction() as txn:
-            _existing(txn, stream)
+            current = _existing(txn, stream).incarnation
+            if incarnation is not None and incarnation != current:
+                raise IncarnationMismatchError(f"stream {stream!r} is incarnation {current or '(none)'}, not "
+                                               f"{incarnation}: that one was deleted")
+            entry = JournalEntry(stream, source, tuple(sorted(cut.as_dict().items())), reason, signer,
+                                 JournalState.APPLYING, time.time(), current)
             earlier = next((e for e in txn.get_journal(stream) if e.source == source), None)
             if earlier is None or earlier.state is JournalState.APPLYING:
                 txn.put_journal(entry if earlier is None else earlier)
@@ -286,10 +299,11 @@ class StreamController:
                 txn.drop_journal(stream, source)
         return done
 
-    def journal(self, stream: str) -> list[JournalEntry]:
-        """The stream's truncation journal, oldest first (see :meth:`truncate_journaled`)."""
-        self.get_stream(stream)
-        return self.store.get_journal(stream)
+    def journal(self, stream: str, *, every_incarnation: bool = False) -> list[JournalEntry]:
+        """The truncation journal of the stream as it is now (every stream of that name, deleted ones included,
+        with ``every_incarnation``), oldest first (see :meth:`truncate_journaled`)."""
+        record = self.get_stream(stream)
+        return self.store.get_journal(stream, None if every_incarnation else record.incarnation)
 
     def head(self, stream: str) -> StreamCut:
         """The cut the stream was last truncated at; the empty cut (its very start) if never truncated."""

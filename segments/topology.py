@@ -57,7 +57,7 @@ def topology_epoch(record: EpochRecord) -> TopologyEpoch:
 
 
 def build_topology(stream: str, history: StreamHistory | None, sealed_lengths: Mapping[int, int],
-                   state: StreamState, published_at: int) -> StreamTopology:
+                   state: StreamState, published_at: int, incarnation: str | None = None) -> StreamTopology:
     """The topology of ``stream`` from its history, the lengths of its sealed segments and its state.
 
     A DELETED stream's topology carries neither epochs nor sealed lengths: its history is forgotten,
@@ -70,7 +70,7 @@ def build_topology(stream: str, history: StreamHistory | None, sealed_lengths: M
         If a non-deleted stream has no history, or a sealed length names a segment of no epoch.
     """
     if state is StreamState.DELETED:
-        return StreamTopology(stream, (), (), TopologyState.DELETED, published_at)
+        return StreamTopology(stream, (), (), TopologyState.DELETED, published_at, incarnation)
     if history is None:
         raise ValueError(f"stream {stream!r} is {state.value} but has no history")
     return StreamTopology(
@@ -79,4 +79,5 @@ def build_topology(stream: str, history: StreamHistory | None, sealed_lengths: M
         sealed_lengths=tuple(SealedSegment(segment, length) for segment, length in sorted(sealed_lengths.items())),
         state=TopologyState[state.name],
         published_at=published_at,
+        incarnation=incarnation,
     )

@@ -113,12 +113,14 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
             print(f"stream {args.stream} created with {args.segments} segment(s)")
         elif args.action == "set-policy":
             controller.set_policy(args.stream, policy)
-            SubscriberClient(publisher.signed_by(admin), runtime.topic_names(settings)).set_policy(args.stream, policy)
+            SubscriberClient(publisher.signed_by(admin), runtime.topic_names(settings),
+                             incarnations=controller.incarnation).set_policy(args.stream, policy)
             print(f"stream {args.stream}: policy {policy.to_avro()}")
         elif args.action == "cut":
             tail, size = controller.tail_cut(args.stream)
             print(json.dumps({"stream": args.stream, "cut": json.loads(format_cut(tail)), "size": size,
-                              "head": json.loads(format_cut(controller.head(args.stream)))}))
+                              "head": json.loads(format_cut(controller.head(args.stream))),
+                              "incarnation": controller.incarnation(args.stream)}))
         elif args.action == "record":
             recorder = RetentionRecorder(controller, publisher, runtime.topic_names(settings).stream_cuts, 0)
             recorded = recorder.tick(force=True)
@@ -158,11 +160,12 @@ def publish_truncation(settings: Settings, stream: str, cut: StreamCut, admin: R
 
 
 def print_history(controller: StreamController, stream: str, *, as_json: bool) -> None:
-    """The stream's truncation journal: when, why, signed by whom, at which cut, from which record."""
+    """The truncation journal of the stream as it is now (not of a deleted one of the same name): when, why,
+    signed by whom, at which cut, from which record."""
     entries = controller.journal(stream)
     rows = [{"recorded_at": datetime.fromtimestamp(e.recorded_at, UTC).isoformat(timespec="seconds"),
              "reason": e.reason, "signer": e.signer, "cut": {str(s): o for s, o in e.cut}, "source": e.source,
-             "state": e.state.value} for e in entries]
+             "state": e.state.value, "incarnation": e.incarnation} for e in entries]
     if as_json:
         print(json.dumps(rows, indent=2))
         return

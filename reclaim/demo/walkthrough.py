@@ -48,7 +48,8 @@ class Retention:
         # own key, the recorder as the controller; the job and the applier verify. Without one, nothing is
         # signed or verified.
         admin = runtime.record_signer(self.settings, "admin")
-        self.client = SubscriberClient(self.publisher.signed_by(admin), topics, keyring=runtime.keyring(self.settings))
+        self.client = SubscriberClient(self.publisher.signed_by(admin), topics, keyring=runtime.keyring(self.settings),
+                                       incarnations=self.controller.incarnation)
         self.recorder = RetentionRecorder(self.controller, self.publisher, topics.stream_cuts, 0)
         bootstrap = preflight.bootstrap(self.settings)
         self.job = RetentionJobConfig(bootstrap, RetentionTopics.from_names(topics), str(self.work / "checkpoint"),

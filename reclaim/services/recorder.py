@@ -56,7 +56,7 @@ class RetentionRecorder:
                 continue
             try:
                 cut, size = self.controller.tail_cut(stream.qualified)
-                record = StreamCutRecord(stream.qualified, cut, now, size)
+                record = StreamCutRecord(stream.qualified, cut, now, size, stream.incarnation or None)
                 # Kept first: the applier checks a truncation against the time minimum by the cuts kept here.
                 with self.controller.store.transaction() as txn:
                     txn.put_recorded(record, keep_from_ms=now - _time_minimum(stream.policy))

@@ -14,8 +14,15 @@ from reclaim.consumers.truncation_applier import Applied, ApplierConfig, Truncat
 from reclaim.producers.topics import TopicNames
 from reclaim.schemas import build_codec
 from reclaim.schemas.base import millis_now
-from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamCut, TruncationEvent, TruncationReason
-from reclaim.security.keyring import load_keyring
+from reclaim.schemas.streams import (
+    RetentionPolicy,
+    RetentionType,
+    StreamCut,
+    StreamCutRecord,
+    TruncationEvent,
+    TruncationReason,
+)
+from reclaim.security.keyring import Algorithm, Keyring, load_keyring, new_key
 from reclaim.security.live import KeyringFile
 from reclaim.security.signing import RecordSigner, RecordVerifier
 from reclaim.segments.chunked import ChunkedSegmentStorage
@@ -94,7 +101,8 @@ def test_manual_truncation_needs_the_admin_key_is_idempotent_and_journaled(
     run_reclaim("topics", "create", env=env, check=True)
     run_reclaim("streams", "create", STREAM, "--segments", "2", env=env, check=True)
     policy = run_reclaim("streams", "set-policy", STREAM, "--type", "size", env=env)
-    assert policy.returncode == 64 and policy.stderr.strip().splitlines()[-1].startswith("reclaim: error: a SIZE")
+    assert policy.returncode == 64
+    assert policy.stderr.strip().splitlines()[-1].startswith("reclaim: error: set-policy: a SIZE")
     run_reclaim("streams", "set-policy", STREAM, "--type", "time", "--min", "60000", env=env, check=True)
     store = SQLiteMetadataStore(tmp_path / "state" / "metadata.db")
     segments = ChunkedSegmentStorage(store, FileSystemChunkStorage(tmp_path / "state" / "tier2", name="fs-tier2"),
@@ -163,3 +171,29 @@ def _until_outcome(applier: TruncationApplier) -> list[Applied]:
         if outcomes:
             return outcomes
     return []
+
+
+def test_a_job_signed_time_truncation_inside_the_policys_minimum_is_refused(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], controller: StreamController,
+        unique_name: Callable[[str], str]) -> None:
+    """Finding 5: a TIME truncation at the tail, signed with the retention job's genuine key, was applied although
+    the stream's policy keeps at least 10^11 ms: a stolen job key truncated anything."""
+    keys = Keyring([new_key("job-1", "retention-job", Algorithm.ED25519)])
+    policy = RetentionPolicy(RetentionType.TIME, None, 10**11)
+    controller.set_policy(STREAM, policy)
+    tail, size = controller.tail_cut(STREAM)
+    with controller.store.transaction() as txn:  # what the recorder keeps: the tail, recorded just now
+        txn.put_recorded(StreamCutRecord(STREAM, tail, millis_now(), size), keep_from_ms=0)
+    topics = kafka_topics(partitions=1)
+    value = build_codec().encode(TruncationEvent(STREAM, tail, TruncationReason.TIME, millis_now(), policy,
+                                                 controller.incarnation(STREAM)), topics.truncation)
+    headers = RecordSigner(keys, "retention-job").headers(topics.truncation, STREAM.encode(), value)
+    produce_confirmed(kafka_bootstrap, [Outgoing(topics.truncation, value, STREAM.encode(), headers)])
+    applier = TruncationApplier(ApplierConfig(kafka_bootstrap, topics.truncation, unique_name("g"), poll_timeout_s=0.5),
+                                controller, build_codec(), verifier=RecordVerifier(keys))
+    try:
+        assert _until_outcome(applier) == [Applied.UNAUTHENTICATED]
+    finally:
+        applier.close()
+    assert controller.head(STREAM) == StreamCut() and controller.journal(STREAM) == []
+    assert controller.read_all(f"{STREAM}/0.#epoch.0") == b"x" * 40

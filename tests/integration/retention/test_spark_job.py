@@ -29,7 +29,9 @@ from reclaim.schemas import (
     build_codec,
     millis_now,
 )
+from reclaim.schemas.base import new_incarnation
 from reclaim.schemas.rejects import RejectKind, RetentionReject
+from reclaim.schemas.topology import StreamTopology, TopologyState
 from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.rules import authorize_truncation, signers_of
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, Signer
@@ -361,3 +363,38 @@ def test_an_executor_killed_mid_batch_is_replaced_and_its_tasks_redone(harness: 
 def replaced(before: list[int], after: list[int]) -> bool:
     """Whether the first of ``before`` has gone and the application is back to as many executors."""
     return before[0] not in after and len(after) == len(before)
+
+
+def test_a_subscribers_records_replayed_into_the_stream_created_again_truncate_nothing(
+        harness: RetentionHarness) -> None:
+    """Finding 1 of issue #39 on the real broker and Spark: a subscriber's genuine ADD and cut at the tail,
+    captured from a deleted stream and replayed into the stream created again under its name, made the job
+    truncate the new stream whole. Each record now names its stream's incarnation: the replay is refused."""
+    signed = replace(harness, keys=job_keys(KEYS, AuthMode.ENFORCE))
+    controller, admin = RecordSigner(KEYS, "controller"), RecordSigner(KEYS, "admin")
+    billing = RecordSigner(KEYS, "subscriber", "billing")
+    old, new = new_incarnation(), new_incarnation()
+    captured = [(replace(subscribe("billing"), incarnation=old), billing),
+                (replace(consumed("billing", at(300, 300)), incarnation=old), billing)]
+    signed.produce_signed((replace(topology(), incarnation=old), controller),
+                          (replace(config(CONSUMPTION), incarnation=old), admin), *captured)
+    deleted = StreamTopology(STREAM, (), (), TopologyState.DELETED, millis_now() + 1, old)
+    signed.produce_signed((deleted, controller), (replace(topology(), published_at=millis_now() + 2,
+                                                          incarnation=new), controller),
+                          (replace(config(CONSUMPTION), incarnation=new), admin),
+                          (replace(recorded(at(300, 300)), incarnation=new), controller),
+                          *captured)  # the replay: the same records, the same genuine signatures
+    signed.run()
+    assert signed.truncations() == []
+    wrong = [r for r in signed.rejects() if r.kind is RejectKind.WRONG_INCARNATION]
+    assert [(r.subscriber, r.source_topic) for r in wrong] == [("billing", signed.names.subscribers),
+                                                               ("billing", signed.names.subscriber_cuts)]
+
+    # The new stream's own subscriber truncates it, at its own cut, and the event names the new incarnation.
+    signed.produce_signed((replace(subscribe("billing", 2), incarnation=new), billing),
+                          (replace(consumed("billing", at(100, 100), 2), incarnation=new), billing))
+    signed.run()
+    [event] = [build_codec().decode(v, signed.names.truncation, TruncationEvent)
+               for v in signed.read(signed.names.truncation)]
+    assert (event.cut, event.incarnation) == (at(100, 100), new)
+    assert event.bound_by == ("billing (subscriber:billing/billing-1)",)

@@ -117,23 +117,27 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
                     check=True)
     run_reclaim("streams", "record", env=deployment.env("controller"), check=True)
     files_before = deployment.chunk_files()
+    with deployment.controller() as (controller, _):  # what a subscriber learns of each stream's incarnation
+        incarnations = {stream: controller.incarnation(stream) for stream in (STREAM, PAYMENTS)}
 
     # Each subscriber publishes as its own principal, signed with its own key; audit is the slower one.
     cuts = {"billing": at(40, 32), "audit": common}
     for name in SUBSCRIBERS:
         with _publisher(deployment, name) as publisher:
-            client = SubscriberClient(publisher, t, keyring=load_keyring(deployment.keyrings[name]))
+            client = SubscriberClient(publisher, t, keyring=load_keyring(deployment.keyrings[name]),
+                                      incarnations=incarnations.get)
             client.add_subscriber(STREAM, name, 1)
             client.update_truncation_cut(STREAM, name, 1, cuts[name])
     # audit, with its own credentials and its own key, claims billing has read everything.
     audit_key = RecordSigner(load_keyring(deployment.keyrings["audit"]), "subscriber", subject="audit")
     with _publisher(deployment, "audit", audit_key) as forger:
-        forger.publish(t.subscriber_cuts, SubscriberCut(STREAM, "billing", 1, at(40, 40), millis_now()),
-                       subscriber_key(STREAM, "billing"))
+        forger.publish(t.subscriber_cuts, SubscriberCut(STREAM, "billing", 1, at(40, 40), millis_now(),
+                                                        incarnations[STREAM]), subscriber_key(STREAM, "billing"))
     # Issue #39's finding 2: audit adds itself to PAYMENTS, where no subscriber holds a cut, and cuts at its
     # tail. Before grants the job truncated PAYMENTS whole; audit's key is granted STREAM only.
     with _publisher(deployment, "audit") as publisher:
-        client = SubscriberClient(publisher, t, keyring=load_keyring(deployment.keyrings["audit"]))
+        client = SubscriberClient(publisher, t, keyring=load_keyring(deployment.keyrings["audit"]),
+                                  incarnations=incarnations.get)
         client.add_subscriber(PAYMENTS, "audit", 1)
         client.update_truncation_cut(PAYMENTS, "audit", 1, at(40, 40))
 
@@ -168,8 +172,13 @@ def test_a_retention_job_truncation_runs_end_to_end_as_each_parts_own_principal(
              lambda: metric(worker, "reclaim_deletion_outcomes_total", outcome="deleted") >= len(before_cut))
     history = run_reclaim("streams", "history", STREAM, "--json", env=deployment.env("admin"), check=True)
     [entry] = json.loads(history.stdout)
-    assert (entry["reason"], entry["signer"], entry["cut"]) == ("CONSUMPTION", "retention-job/retention-job-1",
-                                                                {"0": 40, "1": 16})
+    assert (entry["reason"], entry["cut"], entry["incarnation"]) == ("CONSUMPTION", {"0": 40, "1": 16},
+                                                                     incarnations[STREAM])
+    # The journal names the job and the subscribers whose cuts made the bound, with the keys that signed them.
+    signed_by, _, bound_by = entry["signer"].partition("; bound by ")
+    assert signed_by == "retention-job/retention-job-1"
+    assert bound_by.split(", ") == [f"{name} (subscriber:{name}/{name}-1)" for name in
+                                    sorted(SUBSCRIBERS)]
     with deployment.controller() as (controller, _):
         assert controller.head(STREAM) == common
         assert controller.head(PAYMENTS) == StreamCut()  # never truncated

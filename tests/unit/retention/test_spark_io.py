@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pandas as pd
@@ -25,9 +25,8 @@ from reclaim.retention.spark_metrics import BatchSummary
 from reclaim.retention.spark_offsets import reached, source_offsets
 from reclaim.retention.spark_state import stream_retention_step
 from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, build_codec, millis_now
-from reclaim.schemas.base import AvroRecord
 from reclaim.schemas.rejects import RejectKind
-from tests.support.spark_io import REEVALUATE_MS, TOPICS, events, group_state, key_of, rejects
+from tests.support.spark_io import REEVALUATE_MS, TOPICS, decoded, events, group_state, rejects
 from tests.support.spark_job import (
     CONSUMPTION,
     MINUTE_MS,
@@ -39,28 +38,6 @@ from tests.support.spark_job import (
 )
 
 NOW_MS = millis_now()
-
-
-Raw = tuple[str, bytes, "str | None"]
-"""A message given by hand: topic, value, key."""
-
-
-def decoded(items: Sequence[AvroRecord | Raw], kafka_ts: int = NOW_MS) -> pd.DataFrame:
-    """The rows the stateful step gets, as ``input_columns`` computes them in the JVM from each message's key."""
-    codec = build_codec()
-    rows = []
-    for offset, item in enumerate(items):
-        if isinstance(item, tuple):
-            topic, value, key = item
-        else:
-            topic = next(t for t, kind in TOPICS.input_types().items() if isinstance(item, kind))
-            value, key = codec.encode(item, topic), key_of(item)
-        stream = None if key is None else key.split("#", 1)[0]
-        bucket = UNDECODABLE_BUCKET if stream is None else bucket_of(stream, DEFAULT_BUCKETS)
-        rows.append({"bucket": bucket, "stream": stream, "rank": TOPICS.rank(topic), "kafka_ts": kafka_ts,
-                     "topic": topic, "partition": 0, "offset": offset, "key": None if key is None else key.encode(),
-                     "value": value, "key_id": None, "signature": None})
-    return pd.DataFrame(rows, columns=list(INPUT_COLUMNS))
 
 
 BUCKET = bucket_of(STREAM, DEFAULT_BUCKETS)

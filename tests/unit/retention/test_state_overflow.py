@@ -24,9 +24,8 @@ from reclaim.retention.topology import Topology
 from reclaim.schemas import LimitType, RetentionPolicy, RetentionType, StreamConfig, StreamCut, StreamCutRecord
 from reclaim.schemas.base import LONG_MAX, LONG_MIN, MAX_TIMESTAMP_MILLIS
 from reclaim.schemas.rejects import RejectKind
-from tests.support.spark_io import REEVALUATE_MS, TOPICS, group_state, rejects
+from tests.support.spark_io import REEVALUATE_MS, TOPICS, decoded, group_state, rejects
 from tests.support.spark_job import STREAM, at, config, topology
-from tests.unit.retention.test_spark_io import decoded
 
 NOW_MS = 1_800_000_000_000
 longs = st.integers(LONG_MIN, LONG_MAX)

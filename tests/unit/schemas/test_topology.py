@@ -183,8 +183,9 @@ def test_docstring_examples_hold() -> None:
 
 
 @pytest.mark.parametrize(("version", "added"), [
-    (1, ["UNAUTHENTICATED", "UNKNOWN_STREAM", "GENERATION_AHEAD"]),
-    (2, ["UNKNOWN_STREAM", "GENERATION_AHEAD"]),
+    (1, ["UNAUTHENTICATED", "UNKNOWN_STREAM", "GENERATION_AHEAD", "WRONG_INCARNATION"]),
+    (2, ["UNKNOWN_STREAM", "GENERATION_AHEAD", "WRONG_INCARNATION"]),
+    (3, ["WRONG_INCARNATION"]),
 ])
 def test_rejects_written_before_newer_kinds_still_decode_and_new_kinds_come_last(version: int,
                                                                                  added: list[str]) -> None:

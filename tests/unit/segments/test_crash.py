@@ -144,7 +144,8 @@ SCENARIOS = {
 
 
 def snapshot(controller: StreamController) -> dict[str, Any]:
-    """Everything a user can observe of the stream, minus timestamps and random chunk names."""
+    """Everything a user can observe of the stream, minus timestamps, random chunk names and the stream's random
+    incarnation (the published topology must still carry the stream's own)."""
     store = controller.segments.store
     streams = controller.store
     stream = streams.get_stream(STREAM)
@@ -158,8 +159,9 @@ def snapshot(controller: StreamController) -> dict[str, Any]:
         segments[name] = (int(record.status), record.start_offset, record.length, chunks, data)
     topologies = [t for t in FileTopologySink(Path(streams.path).parent / "topology.jsonl").published()
                   if t.stream == STREAM]
+    assert topologies[-1].incarnation == stream.incarnation
     return {
-        "published": topologies[-1].to_avro() | {"published_at": None},
+        "published": topologies[-1].to_avro() | {"published_at": None, "incarnation": None},
         "sealed": streams.get_sealed_lengths(STREAM),
         "stream": (stream.state, stream.active_epoch, stream.txn_counter, stream.commit_counter),
         "epochs": [(e.epoch, e.reference, [(s.id.value, s.key_range) for s in e.segments])
