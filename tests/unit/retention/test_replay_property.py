@@ -3,7 +3,8 @@ add/remove/cut signed with granted and ungranted keys, key retirements and repla
 through the job's checks (signature, subject and grant, incarnation) into its state and decided, with the
 applier's incarnation gate after it. Whatever the sequence, nothing but a genuine, granted, live record of the
 current incarnation moves a subscriber's cut, and no truncation passes the gate beyond the smallest cut the
-current incarnation's subscribers hold (the policy has no maximum, so nothing else may truncate)."""
+current incarnation's subscribers hold (the policy has no maximum, so nothing else may truncate) or inside
+the policy's minimum."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from reclaim.retention.spark_auth import check_subject
 from reclaim.retention.stream_state import StreamRetentionState
 from reclaim.schemas import build_codec
 from reclaim.schemas.base import AvroRecord, new_incarnation
-from reclaim.schemas.streams import RetentionPolicy, RetentionType, StreamConfig, StreamCut, StreamCutRecord
+from reclaim.schemas.streams import (
+    LimitType,
+    RetentionPolicy,
+    RetentionType,
+    StreamConfig,
+    StreamCut,
+    StreamCutRecord,
+)
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
 from reclaim.schemas.topology import StreamTopology, TopologyEpoch, TopologySegment, TopologyState
 from reclaim.security.keyring import Algorithm, Key, Keyring, KeyStatus, new_key
@@ -27,7 +35,8 @@ from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, Sig
 STREAM = "scope/s"
 TOPICS = {StreamTopology: "topology", StreamConfig: "config", SubscriberChange: "subscribers",
           SubscriberCut: "subscriber-cuts", StreamCutRecord: "stream-cuts"}
-POLICY = RetentionPolicy(RetentionType.CONSUMPTION)  # no limits: only the subscribers' cuts truncate
+MIN_KEEP = 20
+POLICY = RetentionPolicy(RetentionType.CONSUMPTION, LimitType.SIZE, MIN_KEEP)  # keep 20 bytes; no maximum
 
 
 def _subscriber_key(key_id: str, subject: str, streams: tuple[str, ...]) -> Key:
@@ -70,6 +79,7 @@ class Sent:
     value: bytes
     headers: list[tuple[str, bytes]]
     key_id: str
+    incarnation: str | None
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -98,7 +108,7 @@ class ReplayMachine(RuleBasedStateMachine):
         value = self.codec.encode(record, topic)
         signer = RecordSigner(Keyring([self.signing.get(key_id)]), self.signing.get(key_id).role,  # type: ignore[list-item, union-attr]
                               self.signing.get(key_id).subject)  # type: ignore[union-attr]
-        sent = Sent(record, value, signer.headers(topic, STREAM.encode(), value), key_id)
+        sent = Sent(record, value, signer.headers(topic, STREAM.encode(), value), key_id, self.incarnation)
         self.sent.append(sent)
         self._deliver(sent)
 
@@ -124,6 +134,7 @@ class ReplayMachine(RuleBasedStateMachine):
     @rule()
     def create(self) -> None:
         self.incarnation, self.exists, self.tail = new_incarnation(), True, 0
+        self.generations = {name: 0 for name in KEYS}  # a new stream's subscribers start over at generation 1
         self._send(self._topology(TopologyState.ACTIVE), CONTROLLER.id)
         self._send(StreamConfig(STREAM, POLICY, self._tick(), self.incarnation), ADMIN.id)
 
@@ -144,7 +155,7 @@ class ReplayMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.exists)
     @rule(name=st.sampled_from(sorted(KEYS)), offset=st.integers(0, 100))
     def cut(self, name: str, offset: int) -> None:
-        where = min(offset, self.tail)
+        where = offset % (self.tail + 1)
         record = SubscriberCut(STREAM, name, self.generations[name], StreamCut.from_mapping({0: where}), self._tick(),
                                self.incarnation)
         if self._live(name):
@@ -159,9 +170,10 @@ class ReplayMachine(RuleBasedStateMachine):
         self._send(StreamCutRecord(STREAM, StreamCut.from_mapping({0: self.tail}), self._tick(), self.tail,
                                    self.incarnation), CONTROLLER.id)
 
-    @rule(name=st.sampled_from(sorted(KEYS)))
-    def retire(self, name: str) -> None:
-        self.keys.retire(KEYS[name].id)
+    @rule(name=st.sampled_from(sorted(KEYS)), roll=st.integers(0, 3))
+    def retire(self, name: str, roll: int) -> None:
+        if roll == 0:  # a retirement is rarer than the other steps, so that runs reach truncations
+            self.keys.retire(KEYS[name].id)
 
     @precondition(lambda self: bool(self.sent))
     @rule(index=st.integers(0, 10**6))
@@ -175,6 +187,16 @@ class ReplayMachine(RuleBasedStateMachine):
         """Replay a run of earlier records in their order (a captured stretch of a topic)."""
         begin = start % len(self.sent)
         for sent in self.sent[begin:begin + count]:
+            self._tick()
+            self._deliver(sent)
+
+    @precondition(lambda self: len({s.incarnation for s in self.sent}) > 1)
+    @rule(pick=st.integers(0, 10**6))
+    def replay_an_ended_incarnation(self, pick: int) -> None:
+        """Replay, in order, everything captured of an incarnation that has ended (the stream deleted since)."""
+        ended = sorted({s.incarnation for s in self.sent if s.incarnation != self.incarnation})
+        chosen = ended[pick % len(ended)]
+        for sent in [s for s in self.sent if s.incarnation == chosen]:
             self._tick()
             self._deliver(sent)
 
@@ -197,6 +219,7 @@ class ReplayMachine(RuleBasedStateMachine):
         holding = [s.cut[0] for s in self.state.registry.holding() if s.cut is not None]
         assert holding, f"a truncation at {event.cut} with no subscriber cut and no max limit"
         assert event.cut[0] <= min(holding)
+        assert self.tail - event.cut[0] >= MIN_KEEP, f"a truncation at {event.cut} keeps less than {MIN_KEEP} bytes"
 
 
 TestReplays = ReplayMachine.TestCase
