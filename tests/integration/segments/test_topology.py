@@ -107,15 +107,18 @@ def test_seal_publishes_sealed_with_the_active_segments_lengths(
 
 def test_delete_publishes_deleted_without_epochs_and_forgets_the_sealed_lengths(
         two_segments: StreamController, topology_sink: RecordingTopologySink) -> None:
+    incarnation = two_segments.incarnation(STREAM)
     two_segments.seal_stream(STREAM)
     two_segments.delete_stream(STREAM)
+    # The deleted stream's topology names the incarnation that ended.
     assert topology_sink.latest(STREAM) == StreamTopology(STREAM, (), (), TopologyState.DELETED,
-                                                          topology_sink.of(STREAM)[-1].published_at)
+                                                          topology_sink.of(STREAM)[-1].published_at, incarnation)
     assert two_segments.store.get_sealed_lengths(STREAM) == {}
     assert two_segments.topology(STREAM).state is TopologyState.DELETED
     # The name is reused: a fresh epoch 0 and no sealed lengths of the old stream.
     two_segments.create_stream("scope", "orders", 1)
     assert shape(topology_sink.latest(STREAM)) == ([(0, 0, [(0, 0.0, 1.0)])], {}, TopologyState.ACTIVE)
+    assert topology_sink.latest(STREAM).incarnation not in (None, incarnation)  # another stream
 
 
 def test_truncation_keeps_a_sealed_segments_final_length(
