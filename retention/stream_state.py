@@ -107,11 +107,9 @@ class StreamRetentionState:
         """
         subscriber = record.subscriber if isinstance(record, SubscriberChange | SubscriberCut) else None
         try:
-            if isinstance(record, StreamTopology):
-                self._apply_topology(record)
-            else:
+            if not isinstance(record, StreamTopology):  # a topology says which incarnation is current
                 self._check_incarnation(record, require_incarnation)
-                self._apply(record, signed_by)
+            self._apply(record, signed_by)
         except RetentionError as exc:
             kind = next(kind for error, kind in _KINDS.items() if isinstance(exc, error))
             return Rejection(self.stream, subscriber, kind, str(exc))
@@ -151,8 +149,6 @@ class StreamRetentionState:
                                         f"{self.stream!r}, which is incarnation {self.incarnation} now")
 
     def _apply_topology(self, record: StreamTopology) -> None:
-        if record.stream != self.stream:
-            raise ValueError(f"record of stream {record.stream!r} applied to {self.stream!r}")
         another = record.incarnation is not None and self.incarnation not in (None, record.incarnation)
         # Published in the controller's order; an older one is a re-delivery of what is known already, or of
         # an incarnation that ended (replayed: refused, so that it cannot bring the old stream back).
