@@ -64,6 +64,12 @@ a draining worker's memory grows by: librdkafka keeps about as much again per me
 SWITCH_INTERVAL_S = 0.0005
 """The interpreter's thread switch interval in a worker process (Python's default is 5 ms)."""
 
+STRATEGIES = {"eager": "range,roundrobin", "cooperative-sticky": "cooperative-sticky"}
+"""librdkafka's ``partition.assignment.strategy`` for each of the worker's assignments."""
+
+METADATA_REFRESH_MS = 30_000
+"""How often the worker's consumer refreshes topic metadata, so that it sees added partitions."""
+
 GC_THRESHOLDS = (50_000, 20, 20)
 """The cycle collector's thresholds in a worker process (Python's default is 700, 10, 10)."""
 
@@ -97,12 +103,18 @@ class WorkerConfig:
     poll_timeout_s: float = 1.0
     max_attempts: int = 10
     instance_id: str | None = None
+    assignment: str = "eager"
+    """``eager`` (every rebalance revokes every partition) or ``cooperative-sticky`` (only those that move)."""
     delivery_timeout_s: float = 30.0
     consumer_overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def consumer_config(self) -> dict[str, Any]:
         overrides: dict[str, Any] = {"group.id": self.group_id, "session.timeout.ms": 10000,
-                                     "max.poll.interval.ms": 300000, "queued.max.messages.kbytes": PREFETCH_KBYTES}
+                                     "max.poll.interval.ms": 300000, "queued.max.messages.kbytes": PREFETCH_KBYTES,
+                                     "partition.assignment.strategy": STRATEGIES[self.assignment],
+                                     # Partitions added to the deletion topic are read within half a minute,
+                                     # not librdkafka's default five.
+                                     "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS}
         if self.instance_id:
             # Static membership: a restarted worker takes its partitions back without a rebalance.
             overrides["group.instance.id"] = self.instance_id
@@ -129,13 +141,22 @@ class DeletionWorker:
         self._horizons = Horizons()
         self._intake = Intake(self._consumer, config.topics, self._horizons, verifier)
         self._report = BatchReport()
+        metrics.LAST_PROGRESS.set_to_current_time()  # a worker that never stores an offset shows since when
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Assigned here rather than by the client after this callback, so that each partition's pause can be
+        # set from this worker's holds before anything is fetched (Intake.assigned).
+        if self._config.assignment == "cooperative-sticky":
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         for tp in partitions:
             self._horizons.assigned((tp.topic, tp.partition), end_offset(consumer, tp))
-        self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        sources = [(tp.topic, tp.partition) for tp in partitions]
+        self._assigned.update(sources)
+        self._intake.assigned(sources)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The batches in flight end, and their offsets are stored, while the partitions are still ours.
@@ -152,10 +173,11 @@ class DeletionWorker:
         self._forget(partitions)
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._intake.forget((tp.topic, tp.partition))
-            self._assigned.discard((tp.topic, tp.partition))
-            self._horizons.revoked((tp.topic, tp.partition))
+        sources = [(tp.topic, tp.partition) for tp in partitions]
+        self._intake.revoked(sources)
+        for source in sources:
+            self._assigned.discard(source)
+            self._horizons.revoked(source)
 
     @property
     def assigned(self) -> int:
@@ -165,6 +187,11 @@ class DeletionWorker:
         ``consume`` running on the consumer's own thread.
         """
         return len(self._assigned)
+
+    @property
+    def held(self) -> int:
+        """How many retry-tier partitions this worker holds paused until their first record is due."""
+        return self._intake.held
 
     def wait_for_assignment(self, timeout_s: float = 30.0, partitions: int = 1) -> bool:
         """Poll (handling whatever arrives) until the group has given this worker at least ``partitions``
@@ -298,6 +325,7 @@ class DeletionWorker:
         if plan.store:
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in plan.store.items()])
             metrics.ACKED.inc(plan.acked)
+            metrics.LAST_PROGRESS.set_to_current_time()
         for (topic, partition), offset in plan.seek.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
             self._horizons.sought_back((topic, partition))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Hold:
-    """A retry tier's partition held at ``offset``: when its record was first read, and when it is due."""
+    """A retry tier's partition held at ``offset``: when its record was first read, when it is due, and
+    whether the partition is paused for it now (it is not while the partition is another worker's)."""
 
     offset: int
     first_read_ms: float
@@ -63,7 +64,10 @@ class Intake:
         self._signed_topic = topics.deletion
         self._delays = {name: delay for delay, name in topics.retries}
         self._horizons = horizons
+        # One hold per retry-tier partition this worker has held, kept when the partition goes (it may
+        # come back); ``_paused``: those paused now, each assigned to this worker.
         self._holds: dict[Partition, _Hold] = {}
+        self._paused: set[Partition] = set()
 
     def take(self, messages: Sequence[Message]) -> Taken:
         """Sort one poll's messages; a consume error is raised when fatal, logged otherwise."""
@@ -134,23 +138,63 @@ class Intake:
         self._consumer.seek(tp)
         self._horizons.sought_back(source)
         self._holds[source] = _Hold(offset, first_read_ms, due / 1000)
+        self._paused.add(source)
+        metrics.RETRY_HELD.set(len(self._paused))
         return True
 
     def resume_due(self) -> None:
         """Resume the held partitions whose first record is due (its hold is remembered until replaced)."""
-        if not self._holds:
+        if not self._paused:
             return
         now = time.time()
-        due = [source for source, hold in self._holds.items() if hold.paused and hold.due_s <= now]
+        due = [source for source in self._paused if self._holds[source].due_s <= now]
         if due:
             self._consumer.resume([TopicPartition(topic, partition) for topic, partition in due])
-            for source in due:
-                hold = self._holds[source]
-                self._holds[source] = _Hold(hold.offset, hold.first_read_ms, hold.due_s, paused=False)
+            self._unpause(due)
 
-    def forget(self, source: Partition) -> None:
-        """The partition is no longer this worker's: its hold goes (a new owner counts from its own read)."""
-        self._holds.pop(source, None)
+    def assigned(self, partitions: Iterable[Partition]) -> None:
+        """The group gave this worker ``partitions`` (and they are assigned): each is paused if this worker
+        holds it at a record not due yet, and resumed otherwise.
+
+        librdkafka keeps a partition's pause across a revoke and a reassignment (librdkafka #1849), and a
+        partition may come back that another worker held, or that this worker held in an earlier assignment:
+        every one is set from this worker's own holds, never left as it was.
+        """
+        now = time.time()
+        hold, free = [], []
+        for source in partitions:
+            held = self._holds.get(source)
+            if held is not None and held.due_s > now:
+                hold.append(source)
+                self._holds[source] = replace(held, paused=True)
+                self._paused.add(source)
+            else:
+                free.append(source)
+        if free:
+            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in free])
+        if hold:
+            self._consumer.pause([TopicPartition(topic, partition) for topic, partition in hold])
+        metrics.RETRY_HELD.set(len(self._paused))
+
+    def revoked(self, partitions: Iterable[Partition]) -> None:
+        """``partitions`` are no longer this worker's: those it holds are resumed before they go (no pause
+        is left behind), and their holds kept, so that a partition given back is held to the same due time,
+        counted from this worker's first read."""
+        gone = [source for source in partitions if source in self._paused]
+        if gone:
+            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in gone])
+            self._unpause(gone)
+
+    def _unpause(self, sources: Iterable[Partition]) -> None:
+        for source in sources:
+            self._holds[source] = replace(self._holds[source], paused=False)
+            self._paused.discard(source)
+        metrics.RETRY_HELD.set(len(self._paused))
+
+    @property
+    def held(self) -> int:
+        """How many partitions this worker holds paused now."""
+        return len(self._paused)
 
 
 def _on_consume_error(error: KafkaError) -> None:

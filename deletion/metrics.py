@@ -39,6 +39,15 @@ DLQ_SENT = Counter("reclaim_deletion_dlq_sent", "Records sent to the dead-letter
 DELETE_LATENCY = Histogram("reclaim_deletion_batch_delete_seconds",
                            "Time of one batched storage delete", ["binding"],
                            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+RETRY_HELD = Gauge("reclaim_deletion_retry_held_partitions",
+                   "Retry-tier partitions this worker holds paused until their first record is due",
+                   multiprocess_mode="livesum")
+LAST_PROGRESS = Gauge("reclaim_deletion_last_progress_timestamp_seconds",
+                      "When this worker last stored an offset as final (its start, before the first)",
+                      multiprocess_mode="livemax")
+STALL_AFTER = Gauge("reclaim_deletion_stall_after_seconds",
+                    "The worker's stall_after_s: how long its group may go without progress before "
+                    "ReclaimDeletionNoProgress fires", multiprocess_mode="livemax")
 INFLIGHT = Gauge("reclaim_estimated_inflight_deletions",
                  "Consumer-group lag over the deletion topic and its retry tiers")
 

@@ -25,7 +25,7 @@ FILE_SECRETS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "s
 MASK = "********"
 
 _ONE_PER_CONSUMER = "each reclaim component names its own consumer group (group_id, truncation_group_id)"
-_EAGER = "reclaim's consumers track their assignment with the classic eager rebalance protocol"
+_EAGER = "reclaim's consumers use the classic group protocol (its eager or cooperative-sticky assignment)"
 _IDEMPOTENT = "phase 1 relies on the idempotent producer's ordering and retries"
 _CALLBACK = "reclaim installs its own callbacks (error log, librdkafka logger, delivery reports)"
 
@@ -41,7 +41,7 @@ REFUSED: dict[str, str] = {
     "auto.offset.reset": "a new consumer group must start at the earliest record, or pending deletes are skipped",
     "isolation.level": "reclaim reads committed records only (read_committed)",
     "enable.partition.eof": "reclaim's consumers do not expect end-of-partition events",
-    "partition.assignment.strategy": _EAGER,
+    "partition.assignment.strategy": "use assignment (--assignment, RECLAIM_ASSIGNMENT): eager or cooperative-sticky",
     "group.protocol": _EAGER,
     "enable.idempotence": _IDEMPOTENT,
     "enable.gapless.guarantee": _IDEMPOTENT,

@@ -20,6 +20,9 @@ MAX_COMMIT_INTERVAL_MS = 86_400_000
 """librdkafka's bound on ``auto.commit.interval.ms``."""
 
 RECORD_AUTH_MODES = ("enforce", "rollout", "off")
+ASSIGNMENTS = ("eager", "cooperative-sticky")
+"""How the worker's consumer group shares partitions: Kafka's classic eager protocol (every rebalance
+revokes everything) or incremental cooperative rebalancing (only the partitions that move are revoked)."""
 
 SECRET_FILES = {"s3_access_key": "s3_access_key_file", "s3_secret_key": "s3_secret_key_file",
                 "s3_session_token": "s3_session_token_file",
@@ -84,6 +87,7 @@ class Settings:
     fs_create_root: bool = False
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
+    assignment: str = "eager"
     consumers: int = 1
     # Worker processes under one supervisor; None: the host's usable cores, capped by the deletion topic's
     # partitions over ``consumers`` (reclaim.services.supervisor.default_processes).
@@ -94,6 +98,9 @@ class Settings:
     max_attempts: int = 10
     mark_timeout_s: float = 300.0
     commit_interval_ms: int = 1000
+    # How long the group may have lag, hold no retry tier and store no final offset before the alert
+    # ReclaimDeletionNoProgress fires: the worker exports it, so the rule reads each group's own.
+    stall_after_s: float = 600.0
     metrics_port: int | None = None
     # Retention, controller side.
     truncation_group_id: str = "reclaim-truncation"
@@ -163,6 +170,8 @@ class Settings:
         if not all(math.isfinite(value) and value > 0 for value in (self.poll_timeout_s, self.mark_timeout_s)):
             raise ValueError("poll_timeout_s and mark_timeout_s must be positive, got "
                              f"{self.poll_timeout_s} and {self.mark_timeout_s}")
+        if not (math.isfinite(self.stall_after_s) and self.stall_after_s > 0):
+            raise ValueError(f"stall_after_s must be a positive number of seconds, got {self.stall_after_s}")
         if not 0 <= self.commit_interval_ms <= MAX_COMMIT_INTERVAL_MS:
             raise ValueError(f"commit_interval_ms must be between 0 and {MAX_COMMIT_INTERVAL_MS}, "
                              f"got {self.commit_interval_ms}")
@@ -189,6 +198,8 @@ class Settings:
         if self.metadata_url and not self.metadata_url.startswith(("postgresql://", "postgres://", "sqlite://")):
             raise ValueError("metadata_url must be a postgresql://user:password@host:port/database URL "
                              f"(or sqlite://PATH), got {self.metadata_url.split('://')[0]!r}...")
+        if self.assignment not in ASSIGNMENTS:
+            raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {self.assignment!r}")
         if self.record_auth is not None and self.record_auth not in RECORD_AUTH_MODES:
             raise ValueError(f"record_auth must be one of {', '.join(RECORD_AUTH_MODES)}, got {self.record_auth!r}")
         if self.record_auth in ("enforce", "rollout") and self.keyring is None:

@@ -73,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from(args: argparse.Namespace) -> Settings:
     """The settings of this run: flags over ``RECLAIM_*`` variables over the config file over defaults."""
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
-             "group_id", "instance_id", "consumers", "processes", "batch_size", "poll_timeout_s", "delete_parallelism",
-             "max_attempts", "mark_timeout_s", "commit_interval_ms", "metadata_path", "metadata_url", "fs_root",
+             "group_id", "instance_id", "assignment", "stall_after_s", "consumers", "processes", "batch_size",
+             "poll_timeout_s", "delete_parallelism", "max_attempts", "mark_timeout_s", "commit_interval_ms",
+             "metadata_path", "metadata_url", "fs_root",
              "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "keyring")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):

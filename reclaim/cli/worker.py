@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     common(worker)
     worker.add_argument("--group-id", help="consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
     worker.add_argument("--instance-id", help="static group membership id (RECLAIM_INSTANCE_ID)")
+    worker.add_argument("--assignment", choices=("eager", "cooperative-sticky"),
+                        help="how the group shares partitions (RECLAIM_ASSIGNMENT, default eager): eager revokes every "
+                        "partition at each rebalance, cooperative-sticky only those that move")
     worker.add_argument("--processes", type=int,
                         help="worker processes under one supervisor, one group (RECLAIM_PROCESSES; default: the "
                         "host's usable cores, at most the deletion topic's partitions / --consumers). 1 runs no "
@@ -39,6 +42,10 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     worker.add_argument("--max-attempts", type=int, help="attempts before the DLQ (RECLAIM_MAX_ATTEMPTS, default 10)")
     worker.add_argument("--mark-timeout-s", type=float,
                         help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 300)")
+    worker.add_argument("--stall-after-s", type=float,
+                        help="seconds without a final offset, with lag and no retry tier held, before the alert "
+                        "ReclaimDeletionNoProgress fires (RECLAIM_STALL_AFTER_S, default 600; exported as "
+                        "reclaim_deletion_stall_after_seconds)")
     worker.add_argument("--commit-interval-ms", type=int,
                         help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")
     store_flags(worker, "; it must exist (an unmounted volume is refused), see --create-fs-root")

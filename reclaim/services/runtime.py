@@ -168,7 +168,7 @@ def deletion_worker(settings: Settings, store: SQLMetadataStore, bindings: Stora
     config = WorkerConfig(
         bootstrap=preflight.bootstrap(settings), topics=topic_names(settings), group_id=settings.group_id,
         batch_size=settings.batch_size, poll_timeout_s=settings.poll_timeout_s,
-        max_attempts=settings.max_attempts, instance_id=instance_id,
+        max_attempts=settings.max_attempts, instance_id=instance_id, assignment=settings.assignment,
         consumer_overrides={"auto.commit.interval.ms": settings.commit_interval_ms},
     )
     executor = DeletionExecutor(store, bindings, mark_timeout_s=settings.mark_timeout_s)

@@ -167,3 +167,58 @@ def test_a_held_record_read_again_is_due_even_with_its_timestamp_far_ahead(monke
     clock[0] += 10
     intake.resume_due()
     assert [p.offset for p in _take(intake, [_retried(5, FAR, timestamp=FAR)]).ready] == [5]
+
+
+# Rebalances: librdkafka keeps a partition's pause across a revoke and a reassignment (librdkafka #1849).
+
+def test_a_held_partition_given_back_before_it_is_due_is_held_again_then_resumed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = _Consumer()
+    intake = _intake(consumer)
+    clock = [TS / 1000 + 1]
+    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    assert _take(intake, [_retried(5, TS + 10_000)]).ready == []
+    assert intake.held == 1
+    intake.revoked([(TIER, 0)])
+    assert consumer.resumed == [(TIER, 0)] and intake.held == 0  # no pause is left behind
+    intake.assigned([(TIER, 0), (TIER, 1)])
+    assert consumer.paused[-1] == (TIER, 0, -1001) and intake.held == 1  # held again; the other one resumed
+    assert consumer.resumed[-1] == (TIER, 1)
+    clock[0] = TS / 1000 + 10
+    intake.resume_due()
+    assert consumer.resumed[-1] == (TIER, 0) and intake.held == 0
+
+
+def test_a_held_partition_given_back_after_it_is_due_is_resumed(monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = _Consumer()
+    intake = _intake(consumer)
+    clock = [TS / 1000 + 1]
+    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    _take(intake, [_retried(5, TS + 10_000)])
+    intake.revoked([(TIER, 0)])
+    clock[0] = TS / 1000 + 11
+    paused = len(consumer.paused)
+    intake.assigned([(TIER, 0)])
+    assert consumer.resumed[-1] == (TIER, 0) and len(consumer.paused) == paused and intake.held == 0
+    # Read again, it is due: the hold kept its first read, so the clamp still counts from then.
+    assert [p.offset for p in _take(intake, [_retried(5, FAR, timestamp=FAR)]).ready] == [5]
+
+
+def test_a_partition_this_worker_never_held_is_resumed_on_assignment() -> None:
+    consumer = _Consumer()
+    intake = _intake(consumer)
+    intake.assigned([(TOPICS.deletion, 0), (TIER, 3)])
+    assert consumer.resumed == [(TOPICS.deletion, 0), (TIER, 3)] and consumer.paused == []
+
+
+def test_a_revoked_hold_is_not_resumed_while_the_partition_is_another_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer = _Consumer()
+    intake = _intake(consumer)
+    clock = [TS / 1000 + 1]
+    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    _take(intake, [_retried(5, TS + 10_000)])
+    intake.revoked([(TIER, 0)])
+    resumed = len(consumer.resumed)
+    clock[0] = TS / 1000 + 20
+    intake.resume_due()
+    assert len(consumer.resumed) == resumed
