@@ -47,9 +47,10 @@ def _launch(settings: Settings, processes: int, path: Path, index: int) -> subpr
 def _serve(settings: Settings, endpoint: host_metrics.Endpoint, path: Path, supervisor: Supervisor,
            stop: threading.Event) -> None:
     """Serve the children's series with the supervisor's own: the in-flight estimate, the dependency probes
-    (each computed once for the host) and the children running and restarted."""
+    (each computed once for the host), the no-progress alert's threshold, the children running and restarted."""
     probes, _ = health.worker_probes(settings)
     host_metrics.CHILDREN.set_function(supervisor.alive)
-    own = [metrics.INFLIGHT, health.DEPENDENCY_UP, host_metrics.CHILDREN, host_metrics.RESTARTS]
+    metrics.STALL_AFTER.set(settings.stall_after_s)
+    own = [metrics.INFLIGHT, health.DEPENDENCY_UP, metrics.STALL_AFTER, host_metrics.CHILDREN, host_metrics.RESTARTS]
     endpoint.source = host_metrics.HostCollector(path, own)
     _watch(settings, probes, stop)

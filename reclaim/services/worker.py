@@ -36,18 +36,21 @@ def _refresh_inflight(settings: Settings, stop: threading.Event) -> None:
 
 
 def _serve_metrics(settings: Settings, metrics_addr: str, port: int, stop: threading.Event) -> None:
-    """Create the zero series of the worker's topics and bindings, serve every metric, and keep the
+    """Create the series a worker starts with (:func:`_start_series`), serve every metric, and keep the
     in-flight estimate and the dependency gauges current until ``stop``."""
     probes, binding_names = health.worker_probes(settings)
-    _zero_series(settings, binding_names)
+    _start_series(settings, binding_names)
     preflight.serve_metrics(port, metrics_addr)
     _watch(settings, probes, stop)
 
 
-def _zero_series(settings: Settings, binding_names: list[str]) -> None:
+def _start_series(settings: Settings, binding_names: list[str]) -> None:
+    """The series a worker serves from its start: the zero series of its topics and bindings, and the no-progress
+    alert's threshold (``stall_after_s``)."""
     topics = runtime.topic_names(settings)
     metrics.initialise(topics.deletion_inputs, [topic for _, topic in topics.retries], binding_names)
     storage_metrics.initialise(binding_names)
+    metrics.STALL_AFTER.set(settings.stall_after_s)
 
 
 def _watch(settings: Settings, probes: list[health.Probe], stop: threading.Event) -> None:
@@ -85,7 +88,7 @@ def _run_sized(settings: Settings, metrics_addr: str, stop: threading.Event) -> 
         processes = _explicit_processes(settings) if settings.processes else _default_processes(settings)
         if processes == 1 and endpoint is not None:
             probes, binding_names = health.worker_probes(settings)
-            _zero_series(settings, binding_names)
+            _start_series(settings, binding_names)
             _watch(settings, probes, stop)
     except BaseException:
         bindings.close()
@@ -109,7 +112,7 @@ def run_child(settings: Settings, index: int, lifeline: int, stop: threading.Eve
     store = runtime.metadata_store(settings, create=False)
     bindings = runtime.storage_bindings(settings)
     if settings.metrics_port is not None:
-        _zero_series(settings, bindings.names())
+        _start_series(settings, bindings.names())
     try:
         return _run_consumers(settings, store, bindings, stop)
     finally:

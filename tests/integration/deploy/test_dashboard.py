@@ -1,6 +1,7 @@
 """The Grafana dashboard's queries, asked of a real Prometheus scraping real processes: the worker's panels of a
 ``reclaim worker``, the retention panels of a ``reclaim retention-job`` and a ``reclaim truncation-applier``; the
-worker's in-flight gauge against ``reclaim deletions inflight``."""
+worker's in-flight gauge against ``reclaim deletions inflight``; the no-progress alert firing from a worker whose
+group stopped draining, and resolving once it drains."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from reclaim.consumers.retry import Delivery, reroute_headers
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.localstack.procs import free_port
 from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.producers.config import kafka_config
 from reclaim.producers.producer import DeliveryTracker
 from reclaim.producers.topics import TopicNames
 from reclaim.storage.bindings import StorageBindings
@@ -185,7 +189,9 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
         "reclaim_deletion_outcomes_total", "reclaim_deletion_retries_sent_total",
         "reclaim_deletion_max_retries_reached_total", "reclaim_ledger_delete_failures_total",
         "reclaim_storage_operations_total", "reclaim_deletion_batch_delete_seconds_bucket",
-        "reclaim_storage_operation_seconds_bucket", "reclaim_metadata_transactions_total"}
+        "reclaim_storage_operation_seconds_bucket", "reclaim_metadata_transactions_total",
+        "reclaim_deletion_last_progress_timestamp_seconds", "reclaim_deletion_stall_after_seconds",
+        "reclaim_deletion_retry_held_partitions"}
     assert metric_names(RETENTION) == {
         "reclaim_retention_last_progress_timestamp_seconds", "reclaim_retention_truncations_emitted_total",
         "reclaim_retention_rejects_total", "reclaim_retention_state_memory_bytes", "reclaim_retention_state_rows",
@@ -288,6 +294,53 @@ def test_the_worker_gauge_and_the_inflight_command_agree(
     # The gauge refreshes every 15 s: it agrees with the command once it has caught up with the deletes.
     wait_for(lambda: value(port, "reclaim_estimated_inflight_deletions") == 7, "the gauge at the held backlog")
     assert command() == 7
+
+
+@contextmanager
+def member_that_stops_polling(pipeline: Pipeline) -> Iterator[None]:
+    """A member of the pipeline's group that takes every partition and then stops polling, as a worker whose
+    consumer thread hangs does. librdkafka keeps heartbeating for it, so the group does not drop it: the
+    rebalance that the next member's join starts waits for it to rejoin, up to its max.poll.interval.ms, and
+    meanwhile no member of the group holds a partition. The ``with`` block's end closes it."""
+    consumer = Consumer(kafka_config(pipeline.bootstrap, "consumer", {
+        "group.id": pipeline.group_id, "enable.auto.commit": False, "max.poll.interval.ms": 300_000}))
+    consumer.subscribe(list(pipeline.topics.deletion_inputs))
+
+    def assigned() -> bool:
+        consumer.poll(0.2)  # a record it reads is never stored nor committed
+        return bool(consumer.assignment())
+
+    try:
+        wait_for(assigned, "the member that stops polling assigned the group's partitions")
+        yield
+    finally:
+        consumer.close()
+
+
+def test_a_group_whose_lag_stops_falling_fires_the_no_progress_alert(
+        pipeline: Pipeline, worker_env: dict[str, str], start_reclaim: StartReclaim,
+        start_prometheus: Callable[[dict[str, list[str]]], PrometheusServer]) -> None:
+    """A real stall: the worker has lag, holds no retry tier and finishes nothing, because its group waits on a
+    member that stopped polling. With stall_after_s at 2 s the alert fires after its ``for`` minute, and goes once
+    the member is gone and the worker drains."""
+    fs = pipeline.bindings.get("fs-tier2")
+    chunks = pipeline.write_chunks(fs, "scope/fs/0.#epoch.0", 6)
+    pipeline.service.mark(chunks)
+    with member_that_stops_polling(pipeline):
+        port = start_reclaim(worker_env, "worker", "--stall-after-s", "2")
+        assert value(port, "reclaim_deletion_stall_after_seconds") == 2
+        prometheus = start_prometheus({JOB: [f"127.0.0.1:{port}"]})
+        firing = wait_for(lambda: answers(prometheus, 'ALERTS{alertstate="firing"}'),
+                          "ReclaimDeletionNoProgress firing", timeout_s=150)
+        assert [(a["alertname"], a["job"], a["severity"]) for a in map(json.loads, firing)] == [
+            ("ReclaimDeletionNoProgress", JOB, "warning")]
+        assert value(port, "reclaim_ledgers_deleted_total", ledger_type="offload_ledger") == 0
+        assert answers(prometheus, f'sum(reclaim_deletion_retry_held_partitions{{job="{JOB}"}})') == {"{}": 0.0}
+    wait_for(lambda: value(port, "reclaim_ledgers_deleted_total", ledger_type="offload_ledger") == 6,
+             "the 6 chunk copies deleted once the member is gone")
+    assert not any(fs.exists(c.name) for c in chunks)
+    # The lag is 0 at the in-flight gauge's next refresh (every 15 s); the alert is no longer firing by then.
+    wait_for(lambda: not answers(prometheus, 'ALERTS{alertstate="firing"}'), "the alert resolved", timeout_s=60)
 
 
 @pytest.mark.spark

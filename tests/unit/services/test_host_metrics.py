@@ -6,11 +6,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-from reclaim.services import host_metrics
+from reclaim.services import health, host_metrics, supervised
+from reclaim.settings import Settings
 
 CHILD = """
 from prometheus_client import Counter, Gauge, Histogram
@@ -71,3 +76,31 @@ def test_each_run_gets_a_fresh_directory_and_those_of_dead_supervisors_are_swept
         assert path.is_dir() and not list(path.iterdir())
         assert not abandoned.exists() and living.exists()
     assert not path.exists()
+
+
+PROGRESS_CHILD = """
+from reclaim.deletion import metrics
+metrics.RETRY_HELD.set({n})
+metrics.LAST_PROGRESS.set({n} * 1000)
+metrics.STALL_AFTER.set(600)  # a child's copy; the supervisor's own is served
+"""
+
+
+def test_the_host_serves_what_the_no_progress_alert_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retry-tier partitions held summed over the children, their latest progress, and the supervisor's
+    stall_after_s: one series each, as ReclaimDeletionNoProgress aggregates them by job."""
+    for n in (2, 3):
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+        subprocess.run([sys.executable, "-c", PROGRESS_CHILD.format(n=n)], env=env, check=True)
+    monkeypatch.setattr(health, "worker_probes", lambda settings: ([], []))
+    monkeypatch.setattr(supervised, "_watch", lambda settings, probes, stop: None)
+    endpoint = host_metrics.Endpoint()
+    supervisor = SimpleNamespace(alive=lambda: 2)
+    supervised._serve(Settings(stall_after_s=120), endpoint, tmp_path, supervisor, threading.Event())  # type: ignore[arg-type]
+    text = generate_latest(endpoint.registry).decode()
+    served = sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                    for family in text_string_to_metric_families(text) for s in family.samples
+                    if family.type == "gauge" and s.name.startswith("reclaim_deletion_"))
+    assert served == [("reclaim_deletion_last_progress_timestamp_seconds", (), 3000.0),
+                      ("reclaim_deletion_retry_held_partitions", (), 5.0),
+                      ("reclaim_deletion_stall_after_seconds", (), 120.0)]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from reclaim.cli.main import build_parser, settings_from
 from reclaim.settings import Settings, redact_password
 
 
@@ -58,3 +59,17 @@ def test_the_metadata_location_is_a_url_or_the_sqlite_file() -> None:
 ])
 def test_redact_password_masks_user_part_and_query_passwords(url: str, shown: str) -> None:
     assert redact_password(url) == shown
+
+
+def test_stall_after_is_ten_minutes_unless_a_flag_or_the_environment_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings.from_env({}).stall_after_s == 600
+    assert Settings.from_env({"RECLAIM_STALL_AFTER_S": "120"}).stall_after_s == 120
+    monkeypatch.setenv("RECLAIM_STALL_AFTER_S", "120")
+    assert settings_from(build_parser().parse_args(["worker", "--stall-after-s", "90"])).stall_after_s == 90
+
+
+@pytest.mark.parametrize("raw", ["0", "-60", "nan", "inf"])
+def test_stall_after_must_be_a_positive_number_of_seconds(raw: str) -> None:
+    with pytest.raises(ValueError, match=f"stall_after_s must be a positive number of seconds, got {raw}"):
+        Settings.from_env({"RECLAIM_STALL_AFTER_S": raw})
