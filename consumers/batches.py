@@ -17,8 +17,7 @@ Partition = tuple[str, int]
 @quick_init
 @dataclass(frozen=True)
 class Polled:
-    """One record as read: where from, its key and value, its retry history, and whether an earlier
-    attempt may have handled it (a retry, or a record below its partition's horizon)."""
+    """One record as read: where from, its key and value, and its retry history."""
 
     topic: str
     partition: int
@@ -26,7 +25,6 @@ class Polled:
     key: bytes | None
     value: bytes | None
     delivery: Delivery
-    redelivered: bool = True
     signature: tuple[tuple[str, bytes], ...] = ()
     """The record's signature headers, carried along when it is re-routed."""
 

@@ -26,7 +26,6 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reclaim.consumers.batches import BatchReport, Checked, Completed, Partition, Polled, Undecodable
-from reclaim.consumers.horizons import Horizons, end_offset
 from reclaim.consumers.intake import Intake
 from reclaim.consumers.offsets import OffsetPlan, Position, all_final, plan_offsets
 from reclaim.consumers.pipeline import MAX_IN_FLIGHT, BatchPipeline
@@ -138,8 +137,7 @@ class DeletionWorker:
         self._pipeline = BatchPipeline(executor)
         self._consumer = Consumer(config.consumer_config())
         self._assigned: set[Partition] = set()
-        self._horizons = Horizons()
-        self._intake = Intake(self._consumer, config.topics, self._horizons, verifier)
+        self._intake = Intake(self._consumer, config.topics, verifier)
         self._report = BatchReport()
         metrics.LAST_PROGRESS.set_to_current_time()  # a worker that never stores an offset shows since when
         self._consumer.subscribe(list(config.topics.deletion_inputs), on_assign=self._on_assign,
@@ -152,8 +150,6 @@ class DeletionWorker:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        for tp in partitions:
-            self._horizons.assigned((tp.topic, tp.partition), end_offset(consumer, tp))
         sources = [(tp.topic, tp.partition) for tp in partitions]
         self._assigned.update(sources)
         self._intake.assigned(sources)
@@ -175,9 +171,7 @@ class DeletionWorker:
     def _forget(self, partitions: list[TopicPartition]) -> None:
         sources = [(tp.topic, tp.partition) for tp in partitions]
         self._intake.revoked(sources)
-        for source in sources:
-            self._assigned.discard(source)
-            self._horizons.revoked(source)
+        self._assigned.difference_update(sources)
 
     @property
     def assigned(self) -> int:
@@ -274,7 +268,7 @@ class DeletionWorker:
                                                                stack_summary(exc))))
             else:
                 decoded.append(record)
-                pending.append(Pending(info, record.delivery.first_failure_ms, record.redelivered))
+                pending.append(Pending(info, record.delivery.first_failure_ms))
         return decoded, pending, undecodable
 
     def _complete_all(self) -> None:
@@ -328,7 +322,6 @@ class DeletionWorker:
             metrics.LAST_PROGRESS.set_to_current_time()
         for (topic, partition), offset in plan.seek.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
-            self._horizons.sought_back((topic, partition))
         self._pipeline.drop(plan.seek)
         return BatchReport(outcomes=dict(outcomes), retried=retried, dead_lettered=dead_lettered,
                            stored=plan.acked, unconfirmed=unconfirmed)

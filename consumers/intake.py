@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from reclaim.consumers.batches import BatchReport, Partition, Polled, Undecodable
-from reclaim.consumers.horizons import Horizons
 from reclaim.consumers.retry import Delivery, due_ms
 from reclaim.deletion import metrics
 from reclaim.deletion.outcomes import Outcome, Verdict
@@ -55,15 +54,13 @@ class Intake:
     """Verifies polled records, reads their retry history, and holds a retry tier's partition while its
     first record is not due; resumes it when it is."""
 
-    def __init__(self, consumer: Consumer, topics: TopicNames, horizons: Horizons,
-                 verifier: RecordVerifier | None = None) -> None:
+    def __init__(self, consumer: Consumer, topics: TopicNames, verifier: RecordVerifier | None = None) -> None:
         self._consumer = consumer
         self._verifier = verifier
         self._signers = signers_of(PendingDeleteLedgerInfo)
         # A retry tier's record was signed for the deletion topic it was first published to.
         self._signed_topic = topics.deletion
         self._delays = {name: delay for delay, name in topics.retries}
-        self._horizons = horizons
         # One hold per retry-tier partition this worker has held, kept when the partition goes (it may
         # come back); ``_paused``: those paused now, each assigned to this worker.
         self._holds: dict[Partition, _Hold] = {}
@@ -94,7 +91,7 @@ class Intake:
                 signed = verify(topic, key, value, signature, signers, signed_topic=signed_topic)
                 if isinstance(signed, Unauthenticated):
                     refused.append(self._refused(topic, partition, offset, key, value, timestamp, signature,
-                                                 delay is not None, signed))
+                                                 signed))
                     continue
             # A record as phase 1 wrote it carries its signature only: no retry history to read.
             history = headers if headers and len(headers) > len(signature) else None
@@ -102,21 +99,18 @@ class Intake:
             if delay is not None and self._holding((topic, partition), offset, delivery, delay, timestamp, now_ms):
                 held_now.add((topic, partition))
                 continue
-            below_horizon = self._horizons.read((topic, partition), offset)
-            redelivered = delay is not None or delivery.attempt > 1 or below_horizon
-            ready.append(Polled(topic, partition, offset, key, value, delivery, redelivered, signature))
+            ready.append(Polled(topic, partition, offset, key, value, delivery, signature))
         for topic, count in received.items():
             metrics.MESSAGES_RECEIVED.labels(topic).inc(count)
         total = sum(received.values())
         return Taken(ready, refused, BatchReport(received=total, held=total - len(ready) - len(refused)))
 
     def _refused(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 timestamp: int, signature: tuple[tuple[str, bytes], ...], retrying: bool,
+                 timestamp: int, signature: tuple[tuple[str, bytes], ...],
                  refusal: Unauthenticated) -> Undecodable:
         """A refused record, dead-lettered as read: where it was read, not the origin its headers claim."""
-        self._horizons.read((topic, partition), offset)
         delivery = Delivery.of(topic, partition, offset, None, timestamp)
-        polled = Polled(topic, partition, offset, key, value, delivery, retrying, signature)
+        polled = Polled(topic, partition, offset, key, value, delivery, signature)
         return Undecodable(polled, Verdict(Outcome.UNAUTHENTICATED, str(refusal), "Unauthenticated"))
 
     def _holding(self, source: Partition, offset: int, delivery: Delivery, delay_s: int, timestamp: int,
@@ -136,7 +130,6 @@ class Intake:
         tp = TopicPartition(source[0], source[1], offset)
         self._consumer.pause([tp])
         self._consumer.seek(tp)
-        self._horizons.sought_back(source)
         self._holds[source] = _Hold(offset, first_read_ms, due / 1000)
         self._paused.add(source)
         metrics.RETRY_HELD.set(len(self._paused))

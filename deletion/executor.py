@@ -8,6 +8,13 @@
 
 Rows only ever disappear between the steps, which turns a later record of the same copy into
 ``already-gone``, never into a wrong delete. Re-running a batch is harmless.
+
+A copy with a row counts ``deleted`` once across every worker of the group: for the record whose row
+cleanup removed it from its row. The transaction that removes it says so (the row removed, or the copy
+dropped from a row of two), so a second record of the copy, on this worker or another, in this attempt
+or after a crash, finds it gone and is ``already-gone``, whatever the binding answers for a missing key
+(S3's ``DeleteObjects`` reports one deleted). A copy with no row was judged by a HEAD of its object,
+which also says whether it was there.
 """
 
 from __future__ import annotations
@@ -41,12 +48,6 @@ DeleteResults = dict[tuple[str, str], DeleteResult]
 """The storage deletes of a plan: the result per (binding name, chunk name)."""
 
 _Copies = dict[str, set[tuple[str, str | None, str]]]
-
-RECENT_BATCHES = 8
-"""Finished batches whose deleted copies an executor remembers. A batch is checked while up to two
-batches before it are still deleting (:mod:`reclaim.consumers.pipeline`): a record of a copy that one
-of them deletes is cleared for deletion too (the copy's row is still there), and its delete, of a key
-already gone, is answered "deleted" by S3. Remembering more batches than can overlap costs a set each."""
 
 DUPLICATE_DELETE = Verdict(Outcome.ALREADY_GONE, "deleted by another record of the same chunk copy")
 
@@ -82,9 +83,6 @@ class DeletionExecutor:
         self._policy = Policy(mark_timeout_ms=int(mark_timeout_s * 1000))
         self._retry = retry or RetryPolicy()
         self._prefetch = Prefetcher(store, bindings, self._retry)
-        # The copies the last RECENT_BATCHES finished batches deleted, by the number of the batch that did.
-        self._deleted_by: dict[CopyKey, int] = {}
-        self._finished = 0
 
     def execute(self, infos: Sequence[PendingDeleteLedgerInfo]) -> list[Verdict]:
         """One verdict per record, in input order: :meth:`prepare`, :meth:`delete`, :meth:`finish`."""
@@ -120,52 +118,46 @@ class DeletionExecutor:
     def finish(self, plan: BatchPlan, results: DeleteResults) -> list[Verdict]:
         """Remove the deleted copies from their rows (one transaction); one verdict per record, in order.
 
-        Batches must finish in the order they were prepared (the pipeline's cleanup thread). One delete
-        of a copy is one ``deleted``: another record of the same copy, in this batch or checked while
-        an earlier batch's delete of it was in flight, is ``already-gone``.
+        Batches must finish in the order they were prepared (the pipeline's cleanup thread). A copy with a
+        row is ``deleted`` for the record whose cleanup removed it from the row, and ``already-gone`` for
+        any other (this batch's, an earlier batch's, another worker's); a copy with no row is ``deleted``
+        once when its HEAD found it, ``already-gone`` otherwise.
         """
         deletable = plan.deletable
-        cleanup_error = self._drop_copies([p for _, p in deletable if results[p.copy].ok], plan.facts)
+        removed, cleanup_error = self._drop_copies([p for _, p in deletable if results[p.copy].ok], plan.facts)
         concluded: dict[int, Verdict] = {}
         deleted: dict[str, int] = {}  # by the type's name (hashed in C), named once a batch, not once a record
         failed: Counter[tuple[LedgerType, str]] = Counter()
-        gone_now: set[CopyKey] = set()
+        headed: set[CopyKey] = set()  # copies with no row counted "deleted" by this batch
         facts = plan.facts
         for i, pending in deletable:
             copy = pending.copy
             result = results[copy]
-            if result.outcome is DeleteOutcome.DELETED and cleanup_error is None and facts.was_present(copy):
-                # conclude()'s "deleted", without the call: nearly every record of a batch ends here.
-                if copy in gone_now or self._deleted_before(copy):
-                    concluded[i] = DUPLICATE_DELETE
+            if result.ok and cleanup_error is None:
+                # Nearly every record of a batch ends here: its copy's row removed by this batch's cleanup.
+                if copy in removed:
+                    removed.discard(copy)  # one "deleted" a copy; another record of it in this batch is not
+                    concluded[i] = DELETED
+                    name = pending.info.ledger_type._name_
+                    deleted[name] = deleted.get(name, 0) + 1
+                elif pending.info.chunk_name in facts.rows or copy in headed:
+                    concluded[i] = DUPLICATE_DELETE  # its row gone already: another record removed it
                 else:
-                    gone_now.add(copy)
+                    # No row: judged by its object's HEAD, which found it (a missing one is already gone).
+                    headed.add(copy)
                     concluded[i] = DELETED
                     name = pending.info.ledger_type._name_
                     deleted[name] = deleted.get(name, 0) + 1
                 continue
-            # Anything else: a failed delete, a failed cleanup, or a copy that was not there (never "deleted").
-            verdict = concluded[i] = conclude(result, facts.was_present(copy), cleanup_error)
+            # A failed delete or a failed cleanup: never "deleted".
+            verdict = concluded[i] = conclude(result, cleanup_error)
             if not result.ok:
                 failed[(pending.info.ledger_type, verdict.error_class)] += 1
         for type_name, count in deleted.items():
             metrics.DELETED.labels(metrics.snake(type_name)).inc(count)
         for (ledger_type, error_class), count in failed.items():
             metrics.DELETE_FAILURES.labels(metrics.snake(ledger_type.name), metrics.snake(error_class)).inc(count)
-        self._remember(gone_now)
         return [concluded[i] if d is Proceed.DELETE else d for i, d in enumerate(plan.decisions)]
-
-    def _deleted_before(self, copy: CopyKey) -> bool:
-        batch = self._deleted_by.get(copy)
-        return batch is not None and batch > self._finished - RECENT_BATCHES
-
-    def _remember(self, gone: set[CopyKey]) -> None:
-        """Note this batch's deleted copies; every RECENT_BATCHES batches, forget those older than that."""
-        self._finished += 1
-        self._deleted_by.update(dict.fromkeys(gone, self._finished))
-        if self._finished % RECENT_BATCHES == 0:
-            oldest = self._finished - RECENT_BATCHES
-            self._deleted_by = {copy: batch for copy, batch in self._deleted_by.items() if batch > oldest}
 
     def close(self) -> None:
         self._prefetch.close()
@@ -193,13 +185,15 @@ class DeletionExecutor:
             pass
         return [final[name] for name in names]
 
-    def _drop_copies(self, gone: list[Pending], facts: Facts) -> StorageError | None:
-        """Remove each deleted copy from its chunk row, and rows left with no copy, in one transaction.
+    def _drop_copies(self, gone: list[Pending], facts: Facts) -> tuple[set[CopyKey], StorageError | None]:
+        """Remove each deleted copy from its chunk row, and rows left with no copy, in one transaction; the
+        copies this transaction removed (not those already gone), or the error that stopped it.
 
-        A row read with a single copy is removed outright; only rows with two copies are re-read
-        and rewritten, so a batch costs one query and one delete, not a read per row.
+        A row read with a single copy is removed outright, the removed names read back by the same
+        statement; only rows with two copies are re-read and rewritten, so a batch costs one query and
+        one delete, not a read per row.
         """
-        whole: list[str] = []
+        whole: dict[str, CopyKey] = {}
         partial: _Copies = defaultdict(set)
         for pending in gone:
             info = pending.info
@@ -207,31 +201,37 @@ class DeletionExecutor:
             if row is None:
                 continue
             if len(row.locations) == 1:
-                whole.append(info.chunk_name)
+                whole[info.chunk_name] = pending.copy
             else:
                 partial[info.chunk_name].add((info.storage_binding, info.location.bucket, info.location.key))
         if not whole and not partial:
-            return None
+            return set(), None
         try:
             for attempt in self._retry.retrying(StorageError):
                 with attempt:
-                    self._drop_copies_once(whole, partial)
+                    return self._drop_copies_once(whole, partial), None
         except StorageError as exc:
             log.warning("chunk rows not cleaned after delete (will retry the records): %s", exc)
-            return exc
-        return None
+            return set(), exc
+        raise AssertionError("unreachable: the retry loop returns or raises")
 
-    def _drop_copies_once(self, whole: list[str], partial: _Copies) -> None:
+    def _drop_copies_once(self, whole: dict[str, CopyKey], partial: _Copies) -> set[CopyKey]:
+        removed: set[CopyKey] = set()
         with self._store.transaction() as txn:
             emptied = list(whole)
             for name, row in txn.get_chunks(partial).items():
                 dropped = partial[name]
                 left = tuple(loc for loc in row.locations if (loc.binding, loc.bucket, loc.key) not in dropped)
+                removed.update((loc.binding, name) for loc in row.locations
+                               if (loc.binding, loc.bucket, loc.key) in dropped)
                 if left:
                     txn.put_chunk(replace(row, locations=left))
                 else:
                     emptied.append(name)
-            txn.discard_chunks(emptied)
+            for name in txn.remove_chunks(emptied):
+                if name in whole:
+                    removed.add(whole[name])
+        return removed
 
 
 def _delete_attempt(delete_many: Callable[[Sequence[str]], list[DeleteResult]],

@@ -33,12 +33,10 @@ class Proceed(enum.Enum):
 @quick_init
 @dataclass(frozen=True)
 class Pending:
-    """One record to judge, with when phase 2 first failed on it (its retry headers), if it did, and
-    whether an earlier attempt may have deleted its copy already (a retry, a record read again)."""
+    """One record to judge, with when phase 2 first failed on it (its retry headers), if it did."""
 
     info: PendingDeleteLedgerInfo
     first_failure_ms: int | None = None
-    redelivered: bool = True
     copy: CopyKey = field(init=False, repr=False, compare=False)
     """(storage binding, chunk name): made once, since every step of a batch looks the copy up by it."""
 
@@ -61,9 +59,6 @@ class Facts:
     ``places``: where the named binding keeps each copy, or the error saying it cannot (no such
     binding, a chunk name the binding refuses). ``objects``: for copies with no chunk row only, what
     the object's HEAD said (its tags, or the error — ``ChunkNotFoundError`` when there is none).
-    ``present``: per binding, which of the redelivered records' copies had an object before the
-    deletes, or None when the binding's own deletes tell a missing object from a deleted one; a copy
-    not asked about counts as present.
     """
 
     now_ms: int
@@ -71,12 +66,3 @@ class Facts:
     marks: Mapping[str, MarkRecord] = field(default_factory=dict)
     places: Mapping[CopyKey, ChunkLocation | StorageError] = field(default_factory=dict)
     objects: Mapping[CopyKey, ChunkInfo | StorageError] = field(default_factory=dict)
-    present: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
-
-    def was_present(self, copy: CopyKey) -> bool:
-        """Whether the copy had an object before the deletes (True when nothing said otherwise)."""
-        seen = self.objects.get(copy)
-        if seen is not None:
-            return isinstance(seen, ChunkInfo)
-        names = self.present.get(copy[0])
-        return names is None or copy[1] in names

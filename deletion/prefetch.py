@@ -1,15 +1,15 @@
 """The one I/O step before a batch is judged: everything :func:`~reclaim.deletion.verify.judge` needs, fetched
 in as few queries and requests as the stores allow.
 
-One query for the batch's marks, then one for the chunk rows, HEADs (in parallel) only for
-copies that have no row, and one existence listing per binding for the copies of redelivered records
-whose rows are retired (an earlier attempt may have deleted them; see :mod:`reclaim.consumers.horizons`).
-The result is a frozen :class:`~reclaim.deletion.facts.Facts`.
+One query for the batch's marks, then one for the chunk rows, and HEADs (in parallel) only for copies
+that have no row. A record read again (a retry, a record an earlier owner may have handled) costs what a
+first reading does: whether its copy was deleted before is told by its row, not by the object store
+(:meth:`~reclaim.deletion.executor.DeletionExecutor.finish`). The result is a frozen
+:class:`~reclaim.deletion.facts.Facts`.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -47,20 +47,9 @@ class Prefetcher:
         mark_ids = {p.info.mark_id for p in batch if p.info.mark_id}
         marks = self._store.get_marks(mark_ids) if mark_ids else {}
         rows = self._store.get_chunks({p.info.chunk_name for p in batch})
-        # Of the copies a binding can place: those with no row (their objects are looked up), and those
-        # of redelivered records whose rows are retired (their objects are listed).
-        without_row: list[CopyKey] = []
-        retired: list[CopyKey] = []
-        for pending in batch:
-            copy = pending.copy
-            if isinstance(places.get(copy), ChunkLocation):
-                row = rows.get(copy[1])
-                if row is None:
-                    without_row.append(copy)
-                elif pending.redelivered and not row.active:
-                    retired.append(copy)
-        return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places,
-                     objects=self._objects(without_row), present=self._present(retired))
+        # Of the copies a binding can place, those with no row: their objects are looked up.
+        without_row = [p.copy for p in batch if p.copy[1] not in rows and isinstance(places.get(p.copy), ChunkLocation)]
+        return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places, objects=self._objects(without_row))
 
     def _places(self, batch: Sequence[Pending]) -> dict[CopyKey, ChunkLocation | StorageError]:
         places: dict[CopyKey, ChunkLocation | StorageError] = {}
@@ -97,21 +86,6 @@ class Prefetcher:
         except StorageError as exc:
             return exc
         return info
-
-    def _present(self, copies: Sequence[CopyKey]) -> dict[str, frozenset[str] | None]:
-        """Per binding, the copies that have an object now (None: its deletes tell on their own)."""
-        by_binding: dict[str, list[str]] = defaultdict(list)
-        for binding_name, chunk_name in dict.fromkeys(copies):
-            by_binding[binding_name].append(chunk_name)
-        present: dict[str, frozenset[str] | None] = {}
-        for binding_name, names in by_binding.items():
-            binding = self._bindings.get(binding_name)
-            try:
-                found = self._retry.retrying(StorageError)(binding.present, names)
-            except StorageError:
-                found = None  # unknown: a successful delete then counts as deleted, as S3 reports it
-            present[binding_name] = None if found is None else frozenset(found)
-        return present
 
     def close(self) -> None:
         self._lookups.shutdown()

@@ -13,7 +13,7 @@ from reclaim.deletion.outcomes import Outcome, Verdict, stack_summary
 from reclaim.deletion.ownership import LEDGER_TYPE_OF_TIER_NAME, component_of
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.segments.backup import EXPORT_COMPONENT
-from reclaim.storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteOutcome, DeleteResult
+from reclaim.storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteResult
 from reclaim.storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
 
@@ -154,19 +154,16 @@ def written_as_mismatch(info: PendingDeleteLedgerInfo, seen: ChunkInfo, place: C
     return seen.written_as.mismatch(place.binding, place.bucket, info.chunk_name)
 
 
-def conclude(result: DeleteResult, was_present: bool, cleanup_error: StorageError | None) -> Verdict:
-    """The verdict of a copy cleared for deletion, from its delete and its row cleanup.
+def conclude(result: DeleteResult, cleanup_error: StorageError | None) -> Verdict:
+    """The verdict of a copy cleared for deletion whose delete failed, or whose row cleanup did.
 
-    A delete reported successful counts as ``already-gone`` when the object was not there before it
-    (an S3 ``DeleteObjects`` answers "deleted" for a missing key).
+    A delete and cleanup that both succeeded are concluded by
+    :meth:`~reclaim.deletion.executor.DeletionExecutor.finish`: ``deleted`` for the record whose cleanup
+    removed the copy from its row, ``already-gone`` for any other.
     """
     if not result.ok:
         return error_verdict(result.error or StorageError("delete failed"))
     if cleanup_error is not None:
         return Verdict(Outcome.RETRYABLE, f"deleted, but chunk row cleanup failed: {cleanup_error}",
                        type(cleanup_error).__name__)
-    if result.outcome is DeleteOutcome.ALREADY_GONE:
-        return Verdict(Outcome.ALREADY_GONE, "object already absent")
-    if not was_present:
-        return Verdict(Outcome.ALREADY_GONE, "object absent before the delete")
     return DELETED

@@ -72,7 +72,6 @@ class Settings:
     s3_region: str = "us-east-1"
     # None: path-style for an endpoint URL, virtual-hosted on AWS S3.
     s3_path_style: bool | None = None
-    s3_count_missing: bool = True
     schema_registry_url: str | None = None
     schema_registry_basic_auth: str | None = None
     schema_registry_basic_auth_file: Path | None = None

@@ -215,17 +215,6 @@ class BaseChunkStorage(ABC):
             logger.warning("storage %s delete_many: %d of %d chunks failed, will be retried: %s%s", self._name,
                            len(failed), len(results), first, _FAILURES.suffix(held))
 
-    def present(self, chunk_names: Sequence[str]) -> set[str] | None:
-        """Which of ``chunk_names`` have an object right now; None when this binding's own deletes already
-        tell a missing chunk from a deleted one. A name that is no valid chunk name is never present."""
-        valid: list[str] = []
-        for name in chunk_names:
-            with suppress(InvalidChunkNameError):
-                valid.append(self._valid(name))
-        unique = list(dict.fromkeys(valid))
-        with self._observe("present", f"<{len(unique)} chunks>"):
-            return self._do_present(unique)
-
     def open_read(self, chunk_name: str) -> ChunkHandle:
         self._valid(chunk_name)
         with self._observe("open_read", chunk_name):
@@ -317,7 +306,7 @@ class BaseChunkStorage(ABC):
             yield from page
 
     def exists_many(self, chunk_names: Sequence[str]) -> set[str]:
-        """Which of ``chunk_names`` have an object right now, exactly (unlike :meth:`present`, never None).
+        """Which of ``chunk_names`` have an object right now, exactly.
 
         A name that is no valid chunk name never exists. S3 answers from listings, not a HEAD per name.
         """
@@ -376,10 +365,6 @@ class BaseChunkStorage(ABC):
 
     @abstractmethod
     def _do_delete_many(self, names: Sequence[str]) -> DeleteResults: ...
-
-    def _do_present(self, names: Sequence[str]) -> set[str] | None:
-        """One existence check per name; a binding that can list many at once overrides this."""
-        return {name for name in names if self._do_exists(name)}
 
     @abstractmethod
     def _do_get_info(self, name: str) -> ChunkInfo: ...

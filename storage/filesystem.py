@@ -239,10 +239,6 @@ class FileSystemChunkStorage(BaseChunkStorage):
             self._do_check()
         return found
 
-    def _do_present(self, names: Sequence[str]) -> None:
-        """None: ``unlink`` already tells a missing chunk (ALREADY_GONE) from a deleted one."""
-        return None
-
     def _read_tags(self, name: str) -> tuple[ChunkTags | None, WrittenAs | None]:
         try:
             raw = json.loads(self.tags_path(name).read_bytes())

@@ -54,11 +54,11 @@ ERROR_OUTCOMES: tuple[str, ...] = (*dict.fromkeys(snake(c.__name__) for c in _er
                                    "unexpected")
 
 #: Every verb ``BaseChunkStorage`` observes.
-OPERATIONS = ("check", "exists", "create", "delete", "delete_many", "present", "open_read", "open_write",
+OPERATIONS = ("check", "exists", "create", "delete", "delete_many", "exists_many", "open_read", "open_write",
               "get_info", "read", "write", "list", "concat", "truncate", "set_read_only")
 
 #: The verbs phase 2 uses, whose failures the worker's dashboards and alerts read.
-DELETION_OPERATIONS = ("check", "present", "delete_many")
+DELETION_OPERATIONS = ("check", "get_info", "delete_many")
 
 METADATA_OUTCOMES = ("committed", "conflict", "rolled_back", "unavailable")
 

@@ -83,9 +83,6 @@ class S3Settings:
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     max_attempts: int = 3
-    count_missing: bool = True
-    """List a batch's keys before deleting them, so a key already missing counts as already-gone
-    (``DeleteObjects`` reports it deleted): one LIST per 1000 keys more for the server."""
 
 
 def classify_s3_code(code: str, status: int, message: str, name: str | None) -> StorageError:
@@ -144,7 +141,7 @@ class S3ChunkStorage(BaseChunkStorage):
         """The boto3 S3 client, built on first use (boto3 clients are thread-safe)."""
         client = self._client
         if client is None:
-            with self._client_lock:  # present() runs on another thread than deletes: build one client only
+            with self._client_lock:  # HEADs run on other threads than deletes: build one client only
                 if self._client is None:
                     self._client = self._build_client()
                 client = self._client
@@ -351,18 +348,10 @@ class S3ChunkStorage(BaseChunkStorage):
             results.extend(self._delete_batch(names[start:start + MAX_PAGE_SIZE]))
         return results
 
-    def _do_present(self, names: Sequence[str]) -> set[str] | None:
-        """ListObjectsV2 over the names' parent prefixes: DeleteObjects reports a missing key as deleted.
-
-        None when the binding is set not to count missing keys (its deletes then count them deleted)."""
-        if not self._settings.count_missing:
-            return None
-        by_key = {self.object_key(name): name for name in names}
-        return {by_key[key] for key in present_keys(by_key, self._list_page)}
-
     def _do_exists_many(self, names: Sequence[str]) -> set[str]:
-        """Listings over the names' parent prefixes, as :meth:`_do_present`; where a listing stopped at its
-        budget before reaching some names, a HEAD each, so every name is answered from the server."""
+        """ListObjectsV2 over the names' parent prefixes, each from its group's first key; where a listing
+        stopped at its budget before reaching some names, a HEAD each, so every name is answered from the
+        server."""
         by_key = {self.object_key(name): name for name in names}
         reached: dict[str, str] = {}
 

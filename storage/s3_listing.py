@@ -43,7 +43,7 @@ def present_keys(keys: Iterable[str], list_page: ListPage) -> set[str]:
     """The ``keys`` that exist now, listing each parent prefix from just before its first key past its last.
 
     A group that reads its budget of keys before passing its last key stops there and reports the keys
-    it has not reached as present: a delete then counts them deleted, which is what S3 itself reports.
+    it has not reached as present (``exists_many`` then asks a HEAD of each).
     """
     found: set[str] = set()
     for parent, group in group_by_parent(keys).items():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import Gauge
@@ -57,11 +56,10 @@ def s3_settings(settings: Settings) -> S3Settings | None:
     """
     if not settings.s3_endpoint:
         return None
-    binding = S3Settings(
+    return S3Settings(
         bucket=settings.s3_bucket, endpoint_url=None if settings.s3_endpoint == AWS_S3 else settings.s3_endpoint,
         access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
         session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style)
-    return replace(binding, count_missing=settings.s3_count_missing)
 
 
 def s3_binding(settings: Settings) -> S3ChunkStorage | None:

@@ -87,7 +87,7 @@ def test_a_bad_setting_value_is_one_line_and_exit_64(tmp_path: Path, args: list[
 def test_config_file_precedence_is_flag_then_env_then_file_then_default(tmp_path: Path) -> None:
     config = tmp_path / "reclaim.toml"
     config.write_text('bootstrap = "file:1"\ntopic_prefix = "file."\nbatch_size = 7\n'
-                      's3_count_missing = false\nretry_delays = [5, 50]\n')
+                      'fs_create_root = true\nretry_delays = [5, 50]\n')
     env = clean_env(tmp_path, RECLAIM_TOPIC_PREFIX="env.", RECLAIM_BATCH_SIZE="9")
     result = run_reclaim("--config", str(config), "config", "show", "--json", "--topic-prefix", "flag.",
                          "--bootstrap", "flag:1", env=env)
@@ -96,7 +96,7 @@ def test_config_file_precedence_is_flag_then_env_then_file_then_default(tmp_path
     assert shown["bootstrap"] == "flag:1"  # flag over file
     assert shown["topic_prefix"] == "flag."  # flag over env over file
     assert shown["batch_size"] == 9  # env over file
-    assert shown["s3_count_missing"] is False and shown["retry_delays"] == [5, 50]  # file over default
+    assert shown["fs_create_root"] is True and shown["retry_delays"] == [5, 50]  # file over default
     assert shown["partitions"] == 4  # default
     assert shown["s3_secret_key"] is None, "no key configured: boto3's credential chain, not the local stack's keys"
     with_url = run_reclaim("config", "show", "--json", env={

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from reclaim.storage.errors import StorageUnavailableError
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 from reclaim.storage.s3 import S3ChunkStorage
-from reclaim.storage.sql_store import SQLiteMetadataStore
+from reclaim.storage.sql_store import open_metadata_store
 from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
@@ -40,9 +41,9 @@ SEGMENT = "scope/stream/0.#epoch.0"
 class Marked:
     """One chunk written to ``binding``, with its row and a committed mark: its pending delete is cleared."""
 
-    def __init__(self, tmp_path: Path, binding: BaseChunkStorage) -> None:
+    def __init__(self, tmp_path: Path, binding: BaseChunkStorage, location: str | None = None) -> None:
         self.binding = binding
-        self.store = SQLiteMetadataStore(tmp_path / "metadata.db")
+        self.store = open_metadata_store(location or str(tmp_path / "metadata.db"))
         self.executor = DeletionExecutor(self.store, StorageBindings([binding]))
         tags = ChunkTags(component="segment", stream="scope/stream", segment=SEGMENT, writer_epoch=1)
         self.name = f"{SEGMENT}.E-1-O-0.0123456789abcdef0123456789abcdef"
@@ -57,7 +58,7 @@ class Marked:
         (self.record,) = pending_deletes_for([chunk], mark_id, int(time.time() * 1000))
 
     def first_reading(self) -> Pending:
-        return Pending(self.record, redelivered=False)
+        return Pending(self.record)
 
     def close(self) -> None:
         self.executor.close()
@@ -122,9 +123,9 @@ def test_a_record_checked_while_its_copys_delete_is_in_flight_is_already_gone_on
 
 
 def test_a_failed_delete_does_not_make_a_later_record_of_the_copy_a_duplicate(fs_marked: Marked) -> None:
-    """Only a copy concluded ``deleted`` is remembered: when the first record's delete fails, the record
-    that deletes the copy later is the one counted. (The failure is handed to ``finish`` as the delete's
-    result: root's unlink cannot be made to fail on demand.)"""
+    """A copy is counted by the record whose cleanup removes it from its row: when the first record's
+    delete fails, the record that deletes the copy later is the one counted. (The failure is handed to
+    ``finish`` as the delete's result: root's unlink cannot be made to fail on demand.)"""
     first = fs_marked.executor.prepare([fs_marked.first_reading()])
     second = fs_marked.executor.prepare([fs_marked.first_reading()])
     failed = {first.batch[0].copy: DeleteResult(fs_marked.name, DeleteOutcome.FAILED,
@@ -150,3 +151,58 @@ def test_a_worker_draining_every_record_twice_counts_each_object_deleted_once(pi
     assert outcomes(reports) == {"deleted": 60, "already-gone": 60}
     assert deleted_total() - before == 60
     assert not any(binding.exists(c.name) for c in chunks)
+
+
+@pytest.fixture
+def shared_marked(tmp_path: Path, s3_binding: S3ChunkStorage, metadata_location: str) -> Iterator[Marked]:
+    """A marked S3 chunk whose metadata store (SQLite or PostgreSQL) a second worker opens too."""
+    marked = Marked(tmp_path, s3_binding, metadata_location)
+    yield marked
+    marked.close()
+
+
+def second_worker(marked: Marked, metadata_location: str) -> DeletionExecutor:
+    """Another worker's executor: its own connection to the same metadata store, the same bucket."""
+    return DeletionExecutor(open_metadata_store(metadata_location), StorageBindings([marked.binding]))
+
+
+def test_two_workers_with_copies_of_one_record_count_one_deleted_on_s3(shared_marked: Marked,
+                                                                       metadata_location: str) -> None:
+    """A record re-published (``deletions stalled --resend``, ``dlq replay``) lands on another partition:
+    two workers check it at once, both delete (S3 answers "deleted" twice), and their row cleanups race.
+    The transaction that removes the row counts it; the other finds it gone."""
+    other = second_worker(shared_marked, metadata_location)
+    try:
+        before = deleted_total()
+        plans = [executor.prepare([shared_marked.first_reading()]) for executor in (shared_marked.executor, other)]
+        results = [executor.delete(plan) for executor, plan in zip((shared_marked.executor, other), plans,
+                                                                     strict=True)]
+        assert all(r.outcome is DeleteOutcome.DELETED for result in results for r in result.values())
+        with ThreadPoolExecutor(2) as pool:
+            verdicts = list(pool.map(lambda e, p, r: e.finish(p, r), (shared_marked.executor, other), plans,
+                                     results))
+        assert sorted(v.outcome.value for [v] in verdicts) == ["already-gone", "deleted"]
+        assert deleted_total() - before == 1
+        assert shared_marked.store.get_chunks([shared_marked.name]) == {}
+    finally:
+        other.close()
+
+
+def test_a_worker_that_died_after_its_delete_leaves_the_count_to_the_next_one_on_s3(shared_marked: Marked,
+                                                                                     metadata_location: str) -> None:
+    """A worker deletes the object and dies before its row cleanup; the partition's next owner reads the
+    record again, finds the object gone and the row still there: it counts the copy, once."""
+    before = deleted_total()
+    dead = shared_marked.executor.prepare([shared_marked.first_reading()])
+    shared_marked.executor.delete(dead)  # and never finish(): the process died here
+    assert not shared_marked.binding.exists(shared_marked.name)
+    other = second_worker(shared_marked, metadata_location)
+    try:
+        plan = other.prepare([shared_marked.first_reading()])
+        assert [v.outcome for v in other.finish(plan, other.delete(plan))] == [Outcome.DELETED]
+        assert deleted_total() - before == 1
+        again = other.prepare([shared_marked.first_reading()])  # a third copy: no row, no object
+        assert [v.outcome for v in other.finish(again, other.delete(again))] == [Outcome.ALREADY_GONE]
+        assert deleted_total() - before == 1
+    finally:
+        other.close()

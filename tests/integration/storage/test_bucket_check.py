@@ -93,7 +93,7 @@ def test_s3_wrong_credentials_are_denied_and_never_retried(wrong_secret: S3Endpo
         denied.check()
     assert "s3-tier2" in str(info.value) and "secret key" in str(info.value) and not info.value.retryable
     for call in (lambda: denied.exists("seg/c"), lambda: denied.create_with_content("seg/c", b"x", TAGS),
-                 lambda: denied.present(["seg/c"]), lambda: denied.list("seg/")):
+                 lambda: denied.exists_many(["seg/c"]), lambda: denied.list("seg/")):
         with pytest.raises(AccessDeniedError):
             call()
     result = denied.delete_many(["seg/c"])[0]

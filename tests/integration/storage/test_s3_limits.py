@@ -53,7 +53,7 @@ def test_s3_key_over_1024_bytes_is_refused_by_every_verb_before_io() -> None:
             call()
     result = s3.delete_many([LONG_NAME])[0]
     assert result.outcome is DeleteOutcome.FAILED and isinstance(result.error, InvalidChunkNameError)
-    assert s3.present([LONG_NAME]) == set()
+    assert s3.exists_many([LONG_NAME]) == set()
     assert S3ChunkStorage(S3Settings(bucket="b", key_prefix=LONG_PREFIX[1:])).location(LONG_NAME).key == LONG_NAME
 
 

@@ -69,7 +69,7 @@ def test_a_mark_committed_between_the_prefetch_reads_is_never_judged_in_use(tmp_
     (record,) = pending_deletes_for([chunk], mark_id, int(time.time() * 1000))
     racing = CommitsBetweenReads(store, [chunk], mark_id)
     prefetch = Prefetcher(racing, StorageBindings([binding]), RetryPolicy())  # type: ignore[arg-type]
-    pending = Pending(record, redelivered=False)
+    pending = Pending(record)
     facts = prefetch.gather([pending], int(time.time() * 1000))
     prefetch.close()
     assert racing.reads == 2, "the prefetch read the store twice, and the mark committed in between"

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import TopicPartition
 
-from reclaim.consumers.horizons import Horizons
 from reclaim.consumers.intake import Intake, Taken
 from reclaim.consumers.retry import H_ATTEMPT, H_NOT_BEFORE, H_OFFSET, H_PARTITION, H_TOPIC, due_ms
 from reclaim.deletion.outcomes import Outcome
@@ -117,7 +116,7 @@ def _retried(offset: int, not_before: int, signed: bool = True, timestamp: int =
 
 
 def _intake(consumer: _Consumer) -> Intake:
-    return Intake(consumer, TOPICS, Horizons(), RecordVerifier(KEYRING))
+    return Intake(consumer, TOPICS, RecordVerifier(KEYRING))
 
 
 def _take(intake: Intake, messages: list[_Message]) -> Taken:

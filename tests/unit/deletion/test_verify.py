@@ -54,21 +54,6 @@ def test_an_inactive_row_that_names_the_copy_clears_the_delete() -> None:
     assert outcome(record(), facts()) is Proceed.DELETE
 
 
-def test_a_delete_concludes_deleted_and_a_missing_key_already_gone() -> None:
-    deleted = DeleteResult(NAME, DeleteOutcome.DELETED)
-    assert conclude(deleted, True, None).outcome is Outcome.DELETED
-    assert conclude(DeleteResult(NAME, DeleteOutcome.ALREADY_GONE), True, None).outcome is Outcome.ALREADY_GONE
-    # S3 answers "deleted" for a key that was not there: the listing before the delete says otherwise.
-    assert conclude(deleted, False, None).outcome is Outcome.ALREADY_GONE
-
-
-def test_a_copy_known_absent_before_its_delete_is_already_gone_not_deleted() -> None:
-    seen = facts(present={"fs-tier2": frozenset()})
-    assert not seen.was_present(("fs-tier2", NAME))
-    assert seen.was_present(("other", NAME))  # a binding that did not say
-    assert facts(present={"fs-tier2": None}).was_present(("fs-tier2", NAME))
-
-
 def test_no_row_and_no_object_is_already_gone() -> None:
     seen = facts(rows={}, objects={("fs-tier2", NAME): ChunkNotFoundError("gone")})
     assert outcome(record(), seen) is Outcome.ALREADY_GONE
@@ -206,11 +191,11 @@ def test_storage_errors_are_retried_or_dead_lettered_by_kind(error: Exception, e
     seen = facts(rows={}, objects={("fs-tier2", NAME): error})
     assert outcome(record(), seen) is expected
     failed = DeleteResult(NAME, DeleteOutcome.FAILED, error)  # type: ignore[arg-type]
-    assert conclude(failed, True, None).outcome is expected
+    assert conclude(failed, None).outcome is expected
 
 
 def test_a_failed_row_cleanup_retries_the_deleted_record() -> None:
-    verdict = conclude(DeleteResult(NAME, DeleteOutcome.DELETED), True,
+    verdict = conclude(DeleteResult(NAME, DeleteOutcome.DELETED),
                        MetadataConflictError("moved", key=NAME, expected=2, actual=3))
     assert verdict.outcome is Outcome.RETRYABLE and verdict.route is Route.RETRY
     assert verdict.error_class == "MetadataConflictError"

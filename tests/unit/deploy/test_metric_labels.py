@@ -73,7 +73,7 @@ def test_initialise_creates_the_series_of_topics_tiers_and_bindings() -> None:
     assert value("reclaim_deletion_batch_delete_seconds_count", binding="s3-x") == 0.0
     assert value("reclaim_storage_operations_total", binding="s3-x", operation="delete_many",
                  outcome="storage_unavailable_error") == 0.0
-    assert value("reclaim_storage_operations_total", binding="s3-x", operation="present", outcome="ok") == 0.0
+    assert value("reclaim_storage_operations_total", binding="s3-x", operation="get_info", outcome="ok") == 0.0
     assert value("reclaim_storage_deleted_chunks_total", binding="s3-x", outcome="already_gone") == 0.0
     assert value("reclaim_storage_bytes_total", binding="s3-x", direction="written") == 0.0
 

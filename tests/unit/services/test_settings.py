@@ -13,16 +13,12 @@ from reclaim.settings import Settings, redact_password
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("1", True), ("ON", True), ("false", False),
                                                ("0", False), (" no ", False)])
 def test_booleans_read_the_usual_words(raw: str, expected: bool) -> None:
-    assert Settings.from_env({"RECLAIM_S3_COUNT_MISSING": raw}).s3_count_missing is expected
-
-
-def test_counting_missing_keys_is_the_default() -> None:
-    assert Settings.from_env({}).s3_count_missing is True
+    assert Settings.from_env({"RECLAIM_FS_CREATE_ROOT": raw}).fs_create_root is expected
 
 
 def test_a_word_that_is_no_boolean_is_a_one_line_error() -> None:
-    with pytest.raises(ValueError, match=r"RECLAIM_S3_COUNT_MISSING: cannot read 'maybe' as true or false \(1/on/"):
-        Settings.from_env({"RECLAIM_S3_COUNT_MISSING": "maybe"})
+    with pytest.raises(ValueError, match=r"RECLAIM_FS_CREATE_ROOT: cannot read 'maybe' as true or false \(1/on/"):
+        Settings.from_env({"RECLAIM_FS_CREATE_ROOT": "maybe"})
 
 
 @pytest.mark.parametrize(("variable", "raw", "expected"), [
