@@ -69,3 +69,19 @@ def test_stall_after_is_ten_minutes_unless_a_flag_or_the_environment_says_otherw
 def test_stall_after_must_be_a_positive_number_of_seconds(raw: str) -> None:
     with pytest.raises(ValueError, match=f"stall_after_s must be a positive number of seconds, got {raw}"):
         Settings.from_env({"RECLAIM_STALL_AFTER_S": raw})
+
+
+@pytest.mark.parametrize(("raw", "strategy"), [("eager", "range,roundrobin"),
+                                               ("cooperative-sticky", "cooperative-sticky")])
+def test_the_assignment_sets_the_workers_strategy(raw: str, strategy: str) -> None:
+    from reclaim.consumers.deletion_worker import WorkerConfig
+    from reclaim.services.runtime import topic_names
+
+    settings = Settings.from_env({"RECLAIM_ASSIGNMENT": raw})
+    config = WorkerConfig(bootstrap="b:9092", topics=topic_names(settings), assignment=settings.assignment)
+    assert config.consumer_config()["partition.assignment.strategy"] == strategy
+
+
+def test_an_unknown_assignment_is_a_one_line_error() -> None:
+    with pytest.raises(ValueError, match=r"^assignment must be one of eager, cooperative-sticky, got 'sticky'$"):
+        Settings.from_env({"RECLAIM_ASSIGNMENT": "sticky"})
