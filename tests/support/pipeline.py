@@ -120,6 +120,24 @@ def inflight(pipe: Pipeline) -> int:
     return estimated_inflight(pipe.bootstrap, pipe.group_id, pipe.topics.deletion_inputs)
 
 
+def positions(pipe: Pipeline) -> dict[str, tuple[int, int]]:
+    """The group's position on each partition of the deletion topic and its retry tiers, keyed
+    ``topic[partition]``: its committed offset (the low watermark before any) and the records left to read."""
+    consumer = Consumer({"bootstrap.servers": pipe.bootstrap, "group.id": pipe.group_id, "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(timeout=10)
+        partitions = [TopicPartition(topic, p) for topic in pipe.topics.deletion_inputs if topic in metadata.topics
+                      for p in metadata.topics[topic].partitions]
+        found: dict[str, tuple[int, int]] = {}
+        for tp in consumer.committed(partitions, timeout=10):
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            position = max(tp.offset, low)
+            found[f"{tp.topic}[{tp.partition}]"] = (position, high - position)
+        return found
+    finally:
+        consumer.close()
+
+
 def wait_drained(pipe: Pipeline, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while inflight(pipe) > 0:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from reclaim.localstack.procs import pid_alive
 from tests.support.pipeline import scrape
@@ -68,5 +69,21 @@ def counted(port: int, metric: str) -> float:
         text = scrape(port)
     except OSError:
         return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+    return summed(text, metric)
+
+
+def summed(exposition: str, metric: str) -> float:
+    """The sum of every series of ``metric`` in a scrape's text."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
                if line.startswith((metric + "{", metric + " ")))
+
+
+def counted_in_files(tmpdir: Path, metric: str) -> float:
+    """The sum of ``metric`` over every child of the supervised run whose ``TMPDIR`` was ``tmpdir``: what its
+    endpoint served, read from the children's files once a SIGKILL left them behind (a supervisor that exits
+    removes them). Wait for its children to stop first: each finishes its batch in flight and counts it."""
+    runs = list(tmpdir.glob("reclaim-worker-metrics-*"))
+    assert len(runs) == 1, f"one supervised run's files expected in {tmpdir}, found {runs}"
+    collector = MultiProcessCollector(None, path=str(runs[0]))  # type: ignore[no-untyped-call]
+    return sum(sample.value for family in collector.collect()  # type: ignore[no-untyped-call]
+               for sample in family.samples if sample.name == metric)
