@@ -31,19 +31,22 @@ DELAYS = (10, 20)
 """The first tier holds its partitions well past the time a rebalance takes."""
 
 
-@pytest.mark.parametrize("assignment", ["eager", "cooperative-sticky"])
+@pytest.mark.parametrize(("assignment", "static"), [("eager", False), ("cooperative-sticky", False),
+                                                    ("eager", True)])
 def test_a_held_partition_given_back_by_a_rebalance_is_read_again(
         kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], tmp_path: Path,
-        unique_name: Callable[[str], str], assignment: str) -> None:
+        unique_name: Callable[[str], str], assignment: str, static: bool) -> None:
+    """``static``: both workers are static members (``group.instance.id``), as a supervisor's children are."""
     fs = FileSystemChunkStorage(tmp_path / "tier2", name="fs-tier2", create=True)
     pipe = Pipeline(kafka_bootstrap, kafka_topics(retry_delays=DELAYS, partitions=2),
                     SQLiteMetadataStore(tmp_path / "meta.db"), StorageBindings([fs]), unique_name("group"))
     try:
         live = pipe.write_chunks(fs, "scope/stream/0.#epoch.0", RECORDS)
         pipe.publisher.publish(pending_deletes_for(live, "never-committed", int(time.time() * 1000)))
-        first = pipe.worker(mark_timeout_s=MARK_TIMEOUT_S, assignment=assignment)
+        members = iter([unique_name("member"), unique_name("member")] if static else [None, None])
+        first = pipe.worker(mark_timeout_s=MARK_TIMEOUT_S, assignment=assignment, instance_id=next(members))
         reports = pipe.drain(first, lambda _: first.held == 2, timeout_s=60)  # both of the first tier's partitions
-        second = pipe.worker(mark_timeout_s=MARK_TIMEOUT_S, assignment=assignment)
+        second = pipe.worker(mark_timeout_s=MARK_TIMEOUT_S, assignment=assignment, instance_id=next(members))
         deadline = time.monotonic() + 30
         while not second.assigned:
             assert time.monotonic() < deadline, "the second worker was given no partition"
