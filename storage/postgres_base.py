@@ -104,10 +104,6 @@ class PostgresConnection:
         sql = f"DELETE FROM {table} WHERE {where} AND {key} = ANY(%s) RETURNING {key}"
         return [row[0] for row in self.raw.execute(sql, (list(values),)).fetchall()]
 
-    def discard_in(self, table: str, key: str, values: Sequence[Any], where: str) -> None:
-        if values:
-            self.raw.execute(f"DELETE FROM {table} WHERE {where} AND {key} = ANY(%s)", (list(values),))
-
     def begin(self) -> None:
         self.raw.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
 

@@ -61,10 +61,6 @@ class Connection(Protocol):
         """Delete the rows whose ``key`` is among ``values`` (distinct) and that match ``where``; their keys."""
         ...
 
-    def discard_in(self, table: str, key: str, values: Sequence[Any], where: str) -> None:
-        """``delete_in`` without reading back which rows it deleted (one statement less per batch)."""
-        ...
-
     def begin(self) -> None:
         """Start a serializable transaction (see the engine for what that takes)."""
         ...

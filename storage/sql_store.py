@@ -265,11 +265,6 @@ class SQLTransaction(_Reader, Transaction):
         """Remove the rows of ``names`` that are inactive; active rows are kept (they are live layout)."""
         return [str(name) for name in self._conn.delete_in("chunks", "name", distinct(names, "name"), "active = 0")]
 
-    def discard_chunks(self, names: Iterable[str]) -> None:
-        """``remove_chunks`` without saying which rows it removed: phase 2's cleanup after a delete, which
-        does not read the answer, is spared reading back the rows it is about to delete."""
-        self._conn.discard_in("chunks", "name", distinct(names, "name"), "active = 0")
-
     def put_mark(self, record: MarkRecord, *, expected_version: int | None = None) -> MarkRecord:
         expected = record.version if expected_version is None else expected_version
         values = {"mark_id": record.mark_id, "state": record.state.value, "created_at": record.created_at}

@@ -85,10 +85,6 @@ class SQLiteConnection:
             removed.extend(_parsed(text, table))
         return removed
 
-    def discard_in(self, table: str, key: str, values: Sequence[Any], where: str) -> None:
-        for start in range(0, len(values), IN_BATCH):
-            batch = values[start:start + IN_BATCH]
-            self.raw.execute(f"DELETE FROM {table} WHERE {where} AND {key} IN ({', '.join('?' * len(batch))})", batch)
 
 
 def _parsed(text: str, table: str) -> list[Any]:
