@@ -188,13 +188,20 @@ def test_a_held_partition_given_back_before_it_is_due_is_held_again_then_resumed
     assert consumer.resumed[-1] == (TIER, 0) and intake.held == 0
 
 
-def test_a_held_partition_given_back_after_it_is_due_is_resumed(monkeypatch: pytest.MonkeyPatch) -> None:
+def _held_then_revoked(monkeypatch: pytest.MonkeyPatch) -> tuple[_Consumer, Intake, list[float]]:
+    """An intake that held its tier's partition 0 at a record due at TS + 10 s, then lost the partition;
+    the clock it reads (seconds), to move."""
     consumer = _Consumer()
     intake = _intake(consumer)
     clock = [TS / 1000 + 1]
     monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
     _take(intake, [_retried(5, TS + 10_000)])
     intake.revoked([(TIER, 0)])
+    return consumer, intake, clock
+
+
+def test_a_held_partition_given_back_after_it_is_due_is_resumed(monkeypatch: pytest.MonkeyPatch) -> None:
+    consumer, intake, clock = _held_then_revoked(monkeypatch)
     clock[0] = TS / 1000 + 11
     paused = len(consumer.paused)
     intake.assigned([(TIER, 0)])
@@ -211,12 +218,7 @@ def test_a_partition_this_worker_never_held_is_resumed_on_assignment() -> None:
 
 
 def test_a_revoked_hold_is_not_resumed_while_the_partition_is_another_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    consumer = _Consumer()
-    intake = _intake(consumer)
-    clock = [TS / 1000 + 1]
-    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
-    _take(intake, [_retried(5, TS + 10_000)])
-    intake.revoked([(TIER, 0)])
+    consumer, intake, clock = _held_then_revoked(monkeypatch)
     resumed = len(consumer.resumed)
     clock[0] = TS / 1000 + 20
     intake.resume_due()
