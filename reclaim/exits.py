@@ -16,7 +16,7 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 2
     """It could not do its work: a server, file or topic it needs is unreachable, missing or unusable."""
     UNHEALTHY = 3
-    """``local status``: a part of the local stack is not running or not answering."""
+    """``local status``: the local stack is stopped, or a part of it is not running or not answering."""
     USAGE = 64
     """Bad input: an unknown flag, a setting value that does not parse, a bad config file."""
     INTERRUPTED = 130
@@ -25,8 +25,8 @@ class ExitCode(enum.IntEnum):
 
 EXIT_CODES_HELP = """\
 exit status: 0 ok; 1 findings (audit); 2 could not run (a broker, endpoint, store, file or topic it
-needs is unreachable, missing or unusable); 3 local stack unhealthy; 64 bad usage, setting or config
-file; 130 interrupted."""
+needs is unreachable, missing or unusable); 3 local stack stopped or unhealthy; 64 bad usage, setting
+or config file; 130 interrupted."""
 
 
 class CommandError(ReclaimError):

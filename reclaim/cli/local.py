@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from reclaim.cli.common import Common, print_json
 from reclaim.exits import ExitCode
@@ -31,13 +32,23 @@ def cmd_local(args: argparse.Namespace, settings: Settings) -> int:
         report = stack.status(settings)
         if args.json:
             print_json(report)
+        elif all(facts["state"] == stack.STOPPED for facts in report.values()):
+            print(f"local stack stopped ({settings.state_dir}): `reclaim local up` starts it")
         else:
             for part, facts in report.items():
-                health = "healthy" if facts["healthy"] else "NOT HEALTHY"
-                details = " ".join(f"{key}={value}" for key, value in facts.items() if key != "healthy")
-                print(f"{part:6} {health:12} {details}")
+                print(_status_line(part, facts))
+        # A stack that is not running is 3 as well, as an init script's `status` says "not running".
         return ExitCode.OK if all(part["healthy"] for part in report.values()) else ExitCode.UNHEALTHY
     return 0
+
+
+def _status_line(part: str, facts: dict[str, Any]) -> str:
+    """One server's line: its state, then (unless stopped, when its pid and address mean nothing) its facts."""
+    label = {stack.RUNNING: "healthy", stack.STOPPED: "stopped"}.get(facts["state"], "NOT HEALTHY")
+    if facts["state"] == stack.STOPPED:
+        return f"{part:6} {label}"
+    details = " ".join(f"{key}={value}" for key, value in facts.items() if key not in ("healthy", "state"))
+    return f"{part:6} {label:12} {details}"
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]

@@ -230,20 +230,32 @@ def down(settings: Settings) -> StackState:
     return state
 
 
+#: What ``status`` says of a local server: started and answering; not started (never, or ``down``
+#: stopped it); started but gone or not answering.
+RUNNING, STOPPED, NOT_HEALTHY = "running", "stopped", "not healthy"
+
+
+def part_state(pid: int | None, healthy: bool) -> str:
+    """:data:`RUNNING`, :data:`STOPPED` or :data:`NOT_HEALTHY`, for a server with this pid on record."""
+    if healthy:
+        return RUNNING
+    return NOT_HEALTHY if pid else STOPPED
+
+
 def status(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Bootstrap address, pid and health of each local server."""
+    """Bootstrap address, pid, health and state (:func:`part_state`) of each local server."""
     state = StackState.load(settings.state_dir)
     kafka: dict[str, Any] = {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
                              "healthy": _kafka_running(state, settings.state_dir)}
+    kafka["state"] = part_state(state.kafka_pid, kafka["healthy"])
     if state.kafka_secure:
         ca, admin, config = secure_files(settings.state_dir)
         kafka.update({"security": "SASL_SSL", "ca": str(ca), "admin_properties": str(admin),
                       "admin_config": str(config)})
-    return {
-        "kafka": kafka,
-        "s3": {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
-               "healthy": _s3_running(state)},
-    }
+    s3: dict[str, Any] = {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
+                          "healthy": _s3_running(state)}
+    s3["state"] = part_state(state.s3_pid, s3["healthy"])
+    return {"kafka": kafka, "s3": s3}
 
 
 def configured_s3(settings: Settings) -> S3Endpoint | None:

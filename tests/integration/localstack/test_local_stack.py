@@ -59,6 +59,8 @@ def test_up_topics_down_leaves_nothing_behind(tmp_path: Path) -> None:
     down = reclaim("local", "status", "--json", state_dir=state, check=False)
     assert down.returncode == 3
     assert not json.loads(down.stdout)["kafka"]["healthy"]
+    assert {facts["state"] for facts in json.loads(down.stdout).values()} == {"stopped"}
+    assert "local stack stopped" in reclaim("local", "status", state_dir=state, check=False).stdout
 
 
 def test_missing_java_is_one_clear_message(tmp_path: Path) -> None:
