@@ -86,6 +86,10 @@ def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
             listed, rows = stack.enter_context(_progress(args.progress or sys.stderr.isatty()))
             report = audit(store, chosen, bindings, grace_s=args.grace, limit=args.limit,
                            hooks=AuditHooks(listed=listed, rows=rows, orphans=repair))
+    from reclaim.services.runtime import bindings_not_configured
+
+    # A binding left out of the settings is no finding, but a clean report must say it was not audited.
+    report.not_configured = bindings_not_configured(settings)
     if args.metrics_file is not None:
         from reclaim.storage.metrics import write_textfile
 
@@ -200,6 +204,9 @@ def _progress(enabled: bool) -> Iterator[tuple[Listed, Walked]]:
 
 def _print_report(report: AuditReport, repair: OrphanRepair | None) -> None:
     grace = human(report.grace_s)
+    print(f"audited: {', '.join(b.binding for b in report.bindings) or 'no binding'}")
+    for name, why in report.not_configured.items():
+        print(f"{name}: not configured, not audited ({why})")
     for result in report.bindings:
         print(f"{result.binding}: {result.live} live, {result.pending} pending deletion, {result.orphans.count} "
               f"orphans, {result.missing.count} missing, {result.dangling.count} dangling; within the {grace} "
@@ -262,7 +269,8 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                        help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "
                             "2d (default 1h)")
     audit.add_argument("--json", action="store_true", help="print one JSON document: per binding counts and "
-                       "names, the unconfigured bindings' rows, totals (and what --repair sent)")
+                       "names, the unconfigured bindings' rows, the bindings not configured, totals (and what "
+                       "--repair sent)")
     audit.add_argument("--repair", action="store_true",
                        help="send the orphans with reclaim ownership tags through phase 1 (needs the broker); "
                             "nothing is deleted here")

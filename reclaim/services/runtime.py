@@ -86,6 +86,13 @@ def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBind
     return bindings
 
 
+def bindings_not_configured(settings: Settings) -> dict[str, str]:
+    """The bindings of :func:`storage_bindings` that ``settings`` leave out, each with what would configure it."""
+    if s3_settings(settings) is not None:
+        return {}
+    return {"s3-tier2": "no S3 endpoint: set --s3-endpoint, RECLAIM_S3_ENDPOINT or the config file's s3_endpoint"}
+
+
 def codec(settings: Settings) -> RecordCodec:
     """Single-object encoding, or the Confluent wire format through the configured registry (its
     credentials and CA from the settings, never in the URL the client keeps)."""

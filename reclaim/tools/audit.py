@@ -150,11 +150,13 @@ class BindingAudit:
 
 @dataclass
 class AuditReport:
-    """Every audited binding, and the rows naming a binding that is not configured (dangling)."""
+    """Every audited binding, the rows naming a binding that is not configured (dangling), and the bindings
+    the settings leave out (``not_configured``: each with what would configure it; not audited, no finding)."""
 
     grace_s: float
     bindings: list[BindingAudit]
     unconfigured: dict[str, Sample] = field(default_factory=dict)
+    not_configured: dict[str, str] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -172,7 +174,7 @@ class AuditReport:
         return {"clean": self.clean, "grace_s": self.grace_s,
                 "bindings": {b.binding: b.to_dict() for b in self.bindings},
                 "unconfigured": {name: s.to_dict() for name, s in self.unconfigured.items()},
-                "totals": self.totals()}
+                "not_configured": dict(self.not_configured), "totals": self.totals()}
 
 
 @dataclass(frozen=True)
