@@ -104,7 +104,7 @@ def test_json_is_one_document_with_counts_names_and_totals(tmp_path: Path, fs: F
     result = run_audit(tmp_path, "--json", "--limit", "2", "--grace", "90m")
     assert result.returncode == ExitCode.FINDINGS, result.stderr
     document = json.loads(result.stdout)
-    assert set(document) == {"clean", "grace_s", "bindings", "unconfigured", "totals"}
+    assert set(document) == {"clean", "grace_s", "bindings", "unconfigured", "not_configured", "totals"}
     assert (document["clean"], document["grace_s"]) == (False, 5400.0)
     fs_report = document["bindings"]["fs-tier2"]
     assert fs_report["orphans"]["count"] == 4 and len(fs_report["orphans"]["names"]) == 2
@@ -113,6 +113,7 @@ def test_json_is_one_document_with_counts_names_and_totals(tmp_path: Path, fs: F
         {"live": 1, "pending": 1, "recent": 1, "cleaning": 1, "clean": False}
     assert fs_report["missing"] == {"count": 1, "names": [name(2)]}
     assert document["unconfigured"] == {"old-tier2": {"count": 1, "names": [name(5)]}}
+    assert list(document["not_configured"]) == ["s3-tier2"]
     assert document["totals"] == {"live": 1, "pending": 1, "recent": 1, "cleaning": 1, "orphans": 4,
                                   "missing": 1, "dangling": 2}
 
@@ -125,6 +126,21 @@ def test_a_clean_run_exits_0_and_progress_goes_to_stderr(tmp_path: Path, fs: Fil
     assert "fs-tier2: 1 live, 0 pending deletion, 0 orphans, 0 missing, 0 dangling" in result.stdout
     assert "objects listed on fs-tier2" in result.stderr and "chunk rows checked" in result.stderr
     assert "objects listed" not in run_audit(tmp_path).stderr, "no progress when stderr is no terminal"
+
+
+def test_a_clean_run_names_the_bindings_audited_and_those_not_configured(
+        tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
+    put(store, chunk(fs, name(0)))
+    result = run_audit(tmp_path)
+    assert result.returncode == ExitCode.OK, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "audited: fs-tier2"
+    assert lines[1] == ("s3-tier2: not configured, not audited (no S3 endpoint: set --s3-endpoint, "
+                        "RECLAIM_S3_ENDPOINT or the config file's s3_endpoint)")
+    document = json.loads(run_audit(tmp_path, "--json").stdout)
+    assert (document["clean"], list(document["bindings"])) == (True, ["fs-tier2"])
+    assert document["not_configured"] == {"s3-tier2": "no S3 endpoint: set --s3-endpoint, RECLAIM_S3_ENDPOINT or "
+                                                       "the config file's s3_endpoint"}
 
 
 def test_a_missing_metadata_store_is_exit_2_and_nothing_is_created(tmp_path: Path,
@@ -180,6 +196,8 @@ def test_s3_orphans_are_told_from_recent_objects_by_the_grace(
         "live": 1, "pending": 0, "recent": 1, "cleaning": 0, "orphans": {"count": 0, "names": []},
         "missing": {"count": 1, "names": [name(1)]}, "dangling": {"count": 0, "names": []}, "clean": None}
     assert within["bindings"]["fs-tier2"]["live"] == 1
+    assert within["not_configured"] == {}, "every binding reclaim knows is configured"
+    assert run_audit(tmp_path, *flags[:-1], **credentials).stdout.splitlines()[0] == "audited: fs-tier2, s3-tier2"
     eager = run_audit(tmp_path, *flags, "--grace", "0", **credentials)
     assert eager.returncode == ExitCode.FINDINGS
     assert json.loads(eager.stdout)["bindings"]["s3-tier2"]["orphans"] == {"count": 1, "names": [name(3)]}
