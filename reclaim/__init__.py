@@ -5,6 +5,11 @@ neither Spark nor a database driver (those come with the ``reclaim[spark]`` and 
 extras). The command line (:mod:`reclaim.cli`) and the processes it runs (:mod:`reclaim.services`)
 are built from the same names.
 
+Tasks, each from one :class:`Settings` (see the library page of the docs for an example of each):
+    :func:`load_settings` reads a config file and the environment; :func:`create_topics` makes reclaim's
+    topics; :func:`open_deletions` publishes pending deletes for chunks (:class:`Deletions`);
+    :func:`open_streams` creates, writes and truncates streams; :func:`audit` returns the audit's
+    :class:`AuditReport`; :func:`start_worker` runs phase 2 on a thread until :meth:`Worker.stop`.
 Deletion (the two phases):
     :class:`LedgerDeletionService` marks chunks deleted in the metadata store and publishes one
     ``PendingDeleteLedgerInfo`` a chunk (phase 1); :class:`DeletionWorker` (configured by
@@ -31,31 +36,55 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from reclaim.api import (
+        Deletions,
+        Worker,
+        audit,
+        create_topics,
+        load_settings,
+        open_deletions,
+        open_streams,
+        start_worker,
+    )
     from reclaim.consumers.deletion_worker import DeletionWorker, WorkerConfig
-    from reclaim.deletion.mark import LedgerDeletionService
+    from reclaim.deletion.mark import LedgerDeletionService, MarkResult
     from reclaim.errors import ReclaimError
     from reclaim.retention.spark_job import RetentionJob, RetentionJobConfig, start_retention_job
+    from reclaim.schemas.streams import StreamCut
     from reclaim.security.keyring import Keyring
     from reclaim.security.signing import RecordSigner, RecordVerifier
     from reclaim.segments.streams import StreamController
+    from reclaim.settings import Settings
     from reclaim.storage.bindings import StorageBindings
     from reclaim.storage.filesystem import FileSystemChunkStorage
     from reclaim.storage.s3 import S3ChunkStorage, S3Settings
     from reclaim.storage.sql_store import PostgresMetadataStore, SQLiteMetadataStore, open_metadata_store
+    from reclaim.tools.audit import AuditReport
 
 #: Where each public name is defined: its module under reclaim.
 _MODULES = {
+    "Deletions": "api",
+    "Worker": "api",
+    "audit": "api",
+    "create_topics": "api",
+    "load_settings": "api",
+    "open_deletions": "api",
+    "open_streams": "api",
+    "start_worker": "api",
     "DeletionWorker": "consumers.deletion_worker",
     "WorkerConfig": "consumers.deletion_worker",
     "LedgerDeletionService": "deletion.mark",
+    "MarkResult": "deletion.mark",
     "ReclaimError": "errors",
     "RetentionJob": "retention.spark_job",
     "RetentionJobConfig": "retention.spark_job",
     "start_retention_job": "retention.spark_job",
+    "StreamCut": "schemas.streams",
     "Keyring": "security.keyring",
     "RecordSigner": "security.signing",
     "RecordVerifier": "security.signing",
     "StreamController": "segments.streams",
+    "Settings": "settings",
     "StorageBindings": "storage.bindings",
     "FileSystemChunkStorage": "storage.filesystem",
     "S3ChunkStorage": "storage.s3",
@@ -63,13 +92,17 @@ _MODULES = {
     "PostgresMetadataStore": "storage.sql_store",
     "SQLiteMetadataStore": "storage.sql_store",
     "open_metadata_store": "storage.sql_store",
+    "AuditReport": "tools.audit",
 }
 
 __all__ = [
+    "AuditReport",
     "DeletionWorker",
+    "Deletions",
     "FileSystemChunkStorage",
     "Keyring",
     "LedgerDeletionService",
+    "MarkResult",
     "PostgresMetadataStore",
     "ReclaimError",
     "RecordSigner",
@@ -79,11 +112,20 @@ __all__ = [
     "S3ChunkStorage",
     "S3Settings",
     "SQLiteMetadataStore",
+    "Settings",
     "StorageBindings",
     "StreamController",
+    "StreamCut",
+    "Worker",
     "WorkerConfig",
+    "audit",
+    "create_topics",
+    "load_settings",
+    "open_deletions",
     "open_metadata_store",
+    "open_streams",
     "start_retention_job",
+    "start_worker",
 ]
 
 

@@ -31,8 +31,9 @@ KEYS = frozenset(f.name for f in fields(RetentionJobSettings))
 KAFKA_TABLE = "kafka"
 
 
-def load(path: Path) -> dict[str, str]:
+def load(file: str | os.PathLike[str]) -> dict[str, str]:
     """The file's settings as ``RECLAIM_*`` variables; one :class:`UsageError` line for anything wrong."""
+    path = Path(file)
     try:
         with path.open("rb") as handle:
             data = tomllib.load(handle)
@@ -50,7 +51,7 @@ def load(path: Path) -> dict[str, str]:
     return env
 
 
-def apply(path: Path, environ: MutableMapping[str, str] | None = None) -> None:
+def apply(path: str | os.PathLike[str], environ: MutableMapping[str, str] | None = None) -> None:
     """Put the file's settings into ``environ`` (``os.environ``) where the environment sets nothing."""
     environ = os.environ if environ is None else environ
     for name, value in load(path).items():
