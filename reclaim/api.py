@@ -166,6 +166,7 @@ class Worker:
             self._close_stores()
             raise
         self._stop = threading.Event()
+        self._closed = False
         self._lock = threading.Lock()
         self._report = BatchReport()
         self._failure: BaseException | None = None
@@ -218,6 +219,9 @@ class Worker:
                 self._failure = self._failure or exc
 
     def _close_stores(self) -> None:
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         try:
             if self._bindings is not None:
                 self._bindings.close()

@@ -65,12 +65,14 @@ class StreamController:
     With a ``topology_sink``, the stream's topology (epochs, sealed lengths, state) is published on
     create and by every scale, rolling commit, seal and delete, before the operation finishes.
 
+    A program gets one wired to its deployment from :func:`reclaim.open_streams`.
+
     Examples
     --------
-    >>> controller = StreamController(segments, open_controller_store(location))  # doctest: +SKIP
-    >>> controller.create_stream("scope", "orders", 2)  # doctest: +SKIP
-    >>> first, second = controller.active_segments("scope/orders")  # doctest: +SKIP
-    >>> controller.scale("scope/orders", [first.id], [(0.0, 0.25), (0.25, 0.5)])  # doctest: +SKIP
+    >>> with reclaim.open_streams(reclaim.load_settings("reclaim.toml")) as controller:  # doctest: +SKIP
+    ...     controller.create_stream("scope", "orders", 2)
+    ...     first, second = controller.active_segments("scope/orders")
+    ...     controller.scale("scope/orders", [first.id], [(0.0, 0.25), (0.25, 0.5)])
     """
 
     def __init__(self, segments: ChunkedSegmentStorage, store: ControllerStore, *,

@@ -52,11 +52,14 @@ def test_the_library_page_examples_delete_what_they_say(kafka_bootstrap: str, tm
     assert run(stream, namespace).strip().endswith(" 2048")
     before = tier2_names(settings)
     assert LEDGER_CHUNK in before and len(before) == 5  # the ledger's chunk and the stream's four
+    live = max(before - {LEDGER_CHUNK})  # the stream's last chunk, in its live layout
+    with reclaim.open_deletions(settings) as deletions, pytest.raises(ReclaimError, match="live segment"):
+        deletions.publish([live])
 
     run(worker, namespace)
     assert namespace["worker"].gone == 3
     after = tier2_names(settings)
-    assert LEDGER_CHUNK not in after and len(after) == 2 and after < before
+    assert LEDGER_CHUNK not in after and len(after) == 2 and after < before and live in after
 
     run(audit, namespace)
     report = namespace["report"]
