@@ -110,6 +110,8 @@ class LedgerDeletionService:
     judges a record of a mark still uncommitted after its mark timeout in use and acks it, so a mark
     committed later (a phase-1 process stalled between its publish and its transaction) would retire
     chunks no record is left to delete. Keep it below the workers' mark timeout (half of it by default).
+
+    A program gets one wired to its deployment's deletion topic from :func:`reclaim.open_deletions`.
     """
 
     def __init__(self, store: MetadataStore, publisher: PendingDeletePublisher,
