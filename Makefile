@@ -26,6 +26,7 @@ demo: $(STAMP)
 servers: $(STAMP)
 	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server  # built from their Go modules once (minutes), then cached
 	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
+	$(PY) -m devtools.docsite install  # Debian's chromium package, when none is installed; mermaid from npm's registry
 
 # Everything (tests/unit, tests/integration, tests/chaos: the testpaths) in one pytest run, so that each
 # session server starts once.
