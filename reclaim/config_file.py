@@ -51,13 +51,16 @@ def load(file: str | os.PathLike[str]) -> dict[str, str]:
     return env
 
 
-def apply(path: str | os.PathLike[str], environ: MutableMapping[str, str] | None = None) -> None:
-    """Put the file's settings into ``environ`` (``os.environ``) where the environment sets nothing."""
+def apply(path: str | os.PathLike[str], environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Put the file's settings into ``environ`` (``os.environ``) where the environment sets nothing; the
+    variables it put there (what ``config show --sources`` names the file for)."""
     environ = os.environ if environ is None else environ
+    applied: dict[str, str] = {}
     for name, value in load(path).items():
         # A secret and its file are one setting: the environment's file wins over the file's secret.
         if not environ.get(name) and not environ.get(_secret_twin(name)):
-            environ[name] = value
+            environ[name] = applied[name] = value
+    return applied
 
 
 def _secret_files_unread(env: Mapping[str, str]) -> dict[str, str]:
