@@ -21,12 +21,14 @@ class ExitCode(enum.IntEnum):
     """Bad input: an unknown flag, a setting value that does not parse, a bad config file."""
     INTERRUPTED = 130
     """Stopped by Ctrl-C before it finished."""
+    BROKEN_PIPE = 141
+    """The reader of its output went away (``reclaim ... | head``), as a shell reports SIGPIPE."""
 
 
 EXIT_CODES_HELP = """\
 exit status: 0 ok; 1 findings (audit); 2 could not run (a broker, endpoint, store, file or topic it
 needs is unreachable, missing or unusable); 3 local stack stopped or unhealthy; 64 bad usage, setting
-or config file; 130 interrupted."""
+or config file; 130 interrupted (Ctrl-C); 141 the reader of its output went away."""
 
 
 class CommandError(ReclaimError):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from reclaim.durations import EXAMPLES, parse_duration
 from reclaim.secret_files import secret_text
 
 DEFAULT_RETRY_DELAYS = (10, 60, 600)
@@ -249,7 +250,9 @@ def _ints(raw: str) -> tuple[int, ...]:
 
 
 def _parse(name: str, type_name: str, raw: str) -> Any:
-    convert, expected = _reader(type_name)
+    # A setting named ``*_s`` is seconds: any duration (``90``, ``15m``, ``1h``), as its flag takes.
+    convert, expected = (parse_duration, f"a duration, e.g. {EXAMPLES}") if name.endswith("_s") \
+        else _reader(type_name)
     try:
         return convert(raw)
     except ValueError as exc:

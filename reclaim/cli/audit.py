@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -14,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reclaim.cli.common import store_flags
+from reclaim.cli.common import duration, store_flags
+from reclaim.durations import EXAMPLES, human
 from reclaim.exits import ExitCode, Unavailable, UsageError
 from reclaim.settings import Settings
 
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
     from reclaim.storage.bindings import StorageBindings
     from reclaim.storage.sql_store import SQLMetadataStore
     from reclaim.tools.audit import AuditReport, OrphanRepair, Sample
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 
 
 def open_to_read(settings: Settings, stack: ExitStack) -> tuple[SQLMetadataStore, StorageBindings]:
@@ -43,20 +40,8 @@ def open_to_read(settings: Settings, stack: ExitStack) -> tuple[SQLMetadataStore
     return store, bindings
 
 
-def parse_grace(text: str) -> float:
-    """Seconds from a duration: ``90``, ``90s``, ``15m``, ``1h``, ``1.5d``; one line naming the input otherwise."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"cannot read {text!r} as a duration, e.g. 3600, 90s, 15m, 1h or 2d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def human(seconds: float) -> str:
-    """A duration as the largest whole unit that states it exactly: 3600 -> ``1h``, 90 -> ``90s``."""
-    for unit in ("d", "h", "m"):
-        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
-            return f"{seconds / _UNITS[unit]:g}{unit}"
-    return f"{seconds:g}s"
+#: Seconds of a ``--grace`` or ``--older-than``: a duration of 0 or more.
+parse_grace = duration(0.0)
 
 
 def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
@@ -266,8 +251,8 @@ def register(sub: argparse._SubParsersAction, common: Callable[[argparse.Argumen
                     "deletes after its checks.")
     audit.add_argument("--limit", type=parse_limit, default=20, help="names listed per finding (default 20)")
     audit.add_argument("--grace", type=parse_grace, default=3600.0, metavar="DURATION",
-                       help="how old an object with no row must be to count as an orphan: 3600, 90s, 15m, 1h, "
-                            "2d (default 1h)")
+                       help=f"how old an object with no row must be to count as an orphan: {EXAMPLES} "
+                            "(default 1h)")
     audit.add_argument("--json", action="store_true", help="print one JSON document: per binding counts and "
                        "names, the unconfigured bindings' rows, the bindings not configured, totals (and what "
                        "--repair sent)")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from reclaim.durations import human, parse_duration
 from reclaim.exits import ExitCode
 from reclaim.settings import METADATA_URL_HELP, Settings
 
@@ -19,11 +21,36 @@ Common = Callable[[argparse.ArgumentParser], None]
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with reclaim's exit status for bad usage (64) instead of 2, which means "could not run"."""
+    """argparse with reclaim's exit status for bad usage (64) instead of 2, which means "could not run", and its
+    one-line errors: the usage is for ``--help``. A value that starts with a minus and a digit (``-5``, ``-1h``)
+    is a value, not a flag, so the flag's own check can say what is wrong with it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)[a-z]*$", re.IGNORECASE)
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+        command = self.prog.partition(" ")[2]
+        self.exit(ExitCode.USAGE, f"reclaim: error: {command + ': ' if command else ''}{message} "
+                                  f"(see {self.prog} --help)\n")
+
+
+def duration(at_least: float = 0.0, *, positive: bool = False) -> Callable[[str], float]:
+    """An argparse type: seconds of a duration (:func:`reclaim.durations.parse_duration`) of at least ``at_least``
+    (``positive``: more than 0); argparse names the flag in front of the message."""
+
+    def read(text: str) -> float:
+        try:
+            seconds = parse_duration(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if positive and not (math.isfinite(seconds) and seconds > 0):
+            raise argparse.ArgumentTypeError(f"must be a duration above 0, got {text!r}")
+        if not (math.isfinite(seconds) and seconds >= at_least):
+            raise argparse.ArgumentTypeError(f"must be at least {human(at_least)}, got {text!r}")
+        return seconds
+
+    return read
 
 
 def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:

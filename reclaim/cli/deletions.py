@@ -95,7 +95,8 @@ def _resend(settings: Settings, store: SQLMetadataStore, report: StalledReport) 
 
 
 def _print(report: StalledReport, *, resent: bool) -> None:
-    from reclaim.cli.audit import human, print_names
+    from reclaim.cli.audit import print_names
+    from reclaim.durations import human
 
     for binding, sample in report.found.items():
         print(f"{binding}: {sample.count} chunks retired over {human(report.older_than_s)} ago, objects still there")
@@ -108,6 +109,7 @@ def _print(report: StalledReport, *, resent: bool) -> None:
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
     from reclaim.cli.audit import parse_grace, parse_limit
+    from reclaim.durations import EXAMPLES
     from reclaim.tools.stalled import STALLED_AFTER_S
 
     deletions = sub.add_parser("deletions", help="inspect the deletion pipeline", description=_DESCRIPTION,
@@ -118,8 +120,7 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     deletions.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
     deletions.add_argument("--json", action="store_true", help="print the result as JSON")
     deletions.add_argument("--older-than", type=parse_grace, default=STALLED_AFTER_S, metavar="DURATION",
-                           help="stalled: how long ago a chunk must have been retired: 3600, 90s, 15m, 1h, 2d "
-                                "(default 1d)")
+                           help=f"stalled: how long ago a chunk must have been retired: {EXAMPLES} (default 1d)")
     deletions.add_argument("--limit", type=parse_limit, default=DEFAULT_LIMIT,
                            help=f"stalled: names listed per binding (default {DEFAULT_LIMIT})")
     deletions.add_argument("--resend", action="store_true",

@@ -30,7 +30,7 @@ _DESCRIPTION = """\
 Read the dead-letter topic by assignment (no group joined, nothing committed). list, stats, replay and
 purge take the same filters; a record dead-lettered more than once (by two consumer groups, say) is
 listed, counted and replayed once, its other copies counted as duplicates. Ages are by when a record
-was dead-lettered: 90s, 10m, 2h, 3d, 1w."""
+was dead-lettered: 3600 (seconds), 90s, 10m, 2h, 3d, 1w."""
 
 
 def now_ms() -> int:

@@ -94,15 +94,39 @@ def _retry_delays(text: str) -> tuple[int, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # told by the command's parser, which names the command and its --help
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # a reader gone away shows here, not as a traceback when the interpreter exits
+        return code
+    except KeyboardInterrupt:
+        print("reclaim: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # The reader of our output went away (e.g. `| head`): nothing more to say, to nobody.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.BROKEN_PIPE
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
     if getattr(args, "standalone", None) is not None:  # a command that needs no settings (completion)
         code: int = args.standalone(args)
         return code
     try:
         config = args.config or (Path(os.environ["RECLAIM_CONFIG"]) if os.environ.get("RECLAIM_CONFIG") else None)
         if config is not None:
-            # What the file set is kept for `config show --sources`, which names where each value came from.
-            args.config_applied = (config, config_file.apply(config))
+            config_file.apply(config)
         log_format = args.log_format or os.environ.get("RECLAIM_LOG_FORMAT") or "text"
         if log_format not in ("text", "json"):
             raise UsageError(f"RECLAIM_LOG_FORMAT must be text or json, got {log_format!r}")
@@ -112,13 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         client_security.registry_connection(settings)  # its secret file read, or one line now
         run: Command = args.run
         return run(args, settings)
-    except KeyboardInterrupt:
-        print("reclaim: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        # The reader of our output went away (e.g. `| head`): nothing more to say, to nobody.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        raise  # an OSError, but no failure to report: main's exit 141
     except CommandError as exc:
         return _fail(str(exc), exc.exit_code)
     except ValueError as exc:  # input that does not parse (a cut, a policy), raised where it is read

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reclaim.cli.common import Common
+from reclaim.cli.common import Common, duration
 from reclaim.services.retention_job import RetentionJobSettings, run_retention_job
 from reclaim.settings import Settings
 
@@ -42,11 +42,11 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     job.add_argument("--executor-python", help="Python on a cluster's executors, with pandas, pyarrow, fastavro, "
                                                "cryptography and prometheus-client (not reclaim) "
                                                "(RECLAIM_EXECUTOR_PYTHON, default PYSPARK_PYTHON, else python3)")
-    job.add_argument("--trigger-interval-s", type=float,
-                     help="seconds between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5)")
-    job.add_argument("--reevaluate-s", type=float,
+    job.add_argument("--trigger-interval-s", type=duration(positive=True), metavar="DURATION",
+                     help="time between micro-batches (RECLAIM_TRIGGER_INTERVAL_S, default 5s)")
+    job.add_argument("--reevaluate-s", type=duration(positive=True), metavar="DURATION",
                      help="longest wait before a stream whose time limits can fire is decided again without new "
-                          "input (it is also decided at the instant one fires) (RECLAIM_REEVALUATE_S, default 30)")
+                          "input (it is also decided at the instant one fires) (RECLAIM_REEVALUATE_S, default 30s)")
     job.add_argument("--state-buckets", type=int,
                      help="state buckets the streams are spread over; fixed by the first checkpoint "
                           "(RECLAIM_STATE_BUCKETS, default 64)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reclaim.cli.common import Common, store_flags
+from reclaim.cli.common import Common, duration, store_flags
 from reclaim.services.applier import run_applier
 from reclaim.settings import Settings
 
@@ -20,10 +20,11 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                     "cut (duplicates and cuts behind the head are no-ops; offsets stored once the truncation is "
                     "durable). Every --record-every-s it also records each stream's tail cut and size onto the "
                     "stream-cuts topic: both are the controller's side of retention and need its store.")
-    applier.add_argument("--record-every-s", type=float,
-                         help="retention period of the recorder (RECLAIM_RECORD_EVERY_S, default 60; 0: never)")
+    applier.add_argument("--record-every-s", type=duration(0.0), metavar="DURATION",
+                         help="retention period of the recorder (RECLAIM_RECORD_EVERY_S, default 1m; 0: never)")
     applier.add_argument("--truncation-group-id", help="consumer group (default reclaim-truncation)")
-    applier.add_argument("--poll-timeout-s", type=float, help="poll timeout (default 1.0)")
+    applier.add_argument("--poll-timeout-s", type=duration(positive=True), metavar="DURATION",
+                         help="poll timeout (default 1s)")
     store_flags(applier)
     applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reclaim.cli.common import Common, store_flags
+from reclaim.cli.common import Common, duration, store_flags
 from reclaim.settings import Settings
 
 
@@ -35,16 +35,17 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     worker.add_argument("--consumers", type=int,
                         help="consumer threads in each worker process, one group (RECLAIM_CONSUMERS, default 1)")
     worker.add_argument("--batch-size", type=int, help="records per polled batch (RECLAIM_BATCH_SIZE, default 1000)")
-    worker.add_argument("--poll-timeout-s", type=float, help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1.0)")
+    worker.add_argument("--poll-timeout-s", type=duration(positive=True), metavar="DURATION",
+                        help="poll timeout (RECLAIM_POLL_TIMEOUT_S, default 1s)")
     worker.add_argument("--delete-parallelism", type=int,
                         help="filesystem unlink threads (RECLAIM_DELETE_PARALLELISM, default 8)")
     worker.add_argument("--retry-delays", help="retry tier delays in seconds, e.g. 10,60,600 (RECLAIM_RETRY_DELAYS)")
     worker.add_argument("--max-attempts", type=int, help="attempts before the DLQ (RECLAIM_MAX_ATTEMPTS, default 10)")
-    worker.add_argument("--mark-timeout-s", type=float,
-                        help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 300)")
-    worker.add_argument("--stall-after-s", type=float,
-                        help="seconds without a final offset, with lag and no retry tier held, before the alert "
-                        "ReclaimDeletionNoProgress fires (RECLAIM_STALL_AFTER_S, default 600; exported as "
+    worker.add_argument("--mark-timeout-s", type=duration(positive=True), metavar="DURATION",
+                        help="how long an uncommitted mark is waited for (RECLAIM_MARK_TIMEOUT_S, default 5m)")
+    worker.add_argument("--stall-after-s", type=duration(positive=True), metavar="DURATION",
+                        help="how long without a final offset, with lag and no retry tier held, before the alert "
+                        "ReclaimDeletionNoProgress fires (RECLAIM_STALL_AFTER_S, default 10m; exported as "
                         "reclaim_deletion_stall_after_seconds)")
     worker.add_argument("--commit-interval-ms", type=int,
                         help="how often final offsets are committed (RECLAIM_COMMIT_INTERVAL_MS, default 1000)")

@@ -10,17 +10,15 @@ topic that was created again differ there, and are two records.
 
 from __future__ import annotations
 
-import re
+import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Generic, TypeVar
 
+from reclaim.durations import EXAMPLES, parse_duration
 from reclaim.tools.dlq.records import DeadLetter, Origin, Placed, identity_of
-
-_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_AGE = re.compile(r"^(\d+)([smhdw])$")
 
 AGE_BUCKETS: tuple[tuple[str, int], ...] = (("<1h", 3_600_000), ("<1d", 86_400_000), ("<7d", 604_800_000))
 OLDER = "older"
@@ -78,16 +76,16 @@ class Sendable:
 
 
 def parse_age(text: str) -> int:
-    """Milliseconds of an age like ``90s``, ``10m``, ``2h``, ``3d`` or ``1w``.
+    """Milliseconds of an age: a duration above 0 (:func:`reclaim.durations.parse_duration`), e.g. ``3600``,
+    ``90s``, ``10m``, ``2h``, ``3d`` or ``1w``.
 
     >>> parse_age("2h")
     7200000
     """
-    found = _AGE.match(text.strip().lower())
-    if found is None or int(found.group(1)) == 0:
-        raise ValueError(f"cannot read {text!r} as an age: a positive whole number and a unit s, m, h, d or w, "
-                         "e.g. 10m, 2h, 3d")
-    return int(found.group(1)) * _UNITS_MS[found.group(2)]
+    seconds = parse_duration(text)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"must be a duration above 0, e.g. {EXAMPLES}; got {text!r}")
+    return round(seconds * 1000)
 
 
 def parse_coordinates(text: str) -> tuple[int, int]:

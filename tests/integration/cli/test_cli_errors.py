@@ -62,10 +62,10 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
     # Each of these reached a traceback, a librdkafka abort (exit 134), exit 2 or an idle worker before.
     (["worker", "--metrics-port", "99999"], {}, "metrics_port must be between 1 and 65535, got 99999"),
     (["worker", "--batch-size", "2000000"], {}, "batch_size must be at most 1000000"),
-    (["worker", "--poll-timeout-s", "nan"], {}, "poll_timeout_s and mark_timeout_s must be positive, got nan"),
+    (["worker", "--poll-timeout-s", "nan"], {}, "worker: argument --poll-timeout-s: must be a duration above 0"),
     (["worker", "--commit-interval-ms", "-1"], {}, "commit_interval_ms must be between 0 and 86400000, got -1"),
     (["deletions", "inflight", "--group-id", ""], {}, "group_id must not be empty"),
-    (["truncation-applier", "--record-every-s", "inf"], {}, "record_every_s must be a number of seconds >= 0"),
+    (["truncation-applier", "--record-every-s", "inf"], {}, "argument --record-every-s: must be at least 0s"),
     (["config", "show"], {"RECLAIM_MARK_TIMEOUT_S": "inf"}, "must be positive, got 1.0 and inf"),
     (["config", "show"], {"RECLAIM_LOG_FORMAT": "xml"}, "RECLAIM_LOG_FORMAT must be text or json, got 'xml'"),
     (["config", "show"], {"RECLAIM_S3_ENDPOINT": "notaurl"}, "s3_endpoint must be an http:// or https:// URL"),

@@ -94,7 +94,7 @@ def test_a_record_dead_lettered_by_two_groups_is_listed_and_counted_once(pipe: P
 @pytest.mark.parametrize(("args", "message"), [
     (["list", "--limit", "-5"], "--limit must be at least 1, got -5"),
     (["list", "--limit", "ten"], "--limit: cannot read 'ten' as a whole number"),
-    (["stats", "--older-than", "5x"], "--older-than: cannot read '5x' as an age"),
+    (["stats", "--older-than", "5x"], "--older-than: cannot read '5x' as a duration"),
     (["show"], "name the record: PARTITION:OFFSET"),
     (["show", "0-4"], "cannot read '0-4' as PARTITION:OFFSET"),
     (["replay", "--rate", "0"], "--rate must be a positive number"),

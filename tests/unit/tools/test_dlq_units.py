@@ -43,14 +43,21 @@ def test_undecodable_bytes_are_a_dead_letter_with_the_decode_error() -> None:
 
 
 @pytest.mark.parametrize(("text", "millis"), [("90s", 90_000), ("10m", 600_000), ("2h", 7_200_000),
-                                              ("3d", 259_200_000), ("1W", 604_800_000), (" 5m ", 300_000)])
+                                              ("3d", 259_200_000), ("1W", 604_800_000), (" 5m ", 300_000),
+                                              ("3600", 3_600_000), ("1.5h", 5_400_000), ("10 m", 600_000)])
 def test_ages(text: str, millis: int) -> None:
     assert parse_age(text) == millis
 
 
-@pytest.mark.parametrize("text", ["", "5", "m", "-5m", "0h", "1.5h", "2y", "10 m"])
+@pytest.mark.parametrize("text", ["", "m", "2y", "1h30m"])
 def test_bad_ages_are_refused_with_an_example(text: str) -> None:
-    with pytest.raises(ValueError, match="e.g. 10m, 2h, 3d"):
+    with pytest.raises(ValueError, match="as a duration, e.g. 90, 90s, 15m, 1h, 7d or 1w"):
+        parse_age(text)
+
+
+@pytest.mark.parametrize("text", ["-5m", "0h", "0", "nan", "inf"])
+def test_an_age_must_be_above_zero(text: str) -> None:
+    with pytest.raises(ValueError, match=f"must be a duration above 0, .*; got '{text}'"):
         parse_age(text)
 
 
