@@ -126,7 +126,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = args.config or (Path(os.environ["RECLAIM_CONFIG"]) if os.environ.get("RECLAIM_CONFIG") else None)
         if config is not None:
-            config_file.apply(config)
+            # What the file set is kept for `config show --sources`, which names where each value came from.
+            args.config_applied = (config, config_file.apply(config))
         log_format = args.log_format or os.environ.get("RECLAIM_LOG_FORMAT") or "text"
         if log_format not in ("text", "json"):
             raise UsageError(f"RECLAIM_LOG_FORMAT must be text or json, got {log_format!r}")
