@@ -138,7 +138,9 @@ def audit(settings: Settings, *, grace_s: float = audit_tool.GRACE_S, limit: int
     try:
         bindings = runtime.storage_bindings(settings)
         try:
-            return audit_tool.audit(store, audit_tool.auditable(bindings), bindings, grace_s=grace_s, limit=limit)
+            report = audit_tool.audit(store, audit_tool.auditable(bindings), bindings, grace_s=grace_s, limit=limit)
+            report.not_configured = runtime.bindings_not_configured(settings)  # named, as the command names them
+            return report
         finally:
             bindings.close()
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import reclaim
 from reclaim.exits import ExitCode
 from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.storage.bindings import StorageBindings
@@ -57,6 +58,14 @@ def test_the_command_reports_each_finding_and_exits_1(tmp_path: Path, fs: FileSy
                  "old-tier2: not configured, 1 chunk rows name it (dangling)", f"  dangling {name(5)}",
                  "total: 1 live, 1 pending, 1 recent, 1 cleaning, 1 orphans, 1 missing, 2 dangling"):
         assert line in result.stdout.splitlines(), result.stdout
+
+
+def test_the_library_audit_names_the_bindings_not_configured(tmp_path: Path, fs: FileSystemChunkStorage,
+                                                              store: SQLiteMetadataStore) -> None:
+    put(store, chunk(fs, name(0)))
+    report = reclaim.audit(reclaim.Settings(state_dir=tmp_path / "state", fs_root=fs.root))
+    assert report.clean and [b.binding for b in report.bindings] == ["fs-tier2"]
+    assert list(report.not_configured) == list(report.to_dict()["not_configured"]) == ["s3-tier2"]
 
 
 def test_the_metrics_file_holds_the_orphans_per_binding(tmp_path: Path, fs: FileSystemChunkStorage,
