@@ -31,6 +31,10 @@ from reclaim.services.controller import stream_controller
 from reclaim.services.recorder import RetentionRecorder
 from reclaim.settings import Settings
 
+MAX_SEGMENTS = 10_000
+"""The most segments ``streams create`` makes at once. Every segment is created before the command says
+anything: 100000000 ran until it was killed, with no output, and is a typo rather than a stream."""
+
 log = logging.getLogger(__name__)
 
 
@@ -93,8 +97,8 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
         if "/" not in args.stream:
             raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
         split_stream(args.stream)  # a bad name is refused before the broker or the store is touched
-    if args.action == "create" and args.segments < 1:
-        raise UsageError(f"--segments must be at least 1, got {args.segments}")
+    if args.action == "create" and not 1 <= args.segments <= MAX_SEGMENTS:
+        raise UsageError(f"--segments must be between 1 and {MAX_SEGMENTS}, got {args.segments}")
     # Before anything is opened: a refusal changes nothing.
     if args.action == "set-policy":
         policy = policy_from(args)
@@ -190,7 +194,8 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                     "also needs the admin key.")
     streams.add_argument("action", choices=["create", "set-policy", "cut", "record", "truncate", "history"])
     streams.add_argument("stream", nargs="?", default="", help="the stream, 'scope/name'")
-    streams.add_argument("--segments", type=int, default=1, help="create: initial segments (default 1)")
+    streams.add_argument("--segments", type=int, default=1,
+                         help=f"create: initial segments, 1 to {MAX_SEGMENTS} (default 1)")
     streams.add_argument("--type", default="none", choices=["none", "time", "size", "consumption"],
                          help="set-policy: retention type")
     streams.add_argument("--limit-type", choices=["time", "size"], help="set-policy: unit of --min/--max")

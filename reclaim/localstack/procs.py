@@ -123,15 +123,30 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def stop_on_signals(what: str, log_to: Callable[[str], None] | None = None) -> threading.Event:
+class SignalStop(threading.Event):
+    """A stop event that remembers the first signal that set it: Ctrl-C (SIGINT) ends a command with exit 130,
+    SIGTERM (how a service manager stops one) with 0."""
+
+    signum: int | None = None
+
+
+def stop_on_signals(what: str, log_to: Callable[[str], None] | None = None) -> SignalStop:
     """An event set by SIGTERM or SIGINT, so a long-running command stops cleanly at its next check."""
-    stop = threading.Event()
+    stop = SignalStop()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if log_to is not None:
             log_to(f"signal {signal.Signals(signum).name}: {what}")
+        if stop.signum is None:
+            stop.signum = signum
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return stop
+
+
+def exit_status(code: int, stop: threading.Event) -> int:
+    """``code``, or 130 (interrupted) for a command that finished cleanly because Ctrl-C stopped it."""
+    interrupted = isinstance(stop, SignalStop) and stop.signum == signal.SIGINT
+    return 130 if code == 0 and interrupted else code

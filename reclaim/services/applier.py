@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from reclaim.consumers.truncation_applier import ApplierConfig, TruncationApplier
-from reclaim.localstack.procs import stop_on_signals
+from reclaim.localstack.procs import exit_status, stop_on_signals
 from reclaim.services import preflight, runtime
 from reclaim.services.controller import stream_controller
 from reclaim.services.recorder import RetentionRecorder
@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def run_applier(settings: Settings, *, metrics_addr: str = "127.0.0.1") -> int:
-    """Apply truncation events until SIGTERM/SIGINT, recording every stream's cut each ``record_every_s``."""
+    """Apply truncation events until SIGTERM (exit 0) or SIGINT (Ctrl-C, exit 130), recording every stream's cut
+    each ``record_every_s``."""
     runtime.require_record_auth(settings, "the truncation applier")
     topics, address = runtime.topic_names(settings), preflight.bootstrap(settings)
     # A topic that is not there (another --topic-prefix) left the applier polling nothing, without end.
@@ -40,4 +41,4 @@ def run_applier(settings: Settings, *, metrics_addr: str = "127.0.0.1") -> int:
                  settings.truncation_group_id,
                  f"every {settings.record_every_s:g} s" if settings.record_every_s > 0 else "never")
         applier.run(stop, on_idle=tick)
-    return 0
+    return exit_status(0, stop)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from reclaim.exits import Unavailable, UsageError
-from reclaim.localstack.procs import stop_on_signals
+from reclaim.localstack.procs import exit_status, stop_on_signals
 from reclaim.retention.spark_auth import JobKeys, job_keys
 from reclaim.security.errors import SigningError
 from reclaim.security.keyring import Keyring
@@ -183,7 +183,7 @@ class KeyWatch:
 
 
 def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
-    """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (exit 0)."""
+    """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (SIGTERM exit 0, Ctrl-C 130)."""
     from reclaim.retention.spark_job import RetentionJobError, run_available, start_retention_job
     from reclaim.retention.spark_session import build_spark_session, executor_problems, is_local
 
@@ -201,10 +201,10 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
         if not is_local(settings.master) and (problems := executor_problems(spark)):
             raise Unavailable(f"the executors cannot run the retention job: {'; '.join(problems)}")
         if once:
-            return _report(run_available(spark, config, stop=stop), failure=None)
+            return exit_status(_report(run_available(spark, config, stop=stop), failure=None), stop)
         keys = runtime.keyring_file(settings) if config.keys is not None else None
         watch = None if keys is None else KeyWatch(settings, keys)
-        return _supervise(lambda keyed: start_retention_job(spark, keyed), config, stop, watch)
+        return exit_status(_supervise(lambda keyed: start_retention_job(spark, keyed), config, stop, watch), stop)
     except RetentionJobError as exc:
         log.error("%s", exc)
         return 1

@@ -10,7 +10,7 @@ from reclaim.consumers.deletion_worker import DeletionWorker, tune_interpreter
 from reclaim.consumers.lag import estimated_inflight
 from reclaim.deletion import metrics
 from reclaim.exits import Unavailable
-from reclaim.localstack.procs import stop_on_signals
+from reclaim.localstack.procs import exit_status, stop_on_signals
 from reclaim.services import health, preflight, runtime
 from reclaim.services.host_metrics import Endpoint
 from reclaim.settings import Settings
@@ -60,7 +60,8 @@ def _watch(settings: Settings, probes: list[health.Probe], stop: threading.Event
 
 
 def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
-    """Run phase 2 until SIGTERM or SIGINT; the batch in flight finishes and its offsets are committed.
+    """Run phase 2 until SIGTERM (exit 0) or SIGINT (Ctrl-C, exit 130); the batch in flight finishes and its
+    offsets are committed.
 
     With ``processes`` 1 this process is the worker; with more (or none given, and more fit the host) it
     checks the dependencies once and supervises that many worker processes (:mod:`reclaim.services.supervisor`).
@@ -72,8 +73,8 @@ def run_worker(settings: Settings, metrics_addr: str = "127.0.0.1") -> int:
         if settings.metrics_port is not None:
             _serve_metrics(settings, metrics_addr, settings.metrics_port, stop)
         store, bindings = _checked_dependencies(settings)
-        return _run_one(settings, store, bindings, stop)
-    return _run_sized(settings, metrics_addr, stop)
+        return exit_status(_run_one(settings, store, bindings, stop), stop)
+    return exit_status(_run_sized(settings, metrics_addr, stop), stop)
 
 
 def _run_sized(settings: Settings, metrics_addr: str, stop: threading.Event) -> int:

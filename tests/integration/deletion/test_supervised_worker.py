@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from reclaim.exits import ExitCode
 from reclaim.localstack.procs import free_port, pid_alive
 from reclaim.producers.topics import TopicNames
 from reclaim.services.supervisor import host_cores
@@ -170,3 +171,18 @@ def test_more_processes_than_partitions_run_as_asked_with_a_warning(
                 "1 will be assigned none of them") in log.read_text()
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_ctrl_c_stops_the_worker_with_exit_130(processes: str, fs_pipeline: Callable[[int], Pipeline],
+                                               tmp_path: Path) -> None:
+    """Ctrl-C is an interruption, as for every command (docs/reference/exit-codes.md); SIGTERM, a service
+    manager's stop, is exit 0 (above)."""
+    pipe, log = fs_pipeline(2), tmp_path / "worker.log"
+    with stopped_at_exit(spawn_worker(pipe, tmp_path / "tier2", log, RECLAIM_PROCESSES=processes)) as worker:
+        deadline = time.monotonic() + 60
+        while "deletion worker started" not in log.read_text():
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=60) == ExitCode.INTERRUPTED, log.read_text()[-3000:]

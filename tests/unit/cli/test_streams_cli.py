@@ -61,8 +61,9 @@ def test_a_missing_cut_is_named() -> None:
     (["create", "/"], "scope name '' must match"),
     (["create", "scope/a b"], "stream name 'a b' must match"),
     (["cut", "scope/x/y"], "stream name 'x/y' must match"),
-    (["create", "scope/s", "--segments", "0"], "--segments must be at least 1, got 0"),
-    (["create", "scope/s", "--segments", "-3"], "--segments must be at least 1, got -3"),
+    (["create", "scope/s", "--segments", "0"], "--segments must be between 1 and 10000, got 0"),
+    (["create", "scope/s", "--segments", "-3"], "--segments must be between 1 and 10000, got -3"),
+    (["create", "scope/s", "--segments", "100000000"], "--segments must be between 1 and 10000, got 100000000"),
     # A limit above a long was stored, then could not be published or read back: every later command
     # on the stream (and `streams record` on all of them) failed until the row was mended by hand.
     (["set-policy", "scope/s", "--type", "size", "--max", str(2**64)],
