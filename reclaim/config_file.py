@@ -45,7 +45,7 @@ def load(file: str | os.PathLike[str]) -> dict[str, str]:
     env = {f"RECLAIM_{key.upper()}": _text(path, key, value) for key, value in data.items() if _known(path, key)}
     env.update({client_properties.variable_name(name): value for name, value in kafka.items()})
     try:
-        RetentionJobSettings.from_env(_secret_files_unread(env))
+        RetentionJobSettings.from_env(_secret_files_unread(env), spelled={key: key for key in KEYS})
     except ValueError as exc:
         raise UsageError(f"config file {path}: {exc}") from exc
     return env

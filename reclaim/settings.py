@@ -113,21 +113,32 @@ class Settings:
     record_auth: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from ``RECLAIM_<FIELD>`` variables, then ``overrides`` (CLI flags) that are not None."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, spelled: Mapping[str, str] | None = None,
+                 **overrides: Any) -> Settings:
+        """Settings from ``RECLAIM_<FIELD>`` variables, then ``overrides`` (CLI flags) that are not None.
+
+        A value that is refused is named as the user gave it: ``spelled[field]`` (a flag, a config key) where
+        given, else ``RECLAIM_<FIELD>`` for a variable, else the field's name."""
         env = os.environ if env is None else env
+        spelled = spelled or {}
         values: dict[str, Any] = {}
+        given: dict[str, str] = {}
         for f in fields(cls):
             raw = env.get(f"RECLAIM_{f.name.upper()}")
             if raw:
-                values[f.name] = _parse(f.name, str(f.type), raw)
+                given[f.name] = spelled.get(f.name, f"RECLAIM_{f.name.upper()}")
+                values[f.name] = _parse(given[f.name], str(f.type), raw, duration=f.name.endswith("_s"))
         values.update({k: v for k, v in overrides.items() if v is not None})
+        given.update({k: spelled.get(k, k) for k, v in overrides.items() if v is not None})
         for f in fields(cls):
             if "Path" in str(f.type) and values.get(f.name) is not None:
                 values[f.name] = Path(values[f.name])
-        _read_secret_files(values)
-        settings = replace(cls(), **values)
-        settings.validate()
+        try:
+            _read_secret_files(values)
+            settings = replace(cls(), **values)
+            settings.validate()
+        except ValueError as exc:
+            raise ValueError(_as_given(str(exc), given)) from exc
         return settings
 
     @property
@@ -249,14 +260,27 @@ def _ints(raw: str) -> tuple[int, ...]:
     return tuple(int(part) for part in raw.split(",") if part.strip())
 
 
-def _parse(name: str, type_name: str, raw: str) -> Any:
+def _parse(label: str, type_name: str, raw: str, *, duration: bool) -> Any:
     # A setting named ``*_s`` is seconds: any duration (``90``, ``15m``, ``1h``), as its flag takes.
-    convert, expected = (parse_duration, f"a duration, e.g. {EXAMPLES}") if name.endswith("_s") \
-        else _reader(type_name)
+    convert, expected = (parse_duration, f"a duration, e.g. {EXAMPLES}") if duration else _reader(type_name)
     try:
         return convert(raw)
     except ValueError as exc:
-        raise ValueError(f"RECLAIM_{name.upper()}: cannot read {raw!r} as {expected}") from exc
+        raise ValueError(f"{label}: cannot read {raw!r} as {expected}") from exc
+
+
+_LEADING_NAMES = re.compile(r"^\w+(?:(?:, | and )\w+)*")
+
+
+def _as_given(message: str, given: Mapping[str, str]) -> str:
+    """A refusal that starts with settings' names (``metrics_port must be ...``, ``s3_access_key and
+    s3_secret_key go together``) with each name as the user gave it: ``--metrics-port``, ``RECLAIM_METRICS_PORT``
+    or a config key. Only the leading names: later words may be plain English (``a keyring file``)."""
+    found = _LEADING_NAMES.match(message)
+    if found is None:
+        return message
+    names = re.sub(r"\w+", lambda word: given.get(word.group(), word.group()), found.group())
+    return names + message[found.end():]
 
 
 def _reader(type_name: str) -> tuple[Callable[[str], Any], str]:

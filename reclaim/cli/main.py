@@ -81,9 +81,25 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = _retry_delays(args.retry_delays)
     try:
-        return Settings.from_env(**flags)
+        return Settings.from_env(spelled=spelled(args, flags), **flags)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def spelled(args: argparse.Namespace, flags: dict[str, object]) -> dict[str, str]:
+    """How the user gave each setting a refusal may name: the flag given, else the config file's key for a
+    variable the file set (the environment's own are named ``RECLAIM_<NAME>`` by the settings)."""
+    given = {name: flag_of(name) for name, value in flags.items() if value is not None}
+    file, applied = getattr(args, "config_applied", None) or (None, {})
+    for variable in applied:
+        name = variable.removeprefix("RECLAIM_").lower()
+        given.setdefault(name, f"{name} (config file {file})")
+    return given
+
+
+def flag_of(name: str) -> str:
+    """The flag of the setting ``name``: ``--metrics-port`` for ``metrics_port``."""
+    return "--create-fs-root" if name == "fs_create_root" else f"--{name.replace('_', '-')}"
 
 
 def _retry_delays(text: str) -> tuple[int, ...]:

@@ -76,7 +76,8 @@ class RetentionJobSettings(Settings):
         own = {name: getattr(flags, name, None) for name in ("checkpoint", "master", "executor_python",
                                                             "trigger_interval_s", "reevaluate_s", "state_buckets",
                                                             "metrics_port")}
-        settings = cls.from_env(**{**common, **{k: v for k, v in own.items() if v is not None}})
+        given = {k: v for k, v in own.items() if v is not None}
+        settings = cls.from_env(spelled={k: f"--{k.replace('_', '-')}" for k in given}, **{**common, **given})
         assert isinstance(settings, RetentionJobSettings)
         return settings
 

@@ -189,9 +189,9 @@ def test_a_custom_endpoint_is_path_style_unless_told(s3_endpoint: S3Endpoint, s3
 
 
 @pytest.mark.parametrize(("variables", "message"), [
-    ({"RECLAIM_S3_ACCESS_KEY": "AKIA"}, "s3_access_key and s3_secret_key go together"),
-    ({"RECLAIM_S3_SECRET_KEY": "secret"}, "s3_access_key and s3_secret_key go together"),
-    ({"RECLAIM_S3_SESSION_TOKEN": "token"}, "s3_session_token needs s3_access_key"),
+    ({"RECLAIM_S3_ACCESS_KEY": "AKIA"}, "RECLAIM_S3_ACCESS_KEY and s3_secret_key go together"),
+    ({"RECLAIM_S3_SECRET_KEY": "secret"}, "s3_access_key and RECLAIM_S3_SECRET_KEY go together"),
+    ({"RECLAIM_S3_SESSION_TOKEN": "token"}, "RECLAIM_S3_SESSION_TOKEN needs s3_access_key"),
     ({"RECLAIM_S3_ENDPOINT": "s3.amazonaws.com"}, "or 'aws' for AWS S3"),
 ])
 def test_credential_settings_that_cannot_work_are_one_line(variables: dict[str, str], message: str) -> None:

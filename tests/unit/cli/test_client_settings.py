@@ -102,7 +102,7 @@ def test_cli_refusals_are_one_line_and_exit_64(tmp_path: Path) -> None:
           "RECLAIM_SCHEMA_REGISTRY_BASIC_AUTH_FILE": str(tmp_path / "missing")}, [],
          "schema_registry_basic_auth_file: cannot read"),
         ({"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(tmp_path / "missing")}, [],
-         f"s3_secret_key_file: cannot read {tmp_path / 'missing'}: No such file or directory"),
+         f"RECLAIM_S3_SECRET_KEY_FILE: cannot read {tmp_path / 'missing'}: No such file or directory"),
     ]
     for variables, flags, message in cases:
         result = run_reclaim("config", "show", *flags, env=clean_env(tmp_path, **variables), timeout=60)
@@ -151,10 +151,11 @@ def test_s3_credentials_from_files_are_read_once_shown_as_their_paths_and_never_
 
 
 @pytest.mark.parametrize(("contents", "extra", "message"), [
-    (None, {}, "s3_secret_key_file: cannot read .*secret: No such file or directory"),
-    ("\n", {}, "s3_secret_key_file: .*secret is empty"),
-    (b"\xff\xfe", {}, "s3_secret_key_file: cannot read .*secret: 'utf-8' codec"),
-    ("s3-secret", {"RECLAIM_S3_SECRET_KEY": "s3-secret"}, "s3_secret_key and s3_secret_key_file are both set"),
+    (None, {}, "RECLAIM_S3_SECRET_KEY_FILE: cannot read .*secret: No such file or directory"),
+    ("\n", {}, "RECLAIM_S3_SECRET_KEY_FILE: .*secret is empty"),
+    (b"\xff\xfe", {}, "RECLAIM_S3_SECRET_KEY_FILE: cannot read .*secret: 'utf-8' codec"),
+    ("s3-secret", {"RECLAIM_S3_SECRET_KEY": "s3-secret"},
+     "RECLAIM_S3_SECRET_KEY and RECLAIM_S3_SECRET_KEY_FILE are both set"),
 ])
 def test_an_s3_secret_file_that_cannot_be_used_is_one_line_without_the_secret(
         tmp_path: Path, contents: str | bytes | None, extra: dict[str, str], message: str) -> None:
@@ -178,7 +179,7 @@ def test_a_secret_file_is_a_regular_file_of_at_most_64_kib_never_a_fifo_or_a_dev
     refused = {tmp_path / "fifo": "not a regular file", Path("/dev/zero"): "not a regular file",
                tmp_path / "huge": "larger than 64 KiB"}
     for path, reason in refused.items():
-        with pytest.raises(ValueError, match=f"s3_secret_key_file: cannot read {path}: {reason}"):
+        with pytest.raises(ValueError, match=f"RECLAIM_S3_SECRET_KEY_FILE: cannot read {path}: {reason}"):
             Settings.from_env({"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(path)})
     linked = Settings.from_env({"RECLAIM_S3_ACCESS_KEY": "AKIA", "RECLAIM_S3_SECRET_KEY_FILE": str(tmp_path / "link")})
     assert linked.s3_secret_key == "s3-secret"

@@ -21,19 +21,19 @@ def test_every_spark_master_form_is_accepted(master: str) -> None:
 
 @pytest.mark.parametrize(("flags", "message"), [
     # A master Spark cannot parse failed once its JVM had started, in a Java traceback (exit 1).
-    (["--master", "bogus"], "master must be a Spark master URL"),
+    (["--master", "bogus"], "error: --master must be a Spark master URL"),
     (["--master", ""], "master must be a Spark master URL"),
     (["--master", "local[0]"], "master must be a Spark master URL"),
     # Below a millisecond the re-evaluation period became 0 ms, refused only after the broker was reached,
     # and a trigger interval Spark reads as "1e-09 seconds"; far above, a Java long of ms overflowed.
-    (["--reevaluate-s", "0.0001"], "reevaluate_s must be between 0.001 and 31622400 seconds, got 0.0001"),
-    (["--reevaluate-s", "1e300"], "reevaluate_s must be between 0.001 and 31622400 seconds, got 1e+300"),
-    (["--trigger-interval-s", "1e-9"], "trigger_interval_s must be between 0.001 and 31622400 seconds"),
-    (["--trigger-interval-s", "nan"], "trigger_interval_s, reevaluate_s and state_buckets must be positive"),
-    (["--state-buckets", "0"], "trigger_interval_s, reevaluate_s and state_buckets must be positive"),
+    (["--reevaluate-s", "0.0001"], "--reevaluate-s must be between 0.001 and 31622400 seconds, got 0.0001"),
+    (["--reevaluate-s", "1e300"], "--reevaluate-s must be between 0.001 and 31622400 seconds, got 1e+300"),
+    (["--trigger-interval-s", "1e-9"], "--trigger-interval-s must be between 0.001 and 31622400 seconds"),
+    (["--trigger-interval-s", "nan"], "argument --trigger-interval-s: must be a duration above 0, got 'nan'"),
+    (["--state-buckets", "0"], "trigger_interval_s, reevaluate_s and --state-buckets must be positive"),
     # Spark's CAST(... AS INT) of a bucket above 2**31 - 1 wrapped to a negative one, the undecodable rows' -1 among
     # them, and no longer matched reclaim.retention.buckets.bucket_of.
-    (["--state-buckets", "4294967296"], "state_buckets must be at most 2147483647, got 4294967296"),
+    (["--state-buckets", "4294967296"], "--state-buckets must be at most 2147483647, got 4294967296"),
 ])
 def test_a_bad_job_flag_is_one_line_and_exit_64(tmp_path: Path, flags: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}

@@ -24,7 +24,7 @@ def test_a_word_that_is_no_boolean_is_a_one_line_error() -> None:
 @pytest.mark.parametrize(("variable", "raw", "expected"), [
     ("RECLAIM_PROCESSES", "abc", "a whole number"),
     ("RECLAIM_BATCH_SIZE", "1.5", "a whole number"),
-    ("RECLAIM_POLL_TIMEOUT_S", "soon", "a number"),
+    ("RECLAIM_POLL_TIMEOUT_S", "soon", "a duration, e.g. 90, 90s, 15m, 1h, 7d or 1w"),
     ("RECLAIM_RETRY_DELAYS", "10,a minute", "a comma list of whole numbers"),
 ])
 def test_a_value_of_the_wrong_kind_says_what_the_variable_takes_in_words(variable: str, raw: str,
@@ -43,7 +43,7 @@ def test_the_metadata_location_is_a_url_or_the_sqlite_file() -> None:
     assert Settings.from_env({"RECLAIM_METADATA_URL": "sqlite:///var/m.db"}).metadata_location == "/var/m.db"
     with pytest.raises(ValueError, match="must be a postgresql://"):
         Settings.from_env({"RECLAIM_METADATA_URL": "mysql://db/reclaim"})
-    with pytest.raises(ValueError, match="metadata_pool_size must be at least 1"):
+    with pytest.raises(ValueError, match="RECLAIM_METADATA_POOL_SIZE must be at least 1"):
         Settings.from_env({"RECLAIM_METADATA_POOL_SIZE": "0"})
 
 
@@ -67,7 +67,7 @@ def test_stall_after_is_ten_minutes_unless_a_flag_or_the_environment_says_otherw
 
 @pytest.mark.parametrize("raw", ["0", "-60", "nan", "inf"])
 def test_stall_after_must_be_a_positive_number_of_seconds(raw: str) -> None:
-    with pytest.raises(ValueError, match=f"stall_after_s must be a positive number of seconds, got {raw}"):
+    with pytest.raises(ValueError, match=f"^RECLAIM_STALL_AFTER_S must be a positive number of seconds, got {raw}"):
         Settings.from_env({"RECLAIM_STALL_AFTER_S": raw})
 
 
@@ -83,5 +83,6 @@ def test_the_assignment_sets_the_workers_strategy(raw: str, strategy: str) -> No
 
 
 def test_an_unknown_assignment_is_a_one_line_error() -> None:
-    with pytest.raises(ValueError, match=r"^assignment must be one of eager, cooperative-sticky, got 'sticky'$"):
+    with pytest.raises(ValueError,
+                       match=r"^RECLAIM_ASSIGNMENT must be one of eager, cooperative-sticky, got 'sticky'$"):
         Settings.from_env({"RECLAIM_ASSIGNMENT": "sticky"})

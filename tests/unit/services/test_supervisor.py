@@ -126,7 +126,7 @@ def test_a_process_count_below_one_is_a_one_line_usage_error(value: str, capsys:
                                                              tmp_path: Path) -> None:
     assert main(["worker", "--processes", value, "--state-dir", str(tmp_path)]) == ExitCode.USAGE
     err = capsys.readouterr().err.strip()
-    assert err == f"reclaim: error: processes must be at least 1, got {value}"
+    assert err == f"reclaim: error: --processes must be at least 1, got {value}"
 
 
 @dataclass
