@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.debian import apt_install
 from reclaim.localstack.procs import StackError
 from reclaim.settings import Settings
 
@@ -65,14 +66,7 @@ def install_chromium() -> str:
     found = chromium()
     if found is not None:
         return found
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        raise StackError("no Chromium found: install one (Debian: `apt-get install chromium`)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in ([apt, "update", "-q"], [apt, "install", "-y", "-q", "--no-install-recommends", "chromium"]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise StackError(f"{' '.join(argv[:2])} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    apt_install("chromium", "no Chromium found: install one (Debian: `apt-get install chromium`)")
     found = chromium()
     if found is None:
         raise StackError("apt-get installed chromium but no chromium program is on the PATH")

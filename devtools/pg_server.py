@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from devtools.debian import apt_install
 from reclaim.localstack.procs import StackError, free_port, pid_alive, spawn, stop_on_signals, stop_pid, wait_until
 
 #: The superuser the tests' server is made with, and its database.
@@ -54,15 +55,8 @@ def install() -> Path:
     found = bin_dir()
     if found is not None:
         return found
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        raise StackError("no PostgreSQL server found: install one (Debian: `apt-get install postgresql`) or set "
-                         "RECLAIM_TEST_METADATA_URL to a PostgreSQL database the tests may use")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in ([apt, "update", "-q"], [apt, "install", "-y", "-q", "--no-install-recommends", "postgresql"]):
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise StackError(f"{' '.join(argv[:2])} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    apt_install("postgresql", "no PostgreSQL server found: install one (Debian: `apt-get install postgresql`) or "
+                "set RECLAIM_TEST_METADATA_URL to a PostgreSQL database the tests may use")
     found = bin_dir()
     if found is None:
         raise StackError("apt-get installed postgresql but no initdb was found under /usr/lib/postgresql")
