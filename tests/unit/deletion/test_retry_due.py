@@ -119,6 +119,15 @@ def _intake(consumer: _Consumer) -> Intake:
     return Intake(consumer, TOPICS, RecordVerifier(KEYRING))
 
 
+def _clocked(monkeypatch: pytest.MonkeyPatch) -> tuple[_Consumer, Intake, list[float]]:
+    """A fresh intake on a recording consumer, and the clock it reads (seconds, 1 s past TS), to move."""
+    consumer = _Consumer()
+    intake = _intake(consumer)
+    clock = [TS / 1000 + 1]
+    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    return consumer, intake, clock
+
+
 def _take(intake: Intake, messages: list[_Message]) -> Taken:
     return intake.take(messages)
 
@@ -141,10 +150,7 @@ def test_an_unsigned_record_is_refused_before_its_not_before_is_read_and_holds_n
 
 def test_a_signed_record_with_a_far_not_before_is_held_for_its_tiers_delay_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    consumer = _Consumer()
-    intake = _intake(consumer)
-    clock = [TS / 1000 + 1]
-    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    consumer, intake, clock = _clocked(monkeypatch)
     taken = _take(intake, [_retried(5, FAR), _retried(6, 0)])
     assert taken.ready == [] and taken.report.held == 2
     assert consumer.paused == [(TIER, 0, 5)]
@@ -172,10 +178,7 @@ def test_a_held_record_read_again_is_due_even_with_its_timestamp_far_ahead(monke
 
 def test_a_held_partition_given_back_before_it_is_due_is_held_again_then_resumed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    consumer = _Consumer()
-    intake = _intake(consumer)
-    clock = [TS / 1000 + 1]
-    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    consumer, intake, clock = _clocked(monkeypatch)
     assert _take(intake, [_retried(5, TS + 10_000)]).ready == []
     assert intake.held == 1
     intake.revoked([(TIER, 0)])
@@ -191,10 +194,7 @@ def test_a_held_partition_given_back_before_it_is_due_is_held_again_then_resumed
 def _held_then_revoked(monkeypatch: pytest.MonkeyPatch) -> tuple[_Consumer, Intake, list[float]]:
     """An intake that held its tier's partition 0 at a record due at TS + 10 s, then lost the partition;
     the clock it reads (seconds), to move."""
-    consumer = _Consumer()
-    intake = _intake(consumer)
-    clock = [TS / 1000 + 1]
-    monkeypatch.setattr("reclaim.consumers.intake.time.time", lambda: clock[0])
+    consumer, intake, clock = _clocked(monkeypatch)
     _take(intake, [_retried(5, TS + 10_000)])
     intake.revoked([(TIER, 0)])
     return consumer, intake, clock
