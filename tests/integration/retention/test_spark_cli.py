@@ -63,7 +63,7 @@ def test_flags_win_over_the_environment_and_the_checkpoint_defaults_under_the_st
 def test_a_non_positive_reevaluation_period_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECLAIM_REEVALUATE_S", "0")
     args = build_parser().parse_args(["retention-job"])
-    with pytest.raises(ValueError, match="reevaluate_s"):
+    with pytest.raises(ValueError, match="RECLAIM_REEVALUATE_S"):
         RetentionJobSettings.of(settings_from(args), args)
 
 
