@@ -1,15 +1,16 @@
-"""reclaim across four hosts on one machine (network namespaces on a bridge): the broker on one, PostgreSQL
-and MinIO on another, a ``reclaim worker`` on each of two more. Worker-a's link is cut while both drain
-20,000 marked chunks: its session times out, worker-b takes its partitions and ends the drain while a is
-still cut; then a's link comes back and a rejoins. Every marked chunk is gone, no live one is touched,
-nothing is dead-lettered or concluded in error, the group's lag is 0 and ``reclaim audit`` is clean; what
-worker-b took over that a had deleted is found already gone, and a delete is counted twice only for
-the batches a held in flight when it was cut off."""
+"""reclaim across four hosts on one machine (network namespaces on a bridge): the broker on one, PostgreSQL and
+MinIO on another, a ``reclaim worker`` on each of two more. Worker-a's link is cut while both drain 20,000
+chunks marked while both are in the group: its session times out, worker-b takes its partitions and ends the
+drain while a is still cut; then a's link comes back and a rejoins. Every marked chunk is gone, no live one is
+touched, nothing is dead-lettered or concluded in error, the group's lag is 0 and ``reclaim audit`` is clean;
+what worker-b took over that a had deleted is found already gone, and a delete is counted twice only for the
+batches a held in flight when it was cut off."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,13 +130,22 @@ def test_worker_host_cut_mid_drain_hands_its_partitions_to_the_other(
         backlog = Backlog(pipe, s3, live, doomed)
         env = {**stack.reclaim_env(bucket), "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_GROUP_ID": group,
                "RECLAIM_RETRY_DELAYS": ",".join(map(str, RETRY_DELAYS)), "RECLAIM_POLL_TIMEOUT_S": "0.5"}
-        marking = time.monotonic()
-        for segment in segments:
-            assert not pipe.service.mark(segment).failed
-        drain_started = time.monotonic()
         for name in WORKERS:
             workers[name] = stack.spawn_worker(name, env, tmp_path / name)
         wait_members(admin, group, [a, b])
+        # The chunks are marked once both workers hold partitions, while they drain: one worker that is
+        # alone in the group for the seconds until the other joins drains 20,000 marked chunks by itself.
+        failed: list[object] = []
+
+        def mark() -> None:
+            try:
+                failed.extend(result for segment in segments if (result := pipe.service.mark(segment)).failed)
+            except Exception as exc:  # noqa: BLE001 - reported by the main thread's assertion
+                failed.append(exc)
+
+        marking = drain_started = time.monotonic()
+        marker = threading.Thread(target=mark, name="marker")
+        marker.start()
 
         # As soon as both workers delete, worker-a's cable is pulled: most of its partitions' records
         # are still to be read.
@@ -147,6 +157,9 @@ def test_worker_host_cut_mid_drain_hands_its_partitions_to_the_other(
         takeover = _until(lambda: group_members(admin, group) == {b.address: GROUP_PARTITIONS},
                           SESSION_TIMEOUT_S + REBALANCE_S, "worker-b holding every partition", logs)
         left_at_takeover = object_count(stack.endpoint, bucket) - LIVE
+        marker.join()
+        marked = time.monotonic()
+        assert not failed, f"marking failed: {failed}"
         assert left_at_takeover > 0, f"the drain ended before worker-b took worker-a's partitions over:\n{logs()}"
         _until(lambda: object_count(stack.endpoint, bucket) == LIVE and inflight(pipe) == 0, 240,
                "the drain ended by worker-b alone", logs)
@@ -171,7 +184,7 @@ def test_worker_host_cut_mid_drain_hands_its_partitions_to_the_other(
         log.info("%d marked chunks written in %.0f s, marked in %.0f s, drained through the cut in %.0f s from the "
                  "workers' start; worker-b held every partition %.1f s after the cut, %d chunks left; worker-a %s "
                  "%.1f s after its link came back; deletes counted twice: %d; outcomes before the cut %s, at the end "
-                 "%s", len(doomed), written, drain_started - marking, drained, takeover, left_at_takeover,
+                 "%s", len(doomed), written, marked - marking, drained, takeover, left_at_takeover,
                  "exited 0" if exited == 0 else "rejoined", rejoined, twice, before_cut, after)
         errors = {name: {k: v for k, v in outcomes.items() if k in ERROR_OUTCOMES and v}
                   for name, outcomes in after.items()}
