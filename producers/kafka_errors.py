@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from reclaim.errors import ReclaimError
 from reclaim.logs import LogLimiter
+from reclaim.producers.rdkafka_levels import error_level, line_level
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +180,9 @@ class KafkaErrorLog:
             self.record_fatal(error)
         else:
             held = self.admit(error.code())
-            if held is not None:
-                log.warning("kafka client error: client=%s %s%s", self.client, describe(error),
-                            self._limiter.suffix(held))
+            if held is not None:  # a condition librdkafka retries by itself is news, not a warning
+                log.log(error_level(error), "kafka client error: client=%s %s%s", self.client, describe(error),
+                        self._limiter.suffix(held))
         if self._forward is not None:
             self._forward(error)
 
@@ -228,7 +229,8 @@ class RdkafkaLogger:
     error is known even when confluent-kafka loses the exception of that event. While a broker is
     down librdkafka repeats its lines (``FAIL``, ``ERROR``) every reconnect: each facility is passed on
     at most once per the error log's interval, with the count of the lines held back, unless the
-    target logs at debug level.
+    target logs at debug level. A warning about a condition librdkafka retries by itself is passed on as
+    info (:func:`reclaim.producers.rdkafka_levels.line_level`).
     """
 
     def __init__(self, target: _Logger, errors: KafkaErrorLog) -> None:
@@ -238,6 +240,8 @@ class RdkafkaLogger:
     def log(self, level: int, msg: str, *args: object) -> None:
         """The call confluent-kafka makes: ``log(level, "%s [%s] %s", facility, client name, line)``."""
         facility = args[0] if args else msg
+        if len(args) == 3:
+            level = line_level(level, str(facility), str(args[2]))
         debugging = getattr(self.target, "isEnabledFor", lambda _level: False)(logging.DEBUG)
         held = None if debugging else self.errors.admit(("log", facility))
         if debugging:

@@ -1,6 +1,11 @@
 """How reclaim logs: a command's log lines (text, or one JSON object a line, on stderr), and lines about a
 condition that repeats (a server down) written at most once per interval.
 
+A command is quiet by default: its own output and warnings only; ``-v`` adds info lines, ``-vv`` debug lines,
+``-q`` keeps warnings and errors only. A long-running service (``worker``, ``truncation-applier``, a
+``retention-job`` that runs on) logs info lines unless ``-q`` is given: its log is its output
+(:func:`log_as_service`).
+
 Every logger of reclaim is under ``reclaim.`` (``logging.getLogger("reclaim")`` reaches them all); the
 limiter is shared by every package that reports a dependency failing over and over: the Kafka clients'
 error callbacks and the storage bindings.
@@ -50,13 +55,39 @@ def log_to_file(path: Path, *, level: int = logging.INFO) -> Path:
     return path
 
 
-def configure_logging(*, verbose: bool = False, quiet: bool = False, json_lines: bool = False) -> None:
-    """Root logging for a command: debug with ``verbose``, warnings only with ``quiet``, else info."""
+#: The verbosity the command line asked for: the count of ``-v``, -1 for ``-q``, 0 for neither (the
+#: default); None until :func:`configure_logging` runs (reclaim used as a library).
+_asked: int | None = None
+
+
+def level_of(verbose: int | bool = 0) -> int:
+    """The root level of a command: warnings by default (and with ``-q``), info with one ``-v`` (``True``
+    counts as one), debug with two or more."""
+    count = int(verbose)
+    return logging.DEBUG if count >= 2 else logging.INFO if count == 1 else logging.WARNING
+
+
+def configure_logging(*, verbose: int | bool = 0, quiet: bool = False, json_lines: bool = False) -> None:
+    """Root logging for a command, on stderr: see :func:`level_of`; a ``-v`` wins over ``quiet``."""
+    global _asked
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if json_lines else
                          logging.Formatter(TEXT_FORMAT))
-    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    _asked = int(verbose) if verbose else -1 if quiet else 0
+    logging.basicConfig(level=level_of(verbose), handlers=[handler], force=True)
+
+
+def log_as_service() -> None:
+    """Info lines by default for a long-running service, whose log is what operators and their tools read;
+    ``-v``, ``-vv`` and ``-q`` keep the level they set, and a process that never configured logging its own."""
+    if _asked == 0:
+        logging.getLogger().setLevel(logging.INFO)
+
+
+def asked_verbosity() -> int:
+    """What the command line asked for: the count of ``-v``, -1 for ``-q``, 0 for neither (or no command
+    line). Other programs' logs (Spark's) follow it, not a service's default."""
+    return _asked or 0
 
 
 #: Least seconds between two lines about the same condition.

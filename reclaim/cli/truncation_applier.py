@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 
 from reclaim.cli.common import Common, duration, store_flags
+from reclaim.logs import log_as_service
 from reclaim.services.applier import run_applier
 from reclaim.settings import Settings
 
 
 def cmd_applier(args: argparse.Namespace, settings: Settings) -> int:
+    log_as_service()
     return run_applier(settings, metrics_addr=args.metrics_addr)
 
 

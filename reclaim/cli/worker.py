@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 
 from reclaim.cli.common import Common, duration, store_flags
+from reclaim.logs import log_as_service
 from reclaim.settings import Settings
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.services.worker import run_worker
 
+    log_as_service()
     return run_worker(settings, metrics_addr=args.metrics_addr)
 
 
