@@ -85,7 +85,8 @@ def test_page_renders_and_draws_its_diagrams(site: docsite.DocSite, built_site: 
 
 
 def test_the_diagram_pages_have_diagrams(built_site: Path) -> None:
-    for page in ("concepts/pipeline/", "concepts/segments-streams/", "concepts/retention/", "operations/security/"):
+    for page in ("concepts/pipeline/", "concepts/segments-streams/", "concepts/retention/", "operations/security/",
+                 "performance/"):
         assert _DIAGRAM_SOURCE.search((built_site / page / "index.html").read_text(encoding="utf-8")), page
 
 
