@@ -260,9 +260,12 @@ def cluster_options(cache_dir: Path, executor_python: str | None) -> dict[str, s
 
 def build_spark_session(app_name: str, cache_dir: Path, master: str = "local[2]", shuffle_partitions: int = 2,
                         *, s3a: S3aStore | None = None, executor_python: str | None = None,
-                        packages: Sequence[str] = (), conf: Mapping[str, str] | None = None) -> SparkSession:
+                        packages: Sequence[str] = (), conf: Mapping[str, str] | None = None,
+                        log_file: Path | None = None) -> SparkSession:
     """A Spark session with the Kafka connector (and s3a with ``s3a``, and the Maven coordinates in
-    ``packages``), its jars cached under ``cache_dir``; ``conf`` holds any other Spark settings.
+    ``packages``), its jars cached under ``cache_dir``; ``conf`` holds any other Spark settings. With
+    ``log_file``, the output of Spark's JVM, Ivy and py4j goes there, not to the terminal
+    (:func:`reclaim.retention.spark_output.spark_output_to`).
 
     On a local master, workers run the interpreter that runs this code (``PYSPARK_PYTHON``), so they
     see the same packages; shuffle partitions are few because the local machine has few cores. On any
@@ -301,7 +304,12 @@ def build_spark_session(app_name: str, cache_dir: Path, master: str = "local[2]"
     )
     for name, value in {**options, **(conf or {})}.items():
         builder = builder.config(name, value)
-    return builder.getOrCreate()
+    if log_file is None:
+        return builder.getOrCreate()
+    from reclaim.retention.spark_output import spark_output_to
+
+    with spark_output_to(log_file):
+        return builder.getOrCreate()
 
 
 def executor_problems(spark: SparkSession, modules: Sequence[str] = EXECUTOR_MODULES,

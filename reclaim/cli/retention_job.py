@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from reclaim.cli.common import Common, duration
+from reclaim.logs import log_as_service
+from reclaim.retention.spark_output import spark_log_path
 from reclaim.services.retention_job import RetentionJobSettings, run_retention_job
 from reclaim.settings import Settings
 
@@ -25,7 +28,12 @@ an object store (s3a://) gets Hadoop's s3a connector from Maven Central.
 
 
 def cmd_retention_job(args: argparse.Namespace, settings: Settings) -> int:
-    return run_retention_job(RetentionJobSettings.of(settings, args), once=args.once, metrics_addr=args.metrics_addr)
+    if not args.once:
+        log_as_service()
+    job = RetentionJobSettings.of(settings, args)
+    return run_retention_job(job, once=args.once, metrics_addr=args.metrics_addr,
+                             spark_log=spark_log_path(job.state_dir), say=lambda line: print(line, flush=True),
+                             tell=lambda line: print(f"reclaim: {line}", file=sys.stderr, flush=True))
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]

@@ -183,8 +183,15 @@ class KeyWatch:
         return executor_keys(self.settings, keyring)
 
 
-def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1") -> int:
-    """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (SIGTERM exit 0, Ctrl-C 130)."""
+def run_retention_job(settings: RetentionJobSettings, once: bool = False, metrics_addr: str = "127.0.0.1", *,
+                      spark_log: Path | None = None, say: Callable[[str], None] | None = None,
+                      tell: Callable[[str], None] | None = None) -> int:
+    """Run the job until it finishes (``once``), fails (exit 1) or a signal stops it (SIGTERM exit 0, Ctrl-C 130).
+
+    ``spark_log``: the file that Spark's, Ivy's and py4j's output goes to (None: the terminal); ``tell`` is
+    given a line naming it once Spark is about to start. ``say``: where the run's summary goes, a line for each
+    batch of a ``once`` run and a line of totals (None: the log).
+    """
     from reclaim.retention.spark_job import RetentionJobError, run_available, start_retention_job
     from reclaim.retention.spark_session import build_spark_session, executor_problems, is_local
 
@@ -195,17 +202,24 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
     config = job_config(settings, once)
     if settings.metrics_port is not None:
         preflight.serve_metrics(settings.metrics_port, metrics_addr)
+    if spark_log is not None and tell is not None:
+        tell(f"Spark's log: {spark_log}")
     spark = build_spark_session("reclaim-retention-job", settings.cache_dir, master=settings.master,
                                 shuffle_partitions=settings.partitions, s3a=checkpoint_store(settings),
-                                executor_python=settings.executor_python)
+                                executor_python=settings.executor_python, log_file=spark_log)
+    report = say or log.info
     try:
         if not is_local(settings.master) and (problems := executor_problems(spark)):
             raise Unavailable(f"the executors cannot run the retention job: {'; '.join(problems)}")
         if once:
-            return exit_status(_report(run_available(spark, config, stop=stop), failure=None), stop)
+            batches = run_available(spark, config, stop=stop)
+            for batch in batches:
+                report(batch.log_line())
+            return exit_status(_report(batches, None, report), stop)
         keys = runtime.keyring_file(settings) if config.keys is not None else None
         watch = None if keys is None else KeyWatch(settings, keys)
-        return exit_status(_supervise(lambda keyed: start_retention_job(spark, keyed), config, stop, watch), stop)
+        return exit_status(_supervise(lambda keyed: start_retention_job(spark, keyed), config, stop, watch, report),
+                           stop)
     except RetentionJobError as exc:
         log.error("%s", exc)
         return 1
@@ -214,7 +228,7 @@ def run_retention_job(settings: RetentionJobSettings, once: bool = False, metric
 
 
 def _supervise(start: Callable[[RetentionJobConfig], RetentionJob], config: RetentionJobConfig,
-               stop: threading.Event, watch: KeyWatch | None) -> int:
+               stop: threading.Event, watch: KeyWatch | None, report: Callable[[str], None] = log.info) -> int:
     """Run the query until it ends or ``stop``, starting it again with the new keys whenever ``watch`` sees
     the keyring change; 1 if the query failed."""
     jobs = [start(config)]  # the running query last; those before it are stopped
@@ -231,14 +245,14 @@ def _supervise(start: Callable[[RetentionJobConfig], RetentionJob], config: Rete
     finally:
         if jobs:
             batches += jobs[-1].stop()
-    return _report(batches, None if failure is None else str(failure))
+    return _report(batches, None if failure is None else str(failure), report)
 
 
-def _report(batches: list[BatchSummary], failure: str | None) -> int:
-    """Log the run's totals (and its failure): the process's exit code."""
-    log.info("retention job stopped after %d batch(es): %d input rows, %d event(s), %d reject(s)", len(batches),
-             sum(b.input_rows for b in batches), sum(b.events for b in batches),
-             sum(b.reject_count for b in batches))
+def _report(batches: list[BatchSummary], failure: str | None, report: Callable[[str], None]) -> int:
+    """Tell ``report`` the run's totals (and log its failure): the process's exit code."""
+    report(f"retention job stopped after {len(batches)} batch(es): {sum(b.input_rows for b in batches)} input "
+           f"rows, {sum(b.streams_decided for b in batches)} stream(s) decided, {sum(b.events for b in batches)} "
+           f"event(s), {sum(b.reject_count for b in batches)} reject(s)")
     if failure is not None:
         log.error("retention query failed: %s", failure.splitlines()[0])
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,6 +68,23 @@ def test_a_non_positive_reevaluation_period_is_refused(monkeypatch: pytest.Monke
         RetentionJobSettings.of(settings_from(args), args)
 
 
+#: What Spark's JVM, Ivy and py4j print: none of it reaches a command's terminal.
+JVM_OUTPUT = re.compile(r"^(:: |Ivy Default Cache|\tfound |\tconfs: |\s+\||\S+ \S+ WARN |WARN |Using Spark's default)"
+                        r"|org\.apache\.|py4j|Received command|Logging error|SLF4J", re.MULTILINE)
+
+
+def spark_log_named(result: subprocess.CompletedProcess[str]) -> Path:
+    """The Spark log file a retention-job run named on stderr, after checking that its terminal shows none of
+    Spark's, Ivy's or py4j's output and that the file holds it."""
+    for stream in (result.stdout, result.stderr):
+        assert JVM_OUTPUT.search(stream) is None, stream
+    named = [line for line in result.stderr.splitlines() if line.startswith("reclaim: Spark's log: ")]
+    assert len(named) == 1, result.stderr
+    log_file = Path(named[0].removeprefix("reclaim: Spark's log: "))
+    assert ":: loading settings ::" in log_file.read_text(), "Ivy's output is in the file"
+    return log_file
+
+
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return str(response.read().decode())
@@ -99,7 +117,7 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
     command = [sys.executable, "-m", "reclaim", "retention-job", "--bootstrap", kafka_bootstrap,
                "--topic-prefix", names.truncation.removesuffix("truncation"), "--checkpoint", str(tmp_path / "cp"),
                "--master", "local[2]", "--trigger-interval-s", "1", "--reevaluate-s", "1",
-               "--metrics-port", str(port)]
+               "--state-dir", str(tmp_path / "state"), "--metrics-port", str(port)]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=unsigned)
     try:
@@ -115,11 +133,16 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
     assert code == 0, output[-3000:]
     assert "retention batch 0: input_rows=6 streams_decided=1 events=1 rejects=0" in output
     assert "retention job stopped after" in output
+    assert JVM_OUTPUT.search(output) is None, output[-3000:]  # Spark's output is in its own file
 
     # --once from the same checkpoint: only the new cut is read, then the process exits.
     produce_records(kafka_bootstrap, names, [consumed("billing", at(90, 90))])
     once = run_reclaim(*command[3:-2], "--once", env=unsigned, timeout=300, check=True)
-    assert "input_rows=2 streams_decided=1 events=1 rejects=0" in once.stderr  # the new cut and a wake-up
+    # The run's summary is its output, on stdout: the new cut and a wake-up, decided in one event.
+    assert "input_rows=2 streams_decided=1 events=1 rejects=0" in once.stdout
+    assert "1 event(s), 0 reject(s)" in once.stdout.splitlines()[-1]
+    log_file = spark_log_named(once)
+    assert log_file.parent == tmp_path / "state" / "logs"
     cuts = [build_codec().decode(m.value() or b"", names.truncation, TruncationEvent).cut
             for m in consume_from_start(kafka_bootstrap, [names.truncation], "spark-cli-check-2", 2)]
     assert cuts == [at(70, 80), at(90, 90)]

@@ -61,11 +61,11 @@ class ClusterJob:
                          RECLAIM_S3_SECRET_KEY=self.endpoint.secret_key or "")
 
     def run_once(self) -> str:
-        """One ``--once`` run; its log (stderr), after checking it exited 0."""
+        """One ``--once`` run; its output and log (stdout: a line a batch; stderr), after checking it exited 0."""
         done = subprocess.run(self.command("--once"), env=self.env(), capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S, check=False)
         assert done.returncode == 0, done.stderr[-4000:]
-        return done.stderr
+        return done.stdout + done.stderr
 
     def truncations(self) -> list[StreamCut]:
         """Every truncation event's cut on the truncation topic, in offset order."""
