@@ -36,17 +36,17 @@ class JsonLines(logging.Formatter):
         return json.dumps(line)
 
 
-def log_to_file(path: Path, *, level: int = logging.INFO) -> Path:
-    """Send the full log to ``path`` (appended, text lines); the terminal keeps warnings and errors only.
+def log_to_file(path: Path, *, level: int = logging.INFO, terminal: int = logging.WARNING) -> Path:
+    """Send the full log to ``path`` (appended, text lines); the terminal keeps lines at ``terminal`` and above.
 
-    For a command that tells a story of its own on stdout (``reclaim demo``): what its parts log at info
-    level is kept, in the file, instead of drowning the story.
+    For a command that tells a story of its own on stdout (``reclaim demo``): what its parts log is kept, in
+    the file, instead of drowning the story.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     root = logging.getLogger()
     for handler in root.handlers:
         if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-            handler.setLevel(max(handler.level, logging.WARNING))
+            handler.setLevel(max(handler.level, terminal))
     to_file = logging.FileHandler(path, encoding="utf-8")
     to_file.setFormatter(logging.Formatter(TEXT_FORMAT))
     to_file.setLevel(level)

@@ -69,13 +69,13 @@ def py4j_to(log_file: Path) -> None:
     """py4j's warnings and errors to ``log_file``, nothing of py4j's to the terminal."""
     handler = logging.FileHandler(log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter(TEXT_FORMAT))
-    for name in PY4J_LOGGERS:
+    for name in PY4J_LOGGERS:  # the others pass their lines on to "py4j", which alone writes them
         logger = logging.getLogger(name)
         logger.setLevel(logging.WARNING)
         for old in [h for h in logger.handlers if isinstance(h, logging.FileHandler)]:
             logger.removeHandler(old)
             old.close()
-        logger.propagate = False
+        logger.propagate = name != "py4j"
     logging.getLogger("py4j").addHandler(handler)
 
 

@@ -110,20 +110,17 @@ def _spark_session(settings: Settings, args: argparse.Namespace) -> Iterator[Spa
     from reclaim.extras import require
 
     require("spark", "reclaim audit --spark")
+    from reclaim.retention.spark_output import spark_log_path
     from reclaim.retention.spark_session import build_spark_session
     from reclaim.tools.audit_spark import JDBC_DRIVER
 
     packages = [JDBC_DRIVER] if settings.metadata_url else []
-    # The JVM starts with this process's stdout and Ivy prints there: keep stdout for the report (--json).
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        spark = build_spark_session("reclaim-audit", settings.cache_dir, master=args.master, packages=packages,
-                                    executor_python=args.executor_python)
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+    # Spark's JVM would print Ivy's lines and its own on this process's stdout and stderr: stdout is the
+    # report's (--json), stderr the operator's.
+    log_file = spark_log_path(settings.state_dir)
+    print(f"reclaim: Spark's log: {log_file}", file=sys.stderr, flush=True)
+    spark = build_spark_session("reclaim-audit", settings.cache_dir, master=args.master, packages=packages,
+                                executor_python=args.executor_python, log_file=log_file)
     try:
         yield spark
     finally:

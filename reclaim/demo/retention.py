@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
+from pathlib import Path
 
 from reclaim.demo.output import demo_settings, drain, say, step
 from reclaim.demo.walkthrough import Retention, consumption, max_limit
@@ -14,13 +14,13 @@ from reclaim.settings import Settings
 from reclaim.tools.audit import audit_binding
 
 
-def show_retention(settings: Settings, bootstrap: str) -> None:
-    """Consumption-based retention on a fresh stream, then a size maximum overriding a stalled subscriber."""
+def show_retention(settings: Settings, bootstrap: str, log_file: Path | None = None) -> None:
+    """Consumption-based retention on a fresh stream, then a size maximum overriding a stalled subscriber;
+    Spark's, Ivy's and py4j's output to ``log_file`` (None: the terminal)."""
     demo = demo_settings(settings, bootstrap, "demo-retention")
     work = settings.state_dir / "demo-retention"
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per call into the JVM otherwise
     say("  starting Spark (local) for the retention job ...")
-    spark = build_spark_session("reclaim-demo-retention", settings.cache_dir)
+    spark = build_spark_session("reclaim-demo-retention", settings.cache_dir, log_file=log_file)
     store, bindings = runtime.metadata_store(demo), runtime.storage_bindings(demo, writer=True)
     try:
         with stream_controller(demo, max_rolling_length=256) as (controller, publisher):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from reclaim import logs
-from reclaim.logs import asked_verbosity, configure_logging, level_of, log_as_service
+from reclaim.logs import asked_verbosity, configure_logging, level_of, log_as_service, log_to_file
 
 
 @pytest.fixture(autouse=True)
@@ -68,3 +69,17 @@ def test_info_lines_reach_stderr_with_v_only(capsys: pytest.CaptureFixture[str])
     configure_logging(verbose=1)
     logging.getLogger("reclaim.test").info("created the stream")
     assert capsys.readouterr().err.rstrip().endswith("INFO reclaim.test created the stream")
+
+
+def test_a_story_told_on_stdout_sends_its_log_to_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging()
+    log_file = log_to_file(tmp_path / "demo.log", terminal=logging.ERROR)
+    logging.getLogger("reclaim.test").info("segment created")
+    logging.getLogger("reclaim.test").warning("record refused: unauthenticated")
+    logging.getLogger("reclaim.test").error("the demo failed")
+    err = capsys.readouterr().err
+    assert "segment created" not in err and "record refused" not in err and "the demo failed" in err
+    written = log_file.read_text()
+    assert "INFO reclaim.test segment created" in written and "WARNING reclaim.test record refused" in written
+    for handler in logging.getLogger().handlers:
+        handler.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from reclaim.settings import Settings
 from tests.support.cli import run_reclaim
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+#: A log line: Python's (2026-12-06 10:58:43,662) or Spark's (26/12/06 10:58:43).
+TIMESTAMPED = re.compile(r"\s*\d{2,4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}")
 
 
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
@@ -41,7 +45,13 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # The story on stdout, the full log in a file named first; the terminal gets no info lines.
     log_file = tmp_path / "state" / "demo.log"
     assert f"the full log of every part: {log_file}" in out.splitlines()[1]
-    assert " INFO reclaim." in log_file.read_text()
+    logged = log_file.read_text(errors="replace")
+    assert " INFO reclaim." in logged
     assert " INFO " not in result.stderr
+    # Spark's, Ivy's and py4j's output is in the same file, none of it between the demo's steps: no WARN line, no
+    # timestamped line, no Ivy table.
+    assert ":: loading settings ::" in logged
+    for line in (result.stdout + result.stderr).splitlines():
+        assert "WARN" not in line and not TIMESTAMPED.match(line) and not line.startswith(":: "), line
     state = StackState.load(Settings(state_dir=tmp_path / "state").state_dir)
     assert state.kafka_pid is None and state.s3_pid is None  # the demo stopped what it started
