@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, json_flag
 from reclaim.services import preflight
 from reclaim.settings import Settings
 from reclaim.tools.acls import ROLES, Names, apply, binding_rows, check_principal, plan
@@ -46,18 +46,27 @@ def _admin(settings: Settings) -> object:
     return admin_client(preflight.broker(settings))
 
 
-def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
     acls = sub.add_parser("acls", help="plan or apply the Kafka ACLs of a reclaim role for a principal",
-                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    acls.add_argument("action", choices=["plan", "apply"])
-    # Checked by the command (one line, exit 64), not by argparse's choices (usage and error, two lines).
-    acls.add_argument("--role", required=True, help=f"one of {', '.join(ROLES)}")
-    acls.add_argument("--principal", dest="acl_principal", required=True, metavar="User:NAME",
-                      help="the Kafka principal to grant, e.g. User:reclaim-worker")
-    acls.add_argument("--retry-delays", help="retry tier delays in seconds, e.g. 10,60,600 (RECLAIM_RETRY_DELAYS)")
-    acls.add_argument("--group-id", help="the workers' consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
-    acls.add_argument("--truncation-group-id",
-                      help="the truncation applier's consumer group (default reclaim-truncation)")
-    acls.add_argument("--json", action="store_true", help="print the bindings as JSON")
-    common(acls)
-    acls.set_defaults(run=cmd_acls)
+                          description=DESCRIPTION, epilog=GROUP_EPILOG.format(group="acls"),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = add_verbs(acls)
+    json_flag(acls)
+    planning = add_verb(verbs, "plan", "print the ACLs a role needs (nothing is contacted)", DESCRIPTION,
+                        ["reclaim acls plan --role worker --principal User:reclaim-worker",
+                         "reclaim acls plan --role admin --principal User:ops --json"])
+    applying = add_verb(verbs, "apply", "create on the broker the ACLs the principal lacks (idempotent)",
+                        DESCRIPTION, ["reclaim acls apply --role worker --principal User:reclaim-worker "
+                                      "--config admin.toml"])
+    for verb in (planning, applying):
+        # Checked by the command (one line, exit 64), not by argparse's choices (usage and error, two lines).
+        verb.add_argument("--role", required=True, help=f"one of {', '.join(ROLES)}")
+        verb.add_argument("--principal", dest="acl_principal", required=True, metavar="User:NAME",
+                          help="the Kafka principal to grant, e.g. User:reclaim-worker")
+        verb.add_argument("--retry-delays", help="retry tier delays in seconds, e.g. 10,60,600 (RECLAIM_RETRY_DELAYS)")
+        verb.add_argument("--group-id", help="the workers' consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
+        verb.add_argument("--truncation-group-id",
+                          help="the truncation applier's consumer group (default reclaim-truncation)")
+        json_flag(verb, "print the bindings as JSON")
+        common(verb)
+        verb.set_defaults(run=cmd_acls)

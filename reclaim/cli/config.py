@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from reclaim.cli.common import Common, print_json
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, json_flag, print_json
 from reclaim.producers import client_properties
 from reclaim.services import client_security
 from reclaim.settings import READ_SECRET_FILES, Settings, redact_password
@@ -126,11 +126,19 @@ def _config_file(args: argparse.Namespace) -> tuple[Path, Source] | None:
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
-    config = sub.add_parser("config", help="show the settings in effect (flags, environment, config file, defaults)")
-    config.add_argument("action", choices=["show"])
-    config.add_argument("--json", action="store_true", help="print the settings as JSON")
-    config.add_argument("--sources", action="store_true",
-                        help="say where each value came from: a flag, a RECLAIM_* variable, the config file and "
-                             "its key, or the default (with --json: a sources object)")
-    common(config)
-    config.set_defaults(run=cmd_config)
+    config = sub.add_parser("config", help="show the settings in effect (flags, environment, config file, defaults)",
+                            description="The settings of a run, read as every command reads them.",
+                            epilog=GROUP_EPILOG.format(group="config"))
+    verbs = add_verbs(config)
+    json_flag(config)
+    show = add_verb(verbs, "show", "the settings in effect, every secret masked",
+                    "Every setting in effect and the Kafka client properties, every secret masked; with --sources, "
+                    "where each came from.",
+                    ["reclaim config show", "reclaim --config prod.toml config show --sources",
+                     "RECLAIM_BOOTSTRAP=kafka-1:9092 reclaim config show --json"])
+    json_flag(show, "print the settings as JSON")
+    show.add_argument("--sources", action="store_true",
+                      help="say where each value came from: a flag, a RECLAIM_* variable, the config file and "
+                           "its key, or the default (with --json: a sources object)")
+    common(show)
+    show.set_defaults(run=cmd_config)

@@ -9,8 +9,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reclaim.cli.common import Common, print_json, store_flags
-from reclaim.exits import ExitCode, UsageError
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, json_flag, print_json, store_flags
+from reclaim.exits import ExitCode
 from reclaim.services import preflight
 from reclaim.settings import Settings
 
@@ -22,23 +22,18 @@ DEFAULT_LIMIT = 20
 
 _DESCRIPTION = """\
 inflight  estimated deletions not yet final: the worker group's lag on the deletion topic and its tiers
-stalled   chunks retired (handed to phase 2) longer than --older-than ago whose objects are still there:
-          their pending deletes were lost (dead-lettered and purged, acked as in use by a worker with a
-          shorter mark timeout than phase 1's, past the topic's retention). --resend publishes them again
-          through phase 1 (needs the broker); the worker deletes them after its checks. Nothing is deleted
-          here. Exit status: 0 none found; 1 some found; 2 the store, a binding or the broker could not be used."""
+stalled   chunks retired (handed to phase 2) longer than --older-than ago whose objects are still there
+Exit status: 0 none found; 1 some found; 2 the store, a binding or the broker could not be used."""
+
+_STALLED = """\
+Chunks retired (handed to phase 2) longer than --older-than ago whose objects are still there: their
+pending deletes were lost (dead-lettered and purged, acked as in use by a worker with a shorter mark
+timeout than phase 1's, past the topic's retention). --resend publishes them again through phase 1
+(needs the broker); the worker deletes them after its checks. Nothing is deleted here. Exit status: 0
+none found; 1 some found; 2 the store, a binding or the broker could not be used."""
 
 
-def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
-    from reclaim.tools.stalled import STALLED_AFTER_S
-
-    if args.action == "stalled":
-        return _stalled(args, settings)
-    given = [flag for flag, value in (("--older-than", args.older_than != STALLED_AFTER_S),
-                                      ("--limit", args.limit != DEFAULT_LIMIT), ("--resend", args.resend),
-                                      ("--metrics-file", args.metrics_file is not None)) if value]
-    if given:
-        raise UsageError(f"{', '.join(given)} only go(es) with stalled")
+def cmd_inflight(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.consumers.lag import estimated_inflight
     from reclaim.services.runtime import topic_names
 
@@ -52,7 +47,7 @@ def cmd_deletions(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _stalled(args: argparse.Namespace, settings: Settings) -> int:
+def cmd_stalled(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.cli.audit import metrics_target, open_to_read
     from reclaim.tools.audit import auditable, probe
     from reclaim.tools.stalled import StalledReport, survey
@@ -113,22 +108,32 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     from reclaim.tools.stalled import STALLED_AFTER_S
 
     deletions = sub.add_parser("deletions", help="inspect the deletion pipeline", description=_DESCRIPTION,
+                               epilog=GROUP_EPILOG.format(group="deletions"),
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    deletions.add_argument("action", choices=["inflight", "stalled"],
-                           help="inflight: estimated deletions not yet final (the group's lag); stalled: retired "
-                                "chunks whose objects are still there long after")
-    deletions.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
-    deletions.add_argument("--json", action="store_true", help="print the result as JSON")
-    deletions.add_argument("--older-than", type=parse_grace, default=STALLED_AFTER_S, metavar="DURATION",
-                           help=f"stalled: how long ago a chunk must have been retired: {EXAMPLES} (default 1d)")
-    deletions.add_argument("--limit", type=parse_limit, default=DEFAULT_LIMIT,
-                           help=f"stalled: names listed per binding (default {DEFAULT_LIMIT})")
-    deletions.add_argument("--resend", action="store_true",
-                           help="stalled: publish their pending deletes again through phase 1 (needs the broker)")
-    deletions.add_argument("--metrics-file", type=Path, metavar="PATH",
-                           help="stalled: also write reclaim_stalled_chunks{binding} and "
-                                "reclaim_stalled_last_run_timestamp_seconds to PATH (replaced atomically) for "
-                                "node_exporter's textfile collector")
-    store_flags(deletions)
-    common(deletions)
-    deletions.set_defaults(run=cmd_deletions)
+    verbs = add_verbs(deletions)
+    json_flag(deletions)
+    inflight = add_verb(verbs, "inflight", "estimated deletions not yet final (the group's lag)",
+                        "Estimated deletions not yet final: the worker group's lag on the deletion topic and its "
+                        "retry tiers.", ["reclaim deletions inflight", "reclaim deletions inflight --json"])
+    inflight.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
+    json_flag(inflight, "print the result as JSON")
+    common(inflight)
+    inflight.set_defaults(run=cmd_inflight)
+
+    stalled = add_verb(verbs, "stalled", "retired chunks whose objects are still there long after",
+                       _STALLED, ["reclaim deletions stalled", "reclaim deletions stalled --older-than 2d --json",
+                                  "reclaim deletions stalled --resend"])
+    json_flag(stalled, "print the result as JSON")
+    stalled.add_argument("--older-than", type=parse_grace, default=STALLED_AFTER_S, metavar="DURATION",
+                         help=f"how long ago a chunk must have been retired: {EXAMPLES} (default 1d)")
+    stalled.add_argument("--limit", type=parse_limit, default=DEFAULT_LIMIT,
+                         help=f"names listed per binding (default {DEFAULT_LIMIT})")
+    stalled.add_argument("--resend", action="store_true",
+                         help="publish their pending deletes again through phase 1 (needs the broker)")
+    stalled.add_argument("--metrics-file", type=Path, metavar="PATH",
+                         help="also write reclaim_stalled_chunks{binding} and "
+                              "reclaim_stalled_last_run_timestamp_seconds to PATH (replaced atomically) for "
+                              "node_exporter's textfile collector")
+    store_flags(stalled)
+    common(stalled)
+    stalled.set_defaults(run=cmd_stalled)

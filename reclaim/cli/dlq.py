@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
+from reclaim.cli.common import GROUP_EPILOG, add_verbs, examples, json_flag
 from reclaim.exits import ExitCode, UsageError
 from reclaim.settings import Settings
 
@@ -194,30 +195,33 @@ def filter_flags(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
     dlq = sub.add_parser("dlq", help="list, show, count, replay or purge dead-lettered records",
-                         description=_DESCRIPTION)
-    actions = dlq.add_subparsers(dest="dlq_action", required=True, metavar="ACTION")
+                         description=_DESCRIPTION, epilog=GROUP_EPILOG.format(group="dlq"))
+    actions = add_verbs(dlq)
+    json_flag(dlq)
 
-    listing = actions.add_parser("list", help="dead letters, newest first, with counts",
-                                 description=_DESCRIPTION)
+    listing = actions.add_parser("list", help="dead letters, newest first, with counts", description=_DESCRIPTION,
+                                 **examples("reclaim dlq list", "reclaim dlq list --older-than 1d --reason "
+                                            "storage-unavailable --json"))
     filter_flags(listing)
     listing.add_argument("--oldest-first", action="store_true", help="oldest first instead")
     listing.add_argument("--limit", default="100", metavar="N", help="records to show, at least 1 (default 100)")
-    listing.add_argument("--json", action="store_true", help="one JSON document: the records and the counts")
+    json_flag(listing, "one JSON document: the records and the counts")
     common(listing)
     listing.set_defaults(run=cmd_list)
 
-    show = actions.add_parser("show", help="one dead letter fully decoded, with every header")
+    show = actions.add_parser("show", help="one dead letter fully decoded, with every header",
+                              **examples("reclaim dlq show 0:42", "reclaim dlq show --partition 0 --offset 42 --json"))
     show.add_argument("coordinates", nargs="?", metavar="PARTITION:OFFSET", help="where it sits in the DLQ, e.g. 0:42")
     show.add_argument("--partition", metavar="P", help="its DLQ partition (with --offset)")
     show.add_argument("--offset", metavar="O", help="its DLQ offset (with --partition)")
-    show.add_argument("--json", action="store_true", help="print it as JSON")
+    json_flag(show, "print it as JSON")
     common(show)
     show.set_defaults(run=cmd_show)
 
     counting = actions.add_parser("stats", help="counts by outcome, error class, stream and age",
-                                  description=_DESCRIPTION)
+                                  description=_DESCRIPTION, **examples("reclaim dlq stats", "reclaim dlq stats --json"))
     filter_flags(counting)
-    counting.add_argument("--json", action="store_true", help="print the counts as JSON")
+    json_flag(counting, "print the counts as JSON")
     common(counting)
     counting.set_defaults(run=cmd_stats)
 
@@ -376,24 +380,27 @@ def register_replay_purge(actions: argparse._SubParsersAction,  # type: ignore[t
     from reclaim.tools.dlq.replay import DEFAULT_RATE
 
     replaying = actions.add_parser("replay", help="send dead letters back to the deletion topic, each once",
-                                   description=_REPLAY)
+                                   description=_REPLAY, **examples("reclaim dlq replay --error-class "
+                                                                   "StorageUnavailableError --dry-run",
+                                                                   "reclaim dlq replay --stream scope/orders"))
     filter_flags(replaying)
     replaying.add_argument("--limit", metavar="N", help="send at most N records (at least 1)")
     replaying.add_argument("--rate", default=str(DEFAULT_RATE), metavar="N",
                            help=f"records per second (default {DEFAULT_RATE})")
     replaying.add_argument("--dry-run", action="store_true", help="show what would be sent; send nothing")
-    replaying.add_argument("--json", action="store_true", help="print the counts (and, dry, the records) as JSON")
+    json_flag(replaying, "print the counts (and, dry, the records) as JSON")
     common(replaying)
     replaying.set_defaults(run=cmd_replay)
 
     purging = actions.add_parser("purge", help="drop dead letters for good (the oldest of each partition)",
-                                 description=_PURGE)
+                                 description=_PURGE, **examples("reclaim dlq purge --older-than 30d --dry-run",
+                                                                "reclaim dlq purge --up-to 0:1000 --yes"))
     filter_flags(purging)
     purging.add_argument("--up-to", metavar="PARTITION:OFFSET",
                          help="drop this partition's records up to and including OFFSET")
     purging.add_argument("--all", action="store_true", help="drop every record")
     purging.add_argument("--yes", action="store_true", help="carry out the plan without asking")
     purging.add_argument("--dry-run", action="store_true", help="print the plan; drop nothing")
-    purging.add_argument("--json", action="store_true", help="print the plan as JSON")
+    json_flag(purging, "print the plan as JSON")
     common(purging)
     purging.set_defaults(run=cmd_purge)

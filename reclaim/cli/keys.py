@@ -7,10 +7,10 @@ import argparse
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs
 from reclaim.exits import Unavailable, UsageError
 from reclaim.security.errors import KeyringError
 from reclaim.security.keyring import ROLES, Algorithm, Keyring, KeyStatus, load_keyring, new_key
@@ -36,8 +36,6 @@ def cmd_keys(args: argparse.Namespace, settings: Settings) -> int:
     if path is None:
         raise UsageError("keys needs a keyring file: --keyring FILE (or RECLAIM_KEYRING)")
     path = Path(path)
-    if args.stream and args.action not in ("new", "grant", "ungrant"):
-        raise UsageError(f"--stream is for keys new, grant and ungrant, not keys {args.action}")
     if args.action == "new":
         return _new(args, path)
     keyring = _load(path)
@@ -152,22 +150,60 @@ def _write(path: Path, keyring: Keyring) -> None:
         raise
 
 
-def register(sub: argparse._SubParsersAction, common: Callable[[argparse.ArgumentParser], None]) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
     keys = sub.add_parser("keys", help="create, list, export, retire or grant streams to the keys that sign "
                           "reclaim's records",
-                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    keys.add_argument("action", choices=["new", "list", "public", "retire", "grant", "ungrant"])
-    keys.add_argument("--keyring", type=Path, help="the keyring file (default RECLAIM_KEYRING)")
-    keys.add_argument("--role", help=f"new: the key's role, one of {', '.join(ROLES)}; public: only this role's keys")
-    keys.add_argument("--id", help="new: the key id (letters, digits, '.', '_', '-'); retire, grant, ungrant: "
-                                   "the key to change")
-    keys.add_argument("--subject", help="new: the subscriber a subscriber key signs for")
-    keys.add_argument("--stream", action="append", metavar="NAME_OR_PATTERN",
-                      help="new, grant, ungrant: a stream the subscriber key acts for, by name (scope/orders) or "
-                           "fnmatch pattern (billing/*); repeat for more")
-    keys.add_argument("--algorithm", choices=[a.value for a in Algorithm], help="new: one key of this algorithm")
-    keys.add_argument("--with-secrets", action="store_true", help="public: include hmac-sha256 secrets")
-    keys.add_argument("--json", action="store_true", help="list: as JSON")
-    common(keys)
-    keys.set_defaults(run=cmd_keys)
+                          description=DESCRIPTION, epilog=GROUP_EPILOG.format(group="keys"),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = add_verbs(keys)
+    keys.add_argument("--keyring", type=Path, help=argparse.SUPPRESS)  # before the verb too
+    new = add_verb(verbs, "new", "add a freshly generated key to the keyring",
+                   "Add a freshly generated key to --keyring FILE (created mode 0600 when missing). The controller "
+                   "gets two keys unless --algorithm is given: ID (ed25519) and ID.deletes (hmac-sha256). A "
+                   "subscriber key names its subscriber (--subject) and the streams it acts for (--stream).",
+                   ["reclaim keys new --role controller --id controller-2026-11 --keyring controller.toml",
+                    "reclaim keys new --role subscriber --id billing-1 --subject billing --stream 'billing/*' "
+                    "--keyring job.toml"])
+    new.add_argument("--role", help=f"the key's role, one of {', '.join(ROLES)}")
+    new.add_argument("--id", help="the key id (letters, digits, '.', '_', '-')")
+    new.add_argument("--subject", help="the subscriber a subscriber key signs for")
+    stream_flag(new)
+    new.add_argument("--algorithm", choices=[a.value for a in Algorithm], help="one key of this algorithm")
+    listing = add_verb(verbs, "list", "the keys and their grants, without key material",
+                       "The keys of the keyring, their roles, algorithms, status and grants, without key material.",
+                       ["reclaim keys list --keyring controller.toml", "reclaim keys list --json"])
+    listing.add_argument("--json", action="store_true", help="print the keys as JSON")
+    public = add_verb(verbs, "public", "what a verifier needs, to append to its own keyring",
+                      "What a verifier needs, to append to its own keyring: ed25519 public halves with their grants, "
+                      "and hmac-sha256 secrets only with --with-secrets (whoever holds one can sign too: give it to "
+                      "the workers alone).",
+                      ["reclaim keys public --keyring controller.toml >> verifier.toml",
+                       "reclaim keys public --role controller --with-secrets --keyring controller.toml"])
+    public.add_argument("--role", help="only this role's keys")
+    public.add_argument("--with-secrets", action="store_true", help="include hmac-sha256 secrets")
+    retire = add_verb(verbs, "retire", "mark a key retired: it then neither signs nor verifies",
+                      "Mark --id retired; it then neither signs nor verifies. Rotation: add the new key, roll it out "
+                      "to the verifiers, then to the signer, then retire the old one.",
+                      ["reclaim keys retire --id controller-2026-10 --keyring controller.toml"])
+    retire.add_argument("--id", help="the key to retire")
+    changed = []
+    for verb, what in (("grant", "add"), ("ungrant", "remove")):
+        parser = add_verb(verbs, verb, f"{what} streams a subscriber key acts for",
+                          f"{what.capitalize()} --stream on the subscriber key --id. ungrant removes a grant as "
+                          "listed, not the streams a pattern matches. The verifiers (the retention job) check grants: "
+                          "change them in their keyrings; running processes follow the file within seconds.",
+                          [f"reclaim keys {verb} --id billing-1 --stream scope/orders --keyring job.toml"])
+        parser.add_argument("--id", help="the subscriber key to change")
+        stream_flag(parser)
+        changed.append(parser)
+    for parser in (new, listing, public, retire, *changed):
+        parser.add_argument("--keyring", type=Path, default=argparse.SUPPRESS,
+                            help="the keyring file (default RECLAIM_KEYRING)")
+        common(parser, connects=False)
+        parser.set_defaults(run=cmd_keys)
 
+
+def stream_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stream", action="append", metavar="NAME_OR_PATTERN",
+                        help="a stream the subscriber key acts for, by name (scope/orders) or fnmatch pattern "
+                             "(billing/*); repeat for more")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from reclaim.cli.common import Common, print_json
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, print_json
 from reclaim.exits import ExitCode
 from reclaim.localstack import stack
 from reclaim.settings import Settings
@@ -52,11 +52,26 @@ def _status_line(part: str, facts: dict[str, Any]) -> str:
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
-    local = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 endpoint")
-    local.add_argument("action", choices=["up", "down", "status"])
-    local.add_argument("--json", action="store_true", help="status: print the report as JSON")
-    local.add_argument("--secure", action="store_true",
-                       help="up: run the broker with SASL_SSL (SCRAM-SHA-512), a CA of its own and ACLs enforced; "
-                            "the default stack is PLAINTEXT")
-    common(local)
-    local.set_defaults(run=cmd_local)
+    local = sub.add_parser("local", help="start, stop or inspect the local Kafka broker and S3 endpoint",
+                           description="The local stack: a Kafka broker and an S3 endpoint under --state-dir, for "
+                                       "trying reclaim and for its tests.",
+                           epilog=GROUP_EPILOG.format(group="local"))
+    verbs = add_verbs(local)
+    up = add_verb(verbs, "up", "start the broker and the S3 endpoint",
+                  "Start the local Kafka broker and S3 endpoint (or find them running) and write the config file "
+                  "<state-dir>/local.toml that every command reads to find them.",
+                  ["reclaim local up", "reclaim local up --secure --state-dir /tmp/reclaim-secure"])
+    up.add_argument("--secure", action="store_true",
+                    help="run the broker with SASL_SSL (SCRAM-SHA-512), a CA of its own and ACLs enforced; "
+                         "the default stack is PLAINTEXT")
+    down = add_verb(verbs, "down", "stop the broker and the S3 endpoint",
+                    "Stop the processes the local stack started; its data stays under --state-dir.",
+                    ["reclaim local down"])
+    status = add_verb(verbs, "status", "each server's state: exit 0 all healthy, 3 otherwise",
+                      "Each server's state, pid and address. Exit 0 when all are healthy, 3 when the stack is "
+                      "stopped or part of it is not healthy.",
+                      ["reclaim local status", "reclaim local status --json"])
+    status.add_argument("--json", action="store_true", help="print the report as JSON")
+    for verb in (up, down, status):
+        common(verb)
+        verb.set_defaults(run=cmd_local)

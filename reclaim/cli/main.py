@@ -17,7 +17,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from reclaim import config_file
-from reclaim.cli.common import Command, Parser, common_options, global_options
+from reclaim.cli.common import Command, Parser, common_options, connection_options, global_options
 from reclaim.errors import ReclaimError
 from reclaim.exits import EXIT_CODES_HELP, CommandError, ExitCode, UsageError
 from reclaim.extras import missing_extra
@@ -35,7 +35,9 @@ Every flag has an environment variable RECLAIM_<NAME> (e.g. RECLAIM_BOOTSTRAP, R
 RECLAIM_TOPIC_PREFIX, RECLAIM_S3_ENDPOINT, RECLAIM_S3_BUCKET) and a key <name> in the TOML config file
 (--config, RECLAIM_CONFIG; e.g. bootstrap = "host:9092", retry_delays = [10, 60, 600]).
 Precedence: flag, then environment, then config file, then default. The global options (-v, -q,
---log-format, --config) go before or after the command.
+--log-format, --config) and the connection options (--bootstrap, --state-dir, ...) go before or after the
+command and its verb: `reclaim --bootstrap host:9092 topics describe` is `reclaim topics describe
+--bootstrap host:9092`. `reclaim` alone, or a command without its verb (`reclaim streams`), prints that help.
 Kafka client properties (librdkafka's, for every client): the file's [kafka] table or RECLAIM_KAFKA_<PROP>,
 upper case with _ for . and __ for _ (RECLAIM_KAFKA_SECURITY_PROTOCOL=SASL_SSL); a secret from a file
 with <name>.file (RECLAIM_KAFKA_SASL_PASSWORD_FILE), and the S3 keys from files with
@@ -64,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"reclaim {_version()}")
     global_options(parser, top=True)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    connection_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         import_module(f"reclaim.cli.{command}").register(sub, common_options)
     return parser
@@ -112,8 +115,12 @@ def _retry_delays(text: str) -> tuple[int, ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # told by the command's parser, which names the command and its --help
-        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
+    reached: argparse.ArgumentParser = args.reached
+    if unknown:  # told by the (sub-)command's parser, which names the command and its --help
+        reached.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if getattr(args, "run", None) is None and getattr(args, "standalone", None) is None:
+        reached.print_help()  # `reclaim`, `reclaim streams`: no command to run, so its help
+        return ExitCode.OK
     try:
         code = _run(args)
         sys.stdout.flush()  # a reader gone away shows here, not as a traceback when the interpreter exits
@@ -125,14 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader of our output went away (e.g. `| head`): nothing more to say, to nobody.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.BROKEN_PIPE
-
-
-def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found: argparse.ArgumentParser = action.choices[command]
-            return found
-    return parser
 
 
 def _run(args: argparse.Namespace) -> int:

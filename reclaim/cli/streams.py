@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
+from contextlib import ExitStack
 from datetime import UTC, datetime
+from pathlib import Path
 
-from reclaim.cli.common import Common, store_flags
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, store_flags
 from reclaim.exits import Unavailable, UsageError
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.publisher import ConfirmedPublisher
@@ -30,10 +33,17 @@ from reclaim.services import preflight, runtime
 from reclaim.services.controller import stream_controller
 from reclaim.services.recorder import RetentionRecorder
 from reclaim.settings import Settings
+from reclaim.storage.metadata import DEFAULT_MAX_ROLLING_LENGTH
 
 MAX_SEGMENTS = 10_000
 """The most segments ``streams create`` makes at once. Every segment is created before the command says
 anything: 100000000 ran until it was killed, with no output, and is a typo rather than a stream."""
+
+CHUNK_SIZES = (1024, 1024**3)
+"""The smallest and largest ``streams create --chunk-size``: below a KiB a stream is mostly chunk rows."""
+EVENT_SIZES = (1, 64 * 1024**2)
+"""The smallest and largest ``streams write --event-size``: an event is held in memory whole."""
+DEFAULT_EVENT_SIZE = 1024**2
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +100,14 @@ def signed_by(signer: RecordSigner | None) -> str:
 
 
 def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
-    if args.action == "record" and args.stream:  # it recorded every stream, not the one named
-        raise UsageError(f"streams record records every stream with a retention policy; it takes no stream, "
-                         f"got {args.stream!r}")
-    if args.action != "record":
+    if args.action != "record":  # record records every stream with a retention policy: it takes no stream
         if "/" not in args.stream:
             raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
         split_stream(args.stream)  # a bad name is refused before the broker or the store is touched
     if args.action == "create" and not 1 <= args.segments <= MAX_SEGMENTS:
         raise UsageError(f"--segments must be between 1 and {MAX_SEGMENTS}, got {args.segments}")
+    if args.action == "create":
+        within("--chunk-size", args.chunk_size, CHUNK_SIZES)
     # Before anything is opened: a refusal changes nothing.
     if args.action == "set-policy":
         policy = policy_from(args)
@@ -109,8 +118,8 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "truncate" and args.publish:
         return publish_truncation(settings, args.stream, cut, admin)
     # set-policy publishes as the admin, cut and history publish nothing: no controller key needed.
-    with stream_controller(settings, controller_key=args.action in ("create", "record", "truncate")
-                           ) as (controller, publisher):
+    with stream_controller(settings, getattr(args, "chunk_size", None),
+                           controller_key=args.action in ("create", "record", "truncate")) as (controller, publisher):
         if args.action == "create":
             scope, _, name = args.stream.partition("/")
             controller.create_stream(scope, name, args.segments)
@@ -143,6 +152,37 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
                                                  signer=signed_by(admin))
             log.info("manual truncation signed by %s stream=%s applied=%s", signed_by(admin), args.stream, done)
             print(f"stream {args.stream}: {'truncated' if done else 'already at or past that cut: nothing to do'}")
+    return 0
+
+
+def within(flag: str, value: int, bounds: tuple[int, int]) -> None:
+    """One usage line unless ``bounds[0] <= value <= bounds[1]``."""
+    if not bounds[0] <= value <= bounds[1]:
+        raise UsageError(f"{flag} must be between {bounds[0]} and {bounds[1]} bytes, got {value}")
+
+
+def cmd_write(args: argparse.Namespace, settings: Settings) -> int:
+    """``streams write``: the bytes of stdin (or ``--file``) appended as events of at most ``--event-size``
+    bytes, one active segment after the other, through the controller's writer."""
+    if "/" not in args.stream:
+        raise UsageError("streams write needs a stream as 'scope/name'")
+    split_stream(args.stream)
+    within("--event-size", args.event_size, EVENT_SIZES)
+    if args.file is None and sys.stdin.isatty():
+        raise UsageError("streams write appends the bytes of its input: pipe them in, or give --file PATH")
+    with ExitStack() as stack:
+        source = stack.enter_context(args.file.open("rb")) if args.file is not None else sys.stdin.buffer
+        controller, _ = stack.enter_context(stream_controller(settings))
+        names = [controller.segment_name(args.stream, s.id) for s in controller.active_segments(args.stream)]
+        written = events = 0
+        while event := source.read(args.event_size):
+            written += controller.append(names[events % len(names)], event)
+            events += 1
+        chunks = sum(len(controller.segments.layout(name)) for name in names)
+        tail, size = controller.tail_cut(args.stream)
+    log.info("stream written stream=%s bytes=%d events=%d", args.stream, written, events)
+    print(f"stream {args.stream}: {written} bytes written in {events} event(s); {chunks} chunk(s) in its active "
+          f"segments, size {size}, tail cut {format_cut(tail)}")
     return 0
 
 
@@ -184,29 +224,79 @@ def print_history(controller: StreamController, stream: str, *, as_json: bool) -
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
     streams = sub.add_parser(
         "streams", help="create streams, set retention policies, read tail cuts, record cuts, truncate by hand",
-        description="create: a stream over N segments. set-policy: store and publish a retention policy "
-                    "(--type none|time|size|consumption; --min/--max in ms for time limits, bytes for size limits). "
-                    "cut: the stream's tail cut, size and head as JSON. record: record every stream's cut now "
-                    "(the retention recorder's work, once). truncate: truncate at --cut, idempotent, signed with "
-                    "the admin key of the keyring (RECLAIM_KEYRING) and kept in the stream's journal; with "
-                    "--publish, sent as a signed event for the truncation applier instead. history: the "
-                    "stream's truncation journal (every truncation applied, its reason and signer). set-policy "
-                    "also needs the admin key.")
-    streams.add_argument("action", choices=["create", "set-policy", "cut", "record", "truncate", "history"])
-    streams.add_argument("stream", nargs="?", default="", help="the stream, 'scope/name'")
-    streams.add_argument("--segments", type=int, default=1,
-                         help=f"create: initial segments, 1 to {MAX_SEGMENTS} (default 1)")
-    streams.add_argument("--type", default="none", choices=["none", "time", "size", "consumption"],
-                         help="set-policy: retention type")
-    streams.add_argument("--limit-type", choices=["time", "size"], help="set-policy: unit of --min/--max")
-    streams.add_argument("--min", type=int, help="set-policy: keep at least this much: ms (at most 100 years) or "
-                                                 "bytes (at most 2^62)")
-    streams.add_argument("--max", type=int, help="set-policy: keep at most this much: ms (at most 100 years) or "
-                                                 "bytes (at most 2^62); no max when left out")
-    streams.add_argument("--cut", help="truncate: JSON object of segment id to offset, as 'cut' prints it")
-    streams.add_argument("--publish", action="store_true",
-                         help="truncate: publish the signed event on the truncation topic instead of applying it")
-    streams.add_argument("--json", action="store_true", help="history: as JSON")
-    store_flags(streams)
-    common(streams)
-    streams.set_defaults(run=cmd_streams)
+        description="Streams over segments in the metadata store, their retention policies and their truncation "
+                    "by hand. A truncation hands the chunks before the cut to phase 1; a running worker deletes "
+                    "them from tier-2.", epilog=GROUP_EPILOG.format(group="streams"))
+    verbs = add_verbs(streams)
+    create = add_verb(verbs, "create", "a stream over N segments",
+                      "Create a stream over --segments segments; a writer creates the metadata store when missing.",
+                      ["reclaim streams create scope/orders",
+                       "reclaim streams create scope/orders --segments 2 --chunk-size 1048576"])
+    create.add_argument("--segments", type=int, default=1, help=f"initial segments, 1 to {MAX_SEGMENTS} (default 1)")
+    create.add_argument("--chunk-size", type=int, default=DEFAULT_MAX_ROLLING_LENGTH, metavar="BYTES",
+                        help=f"the most bytes a chunk of its segments takes before the next one starts, "
+                             f"{CHUNK_SIZES[0]} to {CHUNK_SIZES[1]} (default {DEFAULT_MAX_ROLLING_LENGTH}); a "
+                             "segment keeps it for life")
+    policy = _policy_verb(verbs)
+    cut = add_verb(verbs, "cut", "the stream's tail cut, size and head as JSON",
+                   "The stream's tail cut (every active segment's length), its size and its head (the cut it was "
+                   "last truncated at), as one JSON line: give its cut to `streams truncate --cut`.",
+                   ["reclaim streams cut scope/orders"])
+    record = add_verb(verbs, "record", "record every stream's cut now (the retention recorder's work, once)",
+                      "Record the tail cut and size of every stream with a retention policy now, as the truncation "
+                      "applier's recorder does on its own.", ["reclaim streams record"])
+    truncate = add_verb(verbs, "truncate", "truncate at --cut, signed and journaled (or --publish it)",
+                        "Truncate the stream at --cut, idempotent, signed with the admin key of the keyring "
+                        "(RECLAIM_KEYRING) and kept in the stream's journal; with --publish, sent as a signed event "
+                        "for the truncation applier instead.",
+                        ["reclaim streams truncate scope/orders --cut '{\"0\": 1048576, \"1\": 1048576}'",
+                         "reclaim streams truncate scope/orders --publish "
+                         "--cut \"$(reclaim streams cut scope/orders | jq -c .cut)\""])
+    truncate.add_argument("--cut", help="JSON object of segment id to offset, as `streams cut` prints it")
+    truncate.add_argument("--publish", action="store_true",
+                          help="publish the signed event on the truncation topic instead of applying it")
+    history = add_verb(verbs, "history", "the stream's truncation journal",
+                       "The stream's truncation journal: every truncation applied, when, its reason and signer.",
+                       ["reclaim streams history scope/orders", "reclaim streams history scope/orders --json"])
+    history.add_argument("--json", action="store_true", help="print the journal as JSON")
+    write = _write_verb(verbs)
+    for verb in (create, policy, cut, truncate, history, write):
+        verb.add_argument("stream", metavar="STREAM", help="the stream, 'scope/name'")
+    for verb in (create, policy, cut, record, truncate, history):
+        verb.set_defaults(run=cmd_streams)
+    for verb in (create, policy, cut, record, truncate, history, write):
+        store_flags(verb)
+        common(verb)
+
+
+def _policy_verb(verbs: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    policy = add_verb(verbs, "set-policy", "store and publish a retention policy (needs the admin key)",
+                      "Store the stream's retention policy and publish it for the retention job, signed with the "
+                      "admin key of the keyring (RECLAIM_KEYRING). --min/--max are ms for time limits, bytes for "
+                      "size limits.",
+                      ["reclaim streams set-policy scope/orders --type time --min 3600000",
+                       "reclaim streams set-policy scope/orders --type size --max 1073741824"])
+    policy.add_argument("--type", default="none", choices=["none", "time", "size", "consumption"],
+                        help="retention type (default none)")
+    policy.add_argument("--limit-type", choices=["time", "size"], help="unit of --min/--max")
+    policy.add_argument("--min", type=int, help="keep at least this much: ms (at most 100 years) or bytes (at most "
+                                                "2^62)")
+    policy.add_argument("--max", type=int, help="keep at most this much: ms (at most 100 years) or bytes (at most "
+                                                "2^62); no max when left out")
+    return policy
+
+
+def _write_verb(verbs: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    write = add_verb(verbs, "write", "append the bytes of stdin (or --file) to the stream as events",
+                     "Append the bytes of stdin (or --file) to the stream, as events of at most --event-size bytes "
+                     "that go to its active segments in turn. A segment's chunks roll over at the size the stream "
+                     "was created with (`streams create --chunk-size`). Prints the bytes and events written, the "
+                     "chunks of the active segments and the new tail cut.",
+                     ["head -c 3000000 /dev/urandom | reclaim streams write scope/orders",
+                      "reclaim streams write scope/orders --file orders.bin --event-size 65536"])
+    write.add_argument("--file", type=Path, metavar="PATH", help="read the bytes from PATH instead of stdin")
+    write.add_argument("--event-size", type=int, default=DEFAULT_EVENT_SIZE, metavar="BYTES",
+                       help=f"the most bytes an event takes, {EVENT_SIZES[0]} to {EVENT_SIZES[1]} (default "
+                            f"{DEFAULT_EVENT_SIZE})")
+    write.set_defaults(run=cmd_write)
+    return write

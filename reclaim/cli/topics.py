@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reclaim.cli.common import Common, print_json
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, json_flag, print_json
 from reclaim.exits import ExitCode
 from reclaim.services import preflight
 from reclaim.settings import Settings
@@ -46,9 +46,21 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
-    topics = sub.add_parser("topics", help="create or describe reclaim's topics (idempotent)")
-    topics.add_argument("action", choices=["create", "describe"])
-    topics.add_argument("--partitions", type=int, help="partitions per topic (default 4)")
-    topics.add_argument("--json", action="store_true", help="print the topics as JSON")
-    common(topics)
-    topics.set_defaults(run=cmd_topics)
+    topics = sub.add_parser("topics", help="create or describe reclaim's topics (idempotent)",
+                            description="reclaim's topics under --topic-prefix: the deletion topic, its retry tiers, "
+                                        "the DLQ and the streams' topics. Exit 1 when a topic differs from its "
+                                        "configuration (an existing topic is never changed).",
+                            epilog=GROUP_EPILOG.format(group="topics"))
+    verbs = add_verbs(topics)
+    json_flag(topics)
+    create = add_verb(verbs, "create", "create the topics that are missing, then describe them all",
+                      "Create the topics that are missing (idempotent) and print each one's outcome.",
+                      ["reclaim topics create", "reclaim topics create --partitions 8 --bootstrap kafka-1:9092"])
+    describe = add_verb(verbs, "describe", "each topic's partitions, cleanup policy and retention",
+                        "Each topic's partitions, cleanup.policy and retention.ms, and how it differs from its "
+                        "configuration.", ["reclaim topics describe", "reclaim topics describe --json"])
+    for verb in (create, describe):
+        verb.add_argument("--partitions", type=int, help="partitions per topic (default 4)")
+        json_flag(verb, "print the topics as JSON")
+        common(verb)
+        verb.set_defaults(run=cmd_topics)

@@ -79,7 +79,8 @@ def test_flags_of_stalled_are_refused_with_inflight_and_a_bad_metrics_file_befor
         pipe: Pipeline, tmp_path: Path) -> None:
     result = run_reclaim("deletions", "inflight", "--resend", env=env_of(pipe, tmp_path), timeout=60)
     assert result.returncode == ExitCode.USAGE
-    assert result.stderr.strip() == "reclaim: error: --resend only go(es) with stalled"
+    assert result.stderr.strip() == ("reclaim: error: deletions inflight: unrecognized arguments: --resend "
+                                     "(see reclaim deletions inflight --help)")
     refused = run_reclaim("deletions", "stalled", "--metrics-file", str(tmp_path / "no-dir" / "s.prom"),
                           env=env_of(pipe, tmp_path), timeout=60)
     assert refused.returncode == ExitCode.UNAVAILABLE

@@ -55,7 +55,7 @@ def test_a_duration_setting_takes_a_unit_from_a_variable_or_the_config_file(tmp_
     (["audit", "--grace", "-1h"], "audit: argument --grace: must be at least 0s, got '-1h'"),
     (["audit", "--grace", "banana"], "audit: argument --grace: cannot read 'banana' as a duration, e.g. 90, 90s"),
     (["audit", "--limit", "-5"], "audit: argument --limit: must not be negative, got -5"),
-    (["deletions", "stalled", "--older-than", "2y"], "deletions: argument --older-than: cannot read '2y'"),
+    (["deletions", "stalled", "--older-than", "2y"], "deletions stalled: argument --older-than: cannot read '2y'"),
     (["dlq", "list", "--older-than", "-1h"], "--older-than: must be a duration above 0"),
     (["dlq", "list", "--newer-than", "soon"], "--newer-than: cannot read 'soon' as a duration"),
     (["worker", "--stall-after-s", "0"], "worker: argument --stall-after-s: must be a duration above 0, got '0'"),
@@ -64,7 +64,8 @@ def test_a_duration_setting_takes_a_unit_from_a_variable_or_the_config_file(tmp_
     (["retention-job", "--reevaluate-s", "0"], "argument --reevaluate-s: must be a duration above 0"),
     # The command's parser tells an unknown flag, not the top level's.
     (["audit", "--frob"], "audit: unrecognized arguments: --frob (see reclaim audit --help)"),
-    (["topics", "descrbe"], "topics: argument action: invalid choice: 'descrbe'"),
+    (["topics", "descrbe"], "topics: argument VERB: invalid choice: 'descrbe'"),
+    (["topics", "describe", "--frob"], "topics describe: unrecognized arguments: --frob (see reclaim topics describe"),
 ])
 def test_input_that_does_not_parse_is_one_line_naming_the_flag(tmp_path: Path, args: list[str],
                                                                message: str) -> None:

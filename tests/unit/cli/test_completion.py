@@ -53,6 +53,9 @@ def completions(script: Path, where: Path, line: str) -> list[str]:
     ("reclaim --log-format ", ["text", "json"]),
     ("reclaim local ", ["up", "down", "status"]),
     ("reclaim keys new --algorithm ", ["hmac-sha256", "ed25519"]),
+    ("reclaim streams ", ["create", "set-policy", "cut", "record", "truncate", "history", "write"]),
+    ("reclaim streams write --ev", ["--event-size"]),
+    ("reclaim streams create --c", ["--chunk-size", "--cache-dir", "--config"]),
 ])
 def test_bash_completes_commands_flags_and_choices(bash_script: Path, tmp_path: Path, line: str,
                                                    expected: list[str]) -> None:

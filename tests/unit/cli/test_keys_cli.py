@@ -85,7 +85,6 @@ def test_list_shows_a_subscriber_key_s_grants_and_public_keeps_them(keyring: Pat
     (["grant", "--id", "admin-1", "--stream", "s/x"], "key admin-1 is the admin role's: only a subscriber key"),
     (["ungrant", "--id", "billing-1", "--stream", "scope/*"],
      "key billing-1 has no grant 'scope/*' (its grants: scope/orders,billing/*); ungrant removes a grant as listed"),
-    (["list", "--stream", "s/x"], "--stream is for keys new, grant and ungrant, not keys list"),
 ])
 def test_bad_grants_are_one_line_and_exit_64_and_leave_the_file_alone(
         keyring: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
@@ -95,6 +94,14 @@ def test_bad_grants_are_one_line_and_exit_64_and_leave_the_file_alone(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert keyring.read_bytes() == before
+
+
+def test_a_flag_of_another_verb_is_refused(keyring: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["keys", "list", "--stream", "s/x", "--keyring", str(keyring)])
+    assert exited.value.code == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err == ("reclaim: error: keys list: unrecognized arguments: --stream s/x (see reclaim keys list --help)\n")
 
 
 def test_a_grant_past_the_limit_is_refused(keyring: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from reclaim.cli import streams as streams_cli
-from reclaim.cli.main import build_parser, settings_from
-from reclaim.exits import Unavailable, UsageError
+from reclaim.cli.main import build_parser, main, settings_from
+from reclaim.exits import ExitCode, Unavailable
 from reclaim.producers.publisher import PublishError
 from reclaim.schemas.base import AvroRecord
 from reclaim.schemas.streams import RetentionPolicy, RetentionType
@@ -80,7 +80,8 @@ def test_a_stream_whose_record_the_broker_refuses_does_not_stop_the_others(contr
 def record(tmp_path: Path, controller: StreamController, capsys: pytest.CaptureFixture[str],
            monkeypatch: pytest.MonkeyPatch) -> str:
     @contextmanager
-    def fake(settings: object, *, controller_key: bool) -> Iterator[tuple[StreamController, Published]]:
+    def fake(settings: object, max_rolling_length: int | None = None, *, controller_key: bool
+             ) -> Iterator[tuple[StreamController, Published]]:
         assert controller_key, "recorded cuts are signed with the controller's key"
         yield controller, Published()
 
@@ -107,9 +108,11 @@ def test_streams_record_with_nothing_to_record_says_so(tmp_path: Path, controlle
     assert out == "no stream with a retention policy: nothing recorded\n"
 
 
-def test_streams_record_naming_a_stream_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streams_record_naming_a_stream_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # It recorded every stream with a policy, not the one named.
-    args = build_parser().parse_args(["streams", "record", STREAM, "--state-dir", str(tmp_path / "state")])
-    with pytest.raises(UsageError, match="streams record records every stream with a retention policy; it takes "
-                                         "no stream, got 'scope/orders'"):
-        streams_cli.cmd_streams(args, settings_from(args))
+    with pytest.raises(SystemExit) as exited:
+        main(["streams", "record", STREAM, "--state-dir", str(tmp_path / "state")])
+    assert exited.value.code == ExitCode.USAGE
+    assert capsys.readouterr().err == ("reclaim: error: streams record: unrecognized arguments: scope/orders "
+                                       "(see reclaim streams record --help)\n")
+    assert not (tmp_path / "state").exists()
