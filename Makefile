@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	@# -qq: errors only; -q would print setuptools' notice on every editable install of a package-dir layout
 	$(PY) -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[all,dev,docs]'
+	@# The import hook of that install is invisible to pyright, Pylance and jedi: they read .package/ instead.
+	$(PY) -m devtools.package_links
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -61,6 +63,7 @@ test-pythons:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m devtools.typecheck
+	$(PY) -m devtools.importcheck  # every reclaim import, resolved by pyright as an editor resolves it
 
 # The documentation site, built strict (a broken link or a name the API page cannot resolve fails it) into
 # .site/ (not committed). The CLI reference is generated from the parser, the performance page from
@@ -91,4 +94,4 @@ bench: $(STAMP)
 	echo "results: $$RECLAIM_BENCH_RESULTS_FILE"
 
 clean:
-	rm -rf $(VENV) .venv-3.* .typecheck .site .reclaim .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* .typecheck .package .site .reclaim .pytest_cache .mypy_cache .ruff_cache

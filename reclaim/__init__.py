@@ -36,6 +36,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pkgutil
+
+    # Never run; for jedi, the engine of some editors. jedi looks for the sub-packages of a package whose
+    # first 50 lines hold `extend_path(__path__` in each reclaim/ folder on its path: here also
+    # .package/reclaim, where `make venv` links the folders that pyproject's package-dir maps into reclaim.
+    # At run time setuptools' import hook maps them, and reclaim's one folder is this one.
+    __path__ = pkgutil.extend_path(__path__, __name__)
+
     from reclaim.api import (
         Deletions,
         Worker,
