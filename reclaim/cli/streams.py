@@ -174,6 +174,8 @@ def cmd_write(args: argparse.Namespace, settings: Settings) -> int:
         source = stack.enter_context(args.file.open("rb")) if args.file is not None else sys.stdin.buffer
         controller, _ = stack.enter_context(stream_controller(settings))
         names = [controller.segment_name(args.stream, s.id) for s in controller.active_segments(args.stream)]
+        if not names:  # sealed: nothing more is written to it
+            raise Unavailable(f"stream {args.stream} has no active segment to write to")
         written = events = 0
         while event := source.read(args.event_size):
             written += controller.append(names[events % len(names)], event)
