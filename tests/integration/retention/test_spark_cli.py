@@ -137,12 +137,15 @@ def test_the_job_process_serves_metrics_emits_the_truncation_and_stops_cleanly_o
 
     # --once from the same checkpoint: only the new cut is read, then the process exits.
     produce_records(kafka_bootstrap, names, [consumed("billing", at(90, 90))])
-    once = run_reclaim(*command[3:-2], "--once", env=unsigned, timeout=300, check=True)
-    # The run's summary is its output, on stdout: the new cut and a wake-up, decided in one event.
+    once = run_reclaim(*command[3:-2], "--once", "-q", env=unsigned, timeout=300, check=True)
+    # The run's summary is its output, on stdout, -q or not: the new cut and a wake-up, decided in one event.
     assert "input_rows=2 streams_decided=1 events=1 rejects=0" in once.stdout
     assert "1 event(s), 0 reject(s)" in once.stdout.splitlines()[-1]
     log_file = spark_log_named(once)
     assert log_file.parent == tmp_path / "state" / "logs"
+    # Its stderr: the file's name, and reclaim's own warnings (record authentication is off here).
+    assert all(line.startswith("reclaim: Spark's log: ") or " WARNING reclaim." in line
+               for line in once.stderr.splitlines()), once.stderr
     cuts = [build_codec().decode(m.value() or b"", names.truncation, TruncationEvent).cut
             for m in consume_from_start(kafka_bootstrap, [names.truncation], "spark-cli-check-2", 2)]
     assert cuts == [at(70, 80), at(90, 90)]
