@@ -4,12 +4,22 @@ chunks retired long ago whose objects are still there (their pending deletes los
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, json_flag, print_json, store_flags
+from reclaim.cli.common import (
+    GROUP_EPILOG,
+    Common,
+    add_verb,
+    add_verbs,
+    duration,
+    json_flag,
+    print_json,
+    store_flags,
+)
 from reclaim.exits import ExitCode
 from reclaim.services import preflight
 from reclaim.settings import Settings
@@ -19,6 +29,8 @@ if TYPE_CHECKING:
     from reclaim.tools.stalled import Resend, StalledReport
 
 DEFAULT_LIMIT = 20
+#: How often ``inflight --wait`` reads the group's lag again.
+WAIT_POLL_S = 1.0
 
 _DESCRIPTION = """\
 inflight  estimated deletions not yet final: the worker group's lag on the deletion topic and its tiers
@@ -39,12 +51,17 @@ def cmd_inflight(args: argparse.Namespace, settings: Settings) -> int:
 
     address, inputs = preflight.bootstrap(settings), topic_names(settings).deletion_inputs
     preflight.require_topics(address, inputs)  # a lag of 0 on topics that do not exist would be a false all-clear
+    deadline = time.monotonic() + (args.wait or 0.0)
     count = estimated_inflight(address, settings.group_id, inputs)
+    while count and time.monotonic() < deadline:
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+        count = estimated_inflight(address, settings.group_id, inputs)
     if args.json:
         print_json({"group": settings.group_id, "estimated_inflight": count})
     else:
         print(count)
-    return 0
+    # Waited for and not reached: the deletions are still in flight, which a script must be able to tell.
+    return ExitCode.FINDINGS if args.wait is not None and count else ExitCode.OK
 
 
 def cmd_stalled(args: argparse.Namespace, settings: Settings) -> int:
@@ -114,8 +131,13 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     json_flag(deletions)
     inflight = add_verb(verbs, "inflight", "estimated deletions not yet final (the group's lag)",
                         "Estimated deletions not yet final: the worker group's lag on the deletion topic and its "
-                        "retry tiers.", ["reclaim deletions inflight", "reclaim deletions inflight --json"])
+                        "retry tiers. With --wait, reads it again each second until it is 0 or the time is up; "
+                        "exit status 1 when deletions are still in flight then.",
+                        ["reclaim deletions inflight", "reclaim deletions inflight --json",
+                         "reclaim deletions inflight --wait 1m"])
     inflight.add_argument("--group-id", help="consumer group (default reclaim-deletion)")
+    inflight.add_argument("--wait", type=duration(), metavar="DURATION",
+                          help=f"wait up to DURATION for 0 deletions in flight: {EXAMPLES}; exit 1 if not reached")
     json_flag(inflight, "print the result as JSON")
     common(inflight)
     inflight.set_defaults(run=cmd_inflight)
