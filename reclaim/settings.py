@@ -16,6 +16,10 @@ from reclaim.secret_files import secret_text
 
 DEFAULT_RETRY_DELAYS = (10, 60, 600)
 MAX_BATCH_SIZE = 1_000_000
+#: The most of each count a setting may ask for: far past any real deployment, so that a typo (a few extra
+#: zeros) is refused in one line rather than spawning that many processes or asking for that many partitions.
+COUNT_LIMITS = {"partitions": 10_000, "processes": 1024, "consumers": 256, "delete_parallelism": 1024,
+                "metadata_pool_size": 1024, "max_attempts": 1000, "replication_factor": 100}
 """The most records librdkafka's ``consume`` returns at once."""
 MAX_COMMIT_INTERVAL_MS = 86_400_000
 """librdkafka's bound on ``auto.commit.interval.ms``."""
@@ -170,11 +174,13 @@ class Settings:
         positive = {"partitions": self.partitions, "batch_size": self.batch_size, "max_attempts": self.max_attempts,
                     "delete_parallelism": self.delete_parallelism, "metadata_pool_size": self.metadata_pool_size,
                     "consumers": self.consumers, "replication_factor": self.replication_factor}
+        if self.processes is not None:
+            positive["processes"] = self.processes
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if self.processes is not None and self.processes < 1:
-            raise ValueError(f"processes must be at least 1, got {self.processes}")
+            if value > COUNT_LIMITS.get(name, value):
+                raise ValueError(f"{name} must be at most {COUNT_LIMITS[name]}, got {value}")
         if self.batch_size > MAX_BATCH_SIZE:
             raise ValueError(f"batch_size must be at most {MAX_BATCH_SIZE} (librdkafka's limit), got {self.batch_size}")
         # NaN compares false with everything, so "not > 0" and isfinite keep it (and infinity) out.

@@ -86,3 +86,12 @@ def test_an_unknown_assignment_is_a_one_line_error() -> None:
     with pytest.raises(ValueError,
                        match=r"^RECLAIM_ASSIGNMENT must be one of eager, cooperative-sticky, got 'sticky'$"):
         Settings.from_env({"RECLAIM_ASSIGNMENT": "sticky"})
+
+
+@pytest.mark.parametrize(("variable", "limit"), [("RECLAIM_PARTITIONS", 10_000), ("RECLAIM_PROCESSES", 1024),
+                                                 ("RECLAIM_CONSUMERS", 256), ("RECLAIM_MAX_ATTEMPTS", 1000),
+                                                 ("RECLAIM_DELETE_PARALLELISM", 1024)])
+def test_a_count_past_its_limit_is_refused_naming_the_variable(variable: str, limit: int) -> None:
+    assert getattr(Settings.from_env({variable: str(limit)}), variable.removeprefix("RECLAIM_").lower()) == limit
+    with pytest.raises(ValueError, match=f"{variable} must be at most {limit}, got {limit * 100}"):
+        Settings.from_env({variable: str(limit * 100)})
