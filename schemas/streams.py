@@ -130,6 +130,24 @@ class RetentionPolicy(AvroRecord):
     min_limit: int = 0
     max_limit: int = LONG_MAX
 
+    def describe(self) -> str:
+        """The policy as a reader says it: ``consumption (fallback time): keep at least 1h, at most 7d``."""
+        from reclaim.durations import human
+
+        kind = self.retention_type.name.lower()
+        if self.retention_type is RetentionType.NONE:
+            return "none: nothing is truncated by retention"
+        if self.retention_type is RetentionType.CONSUMPTION:
+            kind += f" (fallback {self.limit_type.name.lower()})" if self.limit_type is not None else ""
+
+        def amount(limit: int) -> str:
+            if self.limit_type is LimitType.TIME:
+                return human(limit / 1000)
+            return f"{limit} bytes" if self.limit_type is LimitType.SIZE else str(limit)
+
+        most = "no maximum" if self.max_limit == LONG_MAX else f"at most {amount(self.max_limit)}"
+        return f"{kind}: keep at least {amount(self.min_limit)}, {most}"
+
     def to_avro(self) -> dict[str, Any]:
         return {
             "retention_type": self.retention_type.name,

@@ -128,7 +128,7 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
             controller.set_policy(args.stream, policy)
             SubscriberClient(publisher.signed_by(admin), runtime.topic_names(settings),
                              incarnations=controller.incarnation).set_policy(args.stream, policy)
-            print(f"stream {args.stream}: policy {policy.to_avro()}")
+            print(f"stream {args.stream}: policy {policy.describe()}")
         elif args.action == "cut":
             tail, size = controller.tail_cut(args.stream)
             print(json.dumps({"stream": args.stream, "cut": json.loads(format_cut(tail)), "size": size,
