@@ -55,7 +55,7 @@ test-pythons:
 	  venv=.venv-$$version; \
 	  pyenv=$$(pyenv versions --bare 2>/dev/null | grep "^$$version" | tail -1); \
 	  test -x $$venv/bin/python || PYENV_VERSION=$${pyenv:-$$version} python$$version -m venv $$venv || exit 1; \
-	  $$venv/bin/python -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[all,dev]' || exit 1; \
+	  $$venv/bin/python -m pip install -qq --disable-pip-version-check -c constraints.txt -e '.[all,dev,docs]' || exit 1; \
 	  echo "Python $$version: $$($$venv/bin/python --version)"; \
 	  $$venv/bin/python -m pytest -q tests/unit $(PYTEST_ARGS) || exit 1; \
 	done
