@@ -99,11 +99,16 @@ def signed_by(signer: RecordSigner | None) -> str:
     return "record authentication off" if signer is None else f"admin/{signer.key.id}"
 
 
+def check_stream(args: argparse.Namespace) -> None:
+    """The verb's stream is a 'scope/name' that parses: refused before the broker or the store is touched."""
+    if "/" not in args.stream:
+        raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
+    split_stream(args.stream)
+
+
 def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
     if args.action != "record":  # record records every stream with a retention policy: it takes no stream
-        if "/" not in args.stream:
-            raise UsageError(f"streams {args.action} needs a stream as 'scope/name'")
-        split_stream(args.stream)  # a bad name is refused before the broker or the store is touched
+        check_stream(args)
     if args.action == "create" and not 1 <= args.segments <= MAX_SEGMENTS:
         raise UsageError(f"--segments must be between 1 and {MAX_SEGMENTS}, got {args.segments}")
     if args.action == "create":
@@ -164,9 +169,7 @@ def within(flag: str, value: int, bounds: tuple[int, int]) -> None:
 def cmd_write(args: argparse.Namespace, settings: Settings) -> int:
     """``streams write``: the bytes of stdin (or ``--file``) appended as events of at most ``--event-size``
     bytes, one active segment after the other, through the controller's writer."""
-    if "/" not in args.stream:
-        raise UsageError("streams write needs a stream as 'scope/name'")
-    split_stream(args.stream)
+    check_stream(args)
     within("--event-size", args.event_size, EVENT_SIZES)
     if args.file is None and sys.stdin.isatty():
         raise UsageError("streams write appends the bytes of its input: pipe them in, or give --file PATH")
