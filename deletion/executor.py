@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from tenacity import RetryError
 
 from reclaim.deletion import metrics
-from reclaim.deletion.facts import CopyKey, Facts, Pending, Policy, Proceed
+from reclaim.deletion.facts import CopyKey, Facts, Pending, Policy, Proceed, lists_copy
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.deletion.prefetch import Prefetcher
 from reclaim.deletion.retrying import RetryPolicy
@@ -36,7 +36,7 @@ from reclaim.deletion.verify import DELETED, Decision, conclude, error_verdict, 
 from reclaim.logs import LogLimiter
 from reclaim.schemas.ledger import LedgerType, PendingDeleteLedgerInfo
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import DeleteOutcome, DeleteResult
+from reclaim.storage.chunks import DeleteOutcome, DeleteResult, object_name
 from reclaim.storage.errors import MetadataError, StorageError
 from reclaim.storage.metadata import MetadataStore
 
@@ -140,7 +140,7 @@ class DeletionExecutor:
                     concluded[i] = DELETED
                     name = pending.info.ledger_type._name_
                     deleted[name] = deleted.get(name, 0) + 1
-                elif pending.info.chunk_name in facts.rows or copy in headed:
+                elif copy in headed or copy not in facts.objects:
                     concluded[i] = DUPLICATE_DELETE  # its row gone already: another record removed it
                 else:
                     # No row: judged by its object's HEAD, which found it (a missing one is already gone).
@@ -195,34 +195,42 @@ class DeletionExecutor:
         """
         whole: dict[str, CopyKey] = {}
         partial: _Copies = defaultdict(set)
+        detached: dict[str, CopyKey] = {}  # by offload copy id: copies an offload released or abandoned
         for pending in gone:
             info = pending.info
             row = facts.rows.get(info.chunk_name)
-            if row is None:
+            if row is None or not lists_copy(row, info):
+                offload = facts.offloads.get(pending.copy)
+                if offload is not None:
+                    detached[offload.copy] = pending.copy
                 continue
             if len(row.locations) == 1:
                 whole[info.chunk_name] = pending.copy
             else:
                 partial[info.chunk_name].add((info.storage_binding, info.location.bucket, info.location.key))
-        if not whole and not partial:
+        if not whole and not partial and not detached:
             return set(), None
         try:
             for attempt in self._retry.retrying(StorageError):
                 with attempt:
-                    return self._drop_copies_once(whole, partial), None
+                    return self._drop_copies_once(whole, partial, detached), None
         except StorageError as exc:
             log.warning("chunk rows not cleaned after delete (will retry the records): %s", exc)
             return set(), exc
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    def _drop_copies_once(self, whole: dict[str, CopyKey], partial: _Copies) -> set[CopyKey]:
+    def _drop_copies_once(self, whole: dict[str, CopyKey], partial: _Copies,
+                          detached: dict[str, CopyKey]) -> set[CopyKey]:
         removed: set[CopyKey] = set()
         with self._store.transaction() as txn:
+            if detached:
+                # The offload that detached a copy ends with its delete: the transaction that removes it counts it.
+                removed.update(detached[copy] for copy in txn.remove_offloads(detached))
             emptied = list(whole)
             for name, row in txn.get_chunks(partial).items():
                 dropped = partial[name]
                 left = tuple(loc for loc in row.locations if (loc.binding, loc.bucket, loc.key) not in dropped)
-                removed.update((loc.binding, name) for loc in row.locations
+                removed.update((loc.binding, object_name(name, loc)) for loc in row.locations
                                if (loc.binding, loc.bucket, loc.key) in dropped)
                 if left:
                     txn.put_chunk(replace(row, locations=left))

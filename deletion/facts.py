@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 from reclaim.quick_init import quick_init
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
-from reclaim.storage.chunks import ChunkInfo, ChunkLocation
+from reclaim.storage.chunks import OFFLOAD_PREFIX, ChunkInfo, ChunkLocation
 from reclaim.storage.errors import StorageError
-from reclaim.storage.metadata import ChunkRecord, MarkRecord
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, OffloadRecord
 
-#: A chunk copy as a record names it: (storage binding, chunk name).
+#: A chunk copy as a record names it: (storage binding, the object's name there: the chunk name, or an
+#: offloaded copy's ``_offload/<uuid>/<chunk name>``).
 CopyKey = tuple[str, str]
 
 #: A record created this far in the future (epoch millis) comes from a clock no one should trust.
@@ -41,7 +42,16 @@ class Pending:
     """(storage binding, chunk name): made once, since every step of a batch looks the copy up by it."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "copy", (self.info.storage_binding, self.info.chunk_name))
+        info = self.info
+        name = info.chunk_name
+        key = info.location.key
+        if OFFLOAD_PREFIX in key and info.offload_context is not None:
+            # An offloaded copy's object is named by its uuid and chunk: the binding places that name, and
+            # the record's key must be where it does (judge).
+            offloaded = f"{OFFLOAD_PREFIX}{info.offload_context.uuid.hex}/{name}"
+            if key.endswith(offloaded):
+                name = offloaded
+        object.__setattr__(self, "copy", (info.storage_binding, name))
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,7 @@ class Facts:
     ``places``: where the named binding keeps each copy, or the error saying it cannot (no such
     binding, a chunk name the binding refuses). ``objects``: for copies with no chunk row only, what
     the object's HEAD said (its tags, or the error — ``ChunkNotFoundError`` when there is none).
+    ``offloads``: for copies their row does not list (or with no row), the offload of that copy.
     """
 
     now_ms: int
@@ -66,3 +77,13 @@ class Facts:
     marks: Mapping[str, MarkRecord] = field(default_factory=dict)
     places: Mapping[CopyKey, ChunkLocation | StorageError] = field(default_factory=dict)
     objects: Mapping[CopyKey, ChunkInfo | StorageError] = field(default_factory=dict)
+    offloads: Mapping[CopyKey, OffloadRecord] = field(default_factory=dict)
+    """For copies their chunk's row does not list: the offload that made or released the copy, if any."""
+
+
+def lists_copy(row: ChunkRecord | None, info: PendingDeleteLedgerInfo) -> bool:
+    """Whether the chunk ``row`` lists the copy ``info`` names (its binding, bucket and key)."""
+    if row is None:
+        return False
+    key, binding, bucket = info.location.key, info.storage_binding, info.location.bucket
+    return any(loc.key == key and loc.binding == binding and loc.bucket == bucket for loc in row.locations)

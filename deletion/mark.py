@@ -6,7 +6,6 @@ import gc
 import logging
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from reclaim.deletion import metrics
 from reclaim.deletion.records import mark_records
 from reclaim.errors import ReclaimError
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
-from reclaim.segments.garbage import PreparedMark, retire
+from reclaim.segments.garbage import PreparedMark, new_mark_id, retire
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, MetadataStore, MetadataTransaction
 
 log = logging.getLogger(__name__)
@@ -54,10 +53,6 @@ class MarkResult:
     mark_id: str
     marked: tuple[str, ...]
     failed: tuple[str, ...]
-
-
-def new_mark_id() -> str:
-    return uuid.uuid4().hex
 
 
 _gc_lock = threading.Lock()
@@ -146,12 +141,13 @@ class LedgerDeletionService:
         metrics.MARK_BATCHES.labels("partial" if failed else "complete").inc()
         return MarkResult(mark_id, tuple(c.name for c in sent), tuple(sorted(failed)))
 
-    def prepare(self, chunks: Sequence[ChunkRecord]) -> PreparedMark:
-        """Publish the records of ``chunks`` under a new mark, outside any metadata transaction.
+    def prepare(self, chunks: Sequence[ChunkRecord], *, mark_id: str | None = None) -> PreparedMark:
+        """Publish the records of ``chunks`` under a new mark (or ``mark_id``: one chosen before, its records
+        published again), outside any metadata transaction.
 
         Raises :class:`MarkError` unless the broker confirmed every record; nothing has changed then.
         """
-        mark_id = new_mark_id()
+        mark_id = mark_id or new_mark_id()
         commit_by = self._monotonic() + self._commit_within_s
         with _cyclic_gc_paused():
             failed = self._publish(chunks, mark_id)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from reclaim.deletion.facts import CopyKey, Facts, Pending
+from reclaim.deletion.facts import CopyKey, Facts, Pending, lists_copy
 from reclaim.deletion.retrying import RetryPolicy
 from reclaim.stage_clock import stage
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import ChunkInfo, ChunkLocation
+from reclaim.storage.chunks import ChunkInfo, ChunkLocation, object_name
 from reclaim.storage.errors import StorageError, StorageMisconfiguredError
-from reclaim.storage.metadata import MetadataStore
+from reclaim.storage.metadata import MetadataStore, OffloadRecord, OffloadState
 
 #: HEAD requests one batch may have in flight at once.
 LOOKUP_PARALLELISM = 8
@@ -47,9 +47,26 @@ class Prefetcher:
         mark_ids = {p.info.mark_id for p in batch if p.info.mark_id}
         marks = self._store.get_marks(mark_ids) if mark_ids else {}
         rows = self._store.get_chunks({p.info.chunk_name for p in batch})
-        # Of the copies a binding can place, those with no row: their objects are looked up.
-        without_row = [p.copy for p in batch if p.copy[1] not in rows and isinstance(places.get(p.copy), ChunkLocation)]
-        return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places, objects=self._objects(without_row))
+        unlisted = [p for p in batch if not lists_copy(rows.get(p.info.chunk_name), p.info)]
+        offloads = self._offloads(unlisted)
+        # Of the copies a binding can place, those no row lists and no offload holds: their objects are looked
+        # up (a chunk's with no row, and an offloaded copy nothing names).
+        by_object = [p.copy for p in unlisted
+                     if p.copy not in offloads and isinstance(places.get(p.copy), ChunkLocation)
+                     and (p.info.chunk_name not in rows or p.copy[1] != p.info.chunk_name)]
+        return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places, objects=self._objects(by_object),
+                     offloads=offloads)
+
+    def _offloads(self, unlisted: Sequence[Pending]) -> dict[CopyKey, OffloadRecord]:
+        """The offloads behind copies their row does not list (one query, for those only): a copy an offload
+        released or abandoned is deleted by its offload's mark, not its row's."""
+        if not unlisted:
+            return {}
+        found: dict[CopyKey, OffloadRecord] = {}
+        for offload in self._store.offloads_of({p.info.chunk_name for p in unlisted}):
+            copy = offload.source if offload.state is OffloadState.RELEASED else offload.target
+            found[(copy.binding, object_name(offload.chunk, copy))] = offload
+        return found
 
     def _places(self, batch: Sequence[Pending]) -> dict[CopyKey, ChunkLocation | StorageError]:
         places: dict[CopyKey, ChunkLocation | StorageError] = {}

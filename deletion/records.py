@@ -47,7 +47,11 @@ _VARIANT_BITS, _VARIANT_SIGNED = 2**62 - 1, 2**63
 
 
 def _copy_uuid_halves(prefix: Any, location: ChunkLocation) -> tuple[int, int]:
-    """``_copy_uuid_after`` as Java's signed (msb, lsb), read off the digest as two longs: no 128-bit int."""
+    """``_copy_uuid_after`` as Java's signed (msb, lsb), read off the digest as two longs: no 128-bit int.
+
+    An offloaded copy has a uuid of its own (its object's name holds it): that one, as two signed longs."""
+    if location.copy is not None:
+        return _UUID_HALVES(bytes.fromhex(location.copy))
     hasher = prefix.copy()
     hasher.update(f"{location.binding}:{location.key}".encode())
     msb, lsb = _UUID_HALVES(hasher.digest())
@@ -58,8 +62,10 @@ def copy_uuid(mark_id: str, location: ChunkLocation) -> int:
     """``uuid5(NAMESPACE_URL, "reclaim:<mark>:<binding>:<key>")`` as an int: stable per (mark, copy).
 
     Computed from SHA-1 directly (the same value ``uuid.uuid5`` gives, without its objects), because
-    phase 1 makes one per tier-2 copy.
+    phase 1 makes one per tier-2 copy. An offloaded copy's is its own uuid.
     """
+    if location.copy is not None:
+        return int(location.copy, 16)
     return _copy_uuid_after(_uuid_prefix(mark_id), location)
 
 

@@ -8,14 +8,14 @@ Neither does any I/O, so both are tested as plain values.
 
 from __future__ import annotations
 
-from reclaim.deletion.facts import Facts, Pending, Policy, Proceed
+from reclaim.deletion.facts import Facts, Pending, Policy, Proceed, lists_copy
 from reclaim.deletion.outcomes import Outcome, Verdict, stack_summary
 from reclaim.deletion.ownership import LEDGER_TYPE_OF_TIER_NAME, component_of
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.segments.backup import EXPORT_COMPONENT
 from reclaim.storage.chunks import ChunkInfo, ChunkLocation, ChunkTags, DeleteResult
 from reclaim.storage.errors import ChunkNotFoundError, InvalidChunkNameError, StorageError, StorageMisconfiguredError
-from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState
+from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, OffloadRecord
 
 Decision = Verdict | Proceed
 
@@ -59,6 +59,14 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
     if LEDGER_TYPE_OF_TIER_NAME[place.tier._name_] is not info.ledger_type:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {place.tier.name} copy")
     row = facts.rows.get(info.chunk_name)
+    if not lists_copy(row, info):
+        # A copy no row lists: one an offload made or released is its offload's to judge; an offloaded copy
+        # nothing names is judged by its object, as a chunk with no row is.
+        offload = facts.offloads.get(pending.copy) if facts.offloads else None
+        if offload is not None:
+            return _by_offload(pending, offload, facts, policy)
+        if pending.copy[1] != info.chunk_name:
+            return _by_object(pending, facts, place)
     if row is None:
         return _by_object(pending, facts, place)
     mismatch = row_mismatch(info, row)
@@ -96,8 +104,25 @@ def _by_object(pending: Pending, facts: Facts, place: ChunkLocation) -> Decision
         # A segment's layout export is no chunk and never garbage; its tags name a segment like a
         # chunk's do, and its component maps to SEGMENT like any unknown one.
         return Verdict(Outcome.OWNERSHIP_MISMATCH, "the object is a layout export, not a chunk")
-    mismatch = tags_mismatch(pending.info, seen.tags) or written_as_mismatch(pending.info, seen, place)
+    mismatch = tags_mismatch(pending.info, seen.tags) or written_as_mismatch(pending.copy[1], seen, place)
     return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch) if mismatch else Proceed.DELETE
+
+
+def _by_offload(pending: Pending, offload: OffloadRecord, facts: Facts, policy: Policy) -> Verdict | Proceed:
+    """A copy its chunk's row does not list, made or released by an offload: deleted only when the offload
+    detached it under this very record's mark (released after its switch, or abandoned after a cancel)."""
+    info = pending.info
+    detached = offload.detached
+    if (detached is not None and offload.mark_id == info.mark_id and detached.binding == info.storage_binding
+            and (detached.key, detached.bucket) == (info.location.key, info.location.bucket)):
+        return Proceed.DELETE
+    mark = facts.marks.get(info.mark_id)
+    committed = mark is not None and mark.state is MarkState.COMMITTED
+    started = facts.now_ms if pending.first_failure_ms is None else pending.first_failure_ms
+    if not committed and facts.now_ms - started < policy.mark_timeout_ms:
+        return Verdict(Outcome.MARK_PENDING, f"an offload holds this copy ({offload.state.value}); "
+                                             "its mark is not committed yet")
+    return Verdict(Outcome.IN_USE, f"an offload holds this copy ({offload.state.value}) under another mark")
 
 
 def still_active(pending: Pending, mark: MarkRecord | None, now_ms: int, policy: Policy) -> Verdict:
@@ -118,8 +143,7 @@ def still_active(pending: Pending, mark: MarkRecord | None, now_ms: int, policy:
 
 def row_mismatch(info: PendingDeleteLedgerInfo, row: ChunkRecord) -> str:
     """Why ``info``'s owner fields disagree with the chunk row, or ``""`` when they agree."""
-    binding, bucket, key = info.storage_binding, info.location.bucket, info.location.key
-    if not any(loc.key == key and loc.binding == binding and loc.bucket == bucket for loc in row.locations):
+    if not lists_copy(row, info):
         return "the chunk row has no copy at this location"
     if row.segment != info.segment_name:
         # The row, not the write-time tag, says who owns a chunk: a merged transaction chunk
@@ -146,12 +170,13 @@ def tags_mismatch(info: PendingDeleteLedgerInfo, tags: ChunkTags | None, check_s
     return ""
 
 
-def written_as_mismatch(info: PendingDeleteLedgerInfo, seen: ChunkInfo, place: ChunkLocation) -> str:
-    """Why the object found for ``info`` is not the chunk it names, or ``""`` when it is."""
+def written_as_mismatch(name: str, seen: ChunkInfo, place: ChunkLocation) -> str:
+    """Why the object found for a record is not the copy it names (``name``: the chunk's name, or an offloaded
+    copy's object name), or ``""`` when it is."""
     if seen.written_as is None:
         return ("the object's tags do not name it (written before chunk names were tagged); "
                 "left for the audit")
-    return seen.written_as.mismatch(place.binding, place.bucket, info.chunk_name)
+    return seen.written_as.mismatch(place.binding, place.bucket, name)
 
 
 def conclude(result: DeleteResult, cleanup_error: StorageError | None) -> Verdict:

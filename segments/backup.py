@@ -37,7 +37,7 @@ def layout_document(record: SegmentRecord, chain: Sequence[ChunkRecord]) -> dict
         "name": c.name, "segment": c.segment, "start_offset": c.start_offset, "length": c.length,
         "next_chunk": c.next_chunk, "tags": c.tags.to_dict(),
         "locations": [{"binding": loc.binding, "tier": loc.tier.value, "bucket": loc.bucket, "key": loc.key}
-                      for loc in c.locations],
+                      | ({} if loc.copy is None else {"copy": loc.copy}) for loc in c.locations],
     } for c in chain]
     return {"format": LAYOUT_FORMAT, "version": LAYOUT_VERSION, "segment": segment, "chunks": chunks}
 
@@ -46,7 +46,7 @@ def _chunk_from_doc(raw: dict[str, Any]) -> ChunkRecord:
     tags = ChunkTags.from_dict(raw["tags"])
     if tags is None:
         raise ValueError(f"chunk {raw.get('name')!r} has malformed tags")
-    locations = tuple(ChunkLocation(loc["binding"], Tier(loc["tier"]), loc["bucket"], loc["key"])
+    locations = tuple(ChunkLocation(loc["binding"], Tier(loc["tier"]), loc["bucket"], loc["key"], loc.get("copy"))
                       for loc in raw["locations"])
     return ChunkRecord(name=raw["name"], segment=raw["segment"], start_offset=int(raw["start_offset"]),
                        length=int(raw["length"]), tags=tags, locations=locations,

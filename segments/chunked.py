@@ -30,7 +30,7 @@ from reclaim.segments.layout import (
     validate_segment_name,
 )
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import ChunkHandle, ChunkStorage, ChunkTags, Tier
+from reclaim.storage.chunks import ChunkHandle, ChunkStorage, ChunkTags
 from reclaim.storage.errors import (
     ChunkNotFoundError,
     ChunkReadOnlyError,
@@ -314,10 +314,11 @@ class ChunkedSegmentStorage:
 
     def _appendable(self, record: SegmentRecord, chunk: ChunkRecord | None, epoch: int) -> bool:
         # A writer never appends to a chunk of another epoch or segment (PDP-34 single-writer rule).
+        # A chunk with two copies (an offload on its way) is never appended to: its copies would differ.
         return (chunk is not None and self.binding.supports_append and chunk.active
                 and chunk.tags.writer_epoch == epoch and chunk.tags.segment == record.name
-                and chunk.length < record.max_rolling_length
-                and any(loc.binding == self.binding.name for loc in chunk.locations))
+                and chunk.length < record.max_rolling_length and len(chunk.locations) == 1
+                and chunk.locations[0].binding == self.binding.name)
 
     def _put_bytes(self, record: SegmentRecord, last: ChunkRecord | None, epoch: int,
                    data: bytes) -> _WritePlan:
@@ -390,13 +391,29 @@ class ChunkedSegmentStorage:
         return b"".join(self._read_slice(s) for s in plan_read(chain, offset, length))
 
     def _read_slice(self, piece: ReadSlice) -> bytes:
-        known = [loc for loc in piece.chunk.locations if loc.binding in self.bindings]
-        if not known:
-            raise StorageError("no configured binding holds this chunk", chunk=piece.chunk.name)
-        # Prefer the hot copy when a chunk has both.
-        location = min(known, key=lambda loc: loc.tier is not Tier.TIER1)
-        binding = self.bindings.for_location(location)
-        return binding.read(ChunkHandle(location.key, read_only=True), piece.offset, piece.length)
+        """The slice's bytes from the chunk's first copy (the row's order says where reads go: an offload's
+        switch puts its copy first), else from its other copy, else from the copies its row lists now.
+
+        A read planned on a layout an offload then moved on (its hot copy released and deleted) finds
+        the chunk where the row says it is now: every byte comes from one copy or the other, never a gap."""
+        chunk = piece.chunk
+        missing: ChunkNotFoundError | None = None
+        for _ in range(_SNAPSHOT_ATTEMPTS):
+            known = [loc for loc in chunk.locations if loc.binding in self.bindings]
+            if not known:
+                raise StorageError("no configured binding holds this chunk", chunk=chunk.name)
+            for location in known:
+                binding = self.bindings.for_location(location)
+                try:
+                    return binding.read(ChunkHandle(location.key, read_only=True), piece.offset, piece.length)
+                except ChunkNotFoundError as exc:
+                    missing = exc
+            fresh = self.store.get_chunk(chunk.name)
+            if fresh is None or not fresh.active or fresh.locations == chunk.locations:
+                break  # truncated meanwhile, or truly missing: no other copy to read
+            chunk = fresh
+        assert missing is not None
+        raise missing
 
 
     @staticmethod

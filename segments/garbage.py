@@ -42,6 +42,11 @@ class PreparedMark:
                                         key=self.mark_id, expected=len(self.chunks), actual=len(chunks))
 
 
+def new_mark_id() -> str:
+    """A new deletion mark's id: 32 random hex digits."""
+    return uuid.uuid4().hex
+
+
 class GarbageSink(Protocol):
     """Takes chunks out of a live layout in two steps, so no metadata lock is held across the network.
 
@@ -69,13 +74,16 @@ class _BatchRetiring(Protocol):
 def retire(txn: MetadataTransaction, chunks: Sequence[ChunkRecord], mark_id: str) -> None:
     """Mark ``chunks`` inactive with ``mark_id`` in ``txn``, each at its own version (a compare-and-set).
 
-    One batched statement where the transaction has one, else one ``put_chunk`` per chunk.
+    One batched statement where the transaction has one, else one ``put_chunk`` per chunk. An offload of a
+    retired chunk still on its way is cancelled in the same transaction (its copy is then deleted on its
+    own), so an offload never switches a retired chunk and never leaves its copy behind.
     """
     if isinstance(txn, _BatchRetiring):
         txn.retire_chunks(chunks, mark_id)
-        return
-    for chunk in chunks:
-        txn.put_chunk(replace(chunk, active=False, mark_id=mark_id))
+    else:
+        for chunk in chunks:
+            txn.put_chunk(replace(chunk, active=False, mark_id=mark_id))
+    txn.cancel_offloads([chunk.name for chunk in chunks])
 
 
 class RecordingGarbageSink:
@@ -87,10 +95,10 @@ class RecordingGarbageSink:
         self.prepared = 0
         self.calls = 0
 
-    def prepare(self, chunks: Sequence[ChunkRecord]) -> PreparedMark:
+    def prepare(self, chunks: Sequence[ChunkRecord], *, mark_id: str | None = None) -> PreparedMark:
         with self._lock:
             self.prepared += 1
-        return PreparedMark(uuid.uuid4().hex, tuple(chunks))
+        return PreparedMark(mark_id or new_mark_id(), tuple(chunks))
 
     def commit(self, txn: MetadataTransaction, prepared: PreparedMark, chunks: Sequence[ChunkRecord]) -> None:
         prepared.require_covers(chunks)

@@ -12,7 +12,7 @@ from reclaim.segments.errors import (
     SegmentNotSealedError,
     SegmentSealedError,
 )
-from reclaim.storage.chunks import validate_chunk_name
+from reclaim.storage.chunks import OFFLOAD_PREFIX, validate_chunk_name
 from reclaim.storage.errors import InvalidChunkNameError
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 
@@ -29,6 +29,8 @@ def validate_segment_name(name: str) -> str:
         validate_chunk_name(name)
     except InvalidChunkNameError as exc:
         raise InvalidSegmentNameError(str(exc), segment=repr(name)) from exc
+    if name.startswith(OFFLOAD_PREFIX):
+        raise InvalidSegmentNameError(f"names under {OFFLOAD_PREFIX} are offloaded copies'", segment=name[:64])
     if len(name.encode("utf-8")) > MAX_SEGMENT_NAME_BYTES:
         raise InvalidSegmentNameError(f"longer than {MAX_SEGMENT_NAME_BYTES} bytes", segment=name[:64])
     if len(name.rpartition("/")[2].encode("utf-8")) > MAX_LAST_COMPONENT_BYTES:

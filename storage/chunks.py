@@ -114,13 +114,46 @@ class WrittenAs:
 class ChunkLocation:
     """One copy of a chunk: the binding that holds it, its tier, bucket (None for a filesystem) and key.
 
-    ``key`` is the chunk name as the binding addresses it (an S3 binding adds its key prefix).
+    ``key`` is the object's name as the binding addresses it (an S3 binding adds its key prefix): the chunk
+    name for a copy written there, :func:`offload_object_name` for one an offload made. ``copy`` is an offloaded
+    copy's uuid (32 hex digits), None for a copy written in place.
     """
 
     binding: str
     tier: Tier
     bucket: str | None
     key: str
+    copy: str | None = None
+
+
+#: The first path component of every offloaded copy's object name; segment names may not start with it.
+OFFLOAD_PREFIX = "_offload/"
+_COPY_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def offload_object_name(copy: str, chunk_name: str) -> str:
+    """Where an offload puts copy ``copy`` of ``chunk_name`` in its target binding: ``_offload/<copy>/<chunk>``.
+
+    The copy's uuid is part of the name, so no two offloads of one chunk ever share an object: a pending
+    delete of an abandoned copy can never remove a later copy of the same chunk.
+    """
+    if not _COPY_ID.fullmatch(copy):
+        raise InvalidChunkNameError("an offloaded copy's id is 32 lowercase hex digits", chunk=chunk_name)
+    return f"{OFFLOAD_PREFIX}{copy}/{chunk_name}"
+
+
+def object_name(chunk_name: str, location: ChunkLocation) -> str:
+    """The name ``location``'s binding keeps that copy of ``chunk_name`` under (``location.key`` less the
+    binding's own prefix): the chunk name, or an offloaded copy's name."""
+    return chunk_name if location.copy is None else offload_object_name(location.copy, chunk_name)
+
+
+def offloaded_copy_of(object_name: str) -> tuple[str, str] | None:
+    """``(copy, chunk name)`` of an offloaded copy's object name, or None when it is not one."""
+    if not object_name.startswith(OFFLOAD_PREFIX):
+        return None
+    copy, _, chunk_name = object_name[len(OFFLOAD_PREFIX):].partition("/")
+    return (copy, chunk_name) if _COPY_ID.fullmatch(copy) and chunk_name else None
 
 
 @dataclass(frozen=True)

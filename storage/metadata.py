@@ -102,6 +102,65 @@ class MarkRecord:
     version: int = 0
 
 
+class OffloadState(enum.Enum):
+    """Where one offload of a chunk's copy stands (the protocol's steps; ``docs/concepts/offload.md``).
+
+    INTENT: recorded before the first byte goes to the target; the upload may be in flight.
+    UPLOADED: the whole copy is on the target. SWITCHED: the chunk's row reads from the target copy first
+    and still lists the source copy. RELEASED: the source copy left the row under ``mark_id``; phase 2
+    deletes it. CANCELLED: the chunk was retired, or the intent passed its deadline, before the switch; the
+    target copy is to be deleted. ABANDONED: the target copy handed to phase 1 under ``mark_id``; phase 2
+    deletes it. A finished offload's row is removed by phase 2's delete of its last detached copy.
+    """
+
+    INTENT = "INTENT"
+    UPLOADED = "UPLOADED"
+    SWITCHED = "SWITCHED"
+    RELEASED = "RELEASED"
+    CANCELLED = "CANCELLED"
+    ABANDONED = "ABANDONED"
+
+
+#: States whose copy is detached from the chunk row and named by the offload's own mark.
+DETACHED_STATES = frozenset((OffloadState.RELEASED, OffloadState.ABANDONED))
+#: States of an offload still on its way (no switch yet): a retirement cancels them.
+OPEN_STATES = frozenset((OffloadState.INTENT, OffloadState.UPLOADED))
+
+
+@dataclass(frozen=True)
+class OffloadRecord:
+    """One offload of chunk ``chunk``'s ``source`` copy to ``target`` (copy ``copy``, 32 hex digits).
+
+    ``deadline``: the time (seconds since the epoch) by which the switch must commit, else the offload is
+    cancelled and its copy deleted. ``switched_at``: when the switch committed (the source copy may leave the row
+    once the release lag has passed since). ``mark_id``: the mark of the detached copy's pending delete.
+    ``tags`` and ``segment`` are the chunk's, kept so a cancelled copy's delete can be built after the
+    chunk's row is gone.
+    """
+
+    copy: str
+    chunk: str
+    segment: str
+    tags: ChunkTags
+    source: ChunkLocation
+    target: ChunkLocation
+    length: int
+    state: OffloadState
+    created_at: float
+    deadline: float
+    switched_at: float | None = None
+    mark_id: str | None = None
+    version: int = 0
+
+    @property
+    def detached(self) -> ChunkLocation | None:
+        """The copy this offload handed to phase 1 on its own, if any: the source once released, the target
+        once abandoned."""
+        if self.state is OffloadState.RELEASED:
+            return self.source
+        return self.target if self.state is OffloadState.ABANDONED else None
+
+
 class MetadataTransaction(Protocol):
     """One atomic unit over several keys; every ``put`` is a compare-and-set on versions.
 
@@ -122,6 +181,11 @@ class MetadataTransaction(Protocol):
     def get_mark(self, mark_id: str) -> MarkRecord | None: ...
     def get_marks(self, mark_ids: Iterable[str]) -> dict[str, MarkRecord]: ...
     def put_mark(self, record: MarkRecord, *, expected_version: int | None = None) -> MarkRecord: ...
+    def get_offload(self, copy: str) -> OffloadRecord | None: ...
+    def offloads_of(self, chunks: Iterable[str]) -> list[OffloadRecord]: ...
+    def put_offload(self, record: OffloadRecord, *, expected_version: int | None = None) -> OffloadRecord: ...
+    def cancel_offloads(self, chunks: Iterable[str]) -> list[str]: ...
+    def remove_offloads(self, copies: Iterable[str]) -> list[str]: ...
     def on_commit(self, callback: Callable[[], None]) -> None: ...
 
 
@@ -148,6 +212,9 @@ class MetadataStore(Protocol):
     def segment_names(self, prefix: str = "") -> list[str]: ...
     def binding_names(self) -> set[str]: ...
     def remove_chunks(self, names: Iterable[str]) -> list[str]: ...
+    def get_offload(self, copy: str) -> OffloadRecord | None: ...
+    def offloads_of(self, chunks: Iterable[str]) -> list[OffloadRecord]: ...
+    def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]: ...
     def close(self) -> None: ...
 
 

@@ -15,7 +15,18 @@ from typing import Any, TypeVar
 
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.errors import MetadataConflictError
-from reclaim.storage.metadata import MAX_LOCATIONS, ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
+from reclaim.storage.metadata import (
+    DETACHED_STATES,
+    MAX_LOCATIONS,
+    OPEN_STATES,
+    ChunkRecord,
+    MarkRecord,
+    MarkState,
+    OffloadRecord,
+    OffloadState,
+    SegmentRecord,
+    SegmentStatus,
+)
 from reclaim.storage.metrics import METADATA_TRANSACTIONS
 from reclaim.storage.sql_base import Database, Migration, Outcome, Queries, StoreBase, Transaction, distinct
 from reclaim.storage.sqlite_base import SQLiteDatabase
@@ -63,6 +74,24 @@ CREATE TABLE marks (
     mark_id TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, state TEXT NOT NULL,
     created_at DOUBLE PRECISION NOT NULL)
 """}),
+    # Offloads (docs/concepts/offload.md): one row per copy an offload makes, from its intent until phase 2
+    # deletes the copy it detached. Looked up by copy, and by chunk when a chunk is retired.
+    Migration(2, {
+        "sqlite": """
+CREATE TABLE IF NOT EXISTS offloads (
+    copy TEXT PRIMARY KEY, version INTEGER NOT NULL, chunk TEXT NOT NULL, segment TEXT NOT NULL,
+    tags TEXT NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL, length INTEGER NOT NULL,
+    state TEXT NOT NULL, created_at REAL NOT NULL, deadline REAL NOT NULL, switched_at REAL, mark_id TEXT);
+CREATE INDEX IF NOT EXISTS offloads_by_chunk ON offloads (chunk)
+""",
+        "postgresql": """
+CREATE TABLE offloads (
+    copy TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, chunk TEXT COLLATE "C" NOT NULL,
+    segment TEXT COLLATE "C" NOT NULL, tags TEXT NOT NULL, source TEXT NOT NULL, target TEXT NOT NULL,
+    length BIGINT NOT NULL, state TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+    deadline DOUBLE PRECISION NOT NULL, switched_at DOUBLE PRECISION, mark_id TEXT COLLATE "C");
+CREATE INDEX offloads_by_chunk ON offloads (chunk)
+"""}),
 )
 
 _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "length", "first_chunk",
@@ -71,11 +100,15 @@ _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "leng
 _CHUNK_COLUMNS = ("name", "version", "segment", "start_offset", "length", "next_chunk", "active", "mark_id",
                   "tags", "locations")
 _MARK_COLUMNS = ("mark_id", "version", "state", "created_at")
+_OFFLOAD_COLUMNS = ("copy", "version", "chunk", "segment", "tags", "source", "target", "length", "state",
+                    "created_at", "deadline", "switched_at", "mark_id")
 #: How a column's JSON text is made in one of SQLite's JSON rows (``select_in``): locations as stored (valid
 #: JSON, or null, which no row may hold and so is refused when read), times with every digit (SQLite's printf
 #: stops at 16 significant digits unless given its ``!`` flag).
 _JSON_COLUMNS = {"locations": "iif(json_valid(locations), locations, 'null')",
-                 "created_at": "json_quote(printf('%!.17g', created_at))"}
+                 "created_at": "json_quote(printf('%!.17g', created_at))",
+                 "deadline": "json_quote(printf('%!.17g', deadline))",
+                 "switched_at": "iif(switched_at IS NULL, 'null', json_quote(printf('%!.17g', switched_at)))"}
 
 
 def _segment_from_row(row: Sequence[Any]) -> SegmentRecord:
@@ -112,14 +145,23 @@ def _built(cls: type[_T], fields: dict[str, Any]) -> _T:
 
 
 _LOCATION_FIELDS = frozenset(("binding", "tier", "bucket", "key"))
+_OFFLOADED_FIELDS = _LOCATION_FIELDS | {"copy"}
 
 
 def _location(stored: Any) -> ChunkLocation:
-    """One copy of a row's ``locations``: the parsed JSON object itself becomes the record's fields."""
-    if type(stored) is not dict or stored.keys() != _LOCATION_FIELDS:
-        raise ValueError(f"a chunk location is not an object of {sorted(_LOCATION_FIELDS)}")
+    """One copy of a row's ``locations``: the parsed JSON object itself becomes the record's fields (an
+    offloaded copy's holds its ``copy`` id too; a copy written in place has none, the field's default)."""
+    if type(stored) is not dict or (stored.keys() != _LOCATION_FIELDS and (
+            stored.keys() != _OFFLOADED_FIELDS or type(stored["copy"]) is not str)):
+        raise ValueError(f"a chunk location is not an object of {sorted(_LOCATION_FIELDS)} (and a copy id)")
     stored["tier"] = _TIERS[stored["tier"]]
     return _built(ChunkLocation, stored)
+
+
+def _location_values(location: ChunkLocation) -> dict[str, Any]:
+    values = {"binding": location.binding, "tier": location.tier.value, "bucket": location.bucket,
+              "key": location.key}
+    return values if location.copy is None else values | {"copy": location.copy}
 
 
 def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
@@ -134,15 +176,35 @@ def _chunk_from_row(row: Sequence[Any]) -> ChunkRecord:
         "locations": copies, "next_chunk": next_chunk, "active": bool(active), "mark_id": mark_id, "version": version})
 
 
+def _tags_json(tags: ChunkTags) -> str:
+    return json.dumps({"component": tags.component, "stream": tags.stream, "segment": tags.segment,
+                       "writer_epoch": tags.writer_epoch, "application": tags.application}, sort_keys=True)
+
+
 def _chunk_values(record: ChunkRecord) -> dict[str, Any]:
-    tags = {"component": record.tags.component, "stream": record.tags.stream, "segment": record.tags.segment,
-            "writer_epoch": record.tags.writer_epoch, "application": record.tags.application}
-    locations = [{"binding": loc.binding, "tier": loc.tier.value, "bucket": loc.bucket, "key": loc.key}
-                 for loc in record.locations]
+    locations = [_location_values(loc) for loc in record.locations]
     return {"name": record.name, "segment": record.segment, "start_offset": record.start_offset,
             "length": record.length, "next_chunk": record.next_chunk, "active": int(record.active),
-            "mark_id": record.mark_id, "tags": json.dumps(tags, sort_keys=True),
-            "locations": json.dumps(locations)}
+            "mark_id": record.mark_id, "tags": _tags_json(record.tags), "locations": json.dumps(locations)}
+
+
+def _offload_from_row(row: Sequence[Any]) -> OffloadRecord:
+    values = dict(zip(_OFFLOAD_COLUMNS, row, strict=True))
+    return OffloadRecord(
+        copy=values["copy"], chunk=values["chunk"], segment=values["segment"], tags=_tags_from_json(values["tags"]),
+        source=_location(json.loads(values["source"])), target=_location(json.loads(values["target"])),
+        length=int(values["length"]), state=OffloadState(values["state"]), created_at=float(values["created_at"]),
+        deadline=float(values["deadline"]),
+        switched_at=None if values["switched_at"] is None else float(values["switched_at"]),
+        mark_id=values["mark_id"], version=int(values["version"]))
+
+
+def _offload_values(record: OffloadRecord) -> dict[str, Any]:
+    return {"copy": record.copy, "chunk": record.chunk, "segment": record.segment, "tags": _tags_json(record.tags),
+            "source": json.dumps(_location_values(record.source)),
+            "target": json.dumps(_location_values(record.target)),
+            "length": record.length, "state": record.state.value, "created_at": record.created_at,
+            "deadline": record.deadline, "switched_at": record.switched_at, "mark_id": record.mark_id}
 
 
 def _mark_from_row(row: Sequence[Any]) -> MarkRecord:
@@ -190,6 +252,17 @@ class _Reader(Queries):
     def get_marks(self, mark_ids: Iterable[str]) -> dict[str, MarkRecord]:
         records = (_mark_from_row(row) for row in self._many("marks", _MARK_COLUMNS, "mark_id", mark_ids))
         return {record.mark_id: record for record in records}
+
+    def get_offload(self, copy: str) -> OffloadRecord | None:
+        row = self._one("offloads", _OFFLOAD_COLUMNS, "copy", copy)
+        return _offload_from_row(row) if row else None
+
+    def offloads_of(self, chunks: Iterable[str]) -> list[OffloadRecord]:
+        return [_offload_from_row(row) for row in self._many("offloads", _OFFLOAD_COLUMNS, "chunk", chunks)]
+
+    def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]:
+        sql = f"SELECT {', '.join(_OFFLOAD_COLUMNS)} FROM offloads WHERE copy > ? ORDER BY copy LIMIT ?"
+        return [_offload_from_row(row) for row in self._conn.execute(sql, (after, limit))]
 
     def binding_names(self) -> set[str]:
         rows = self._conn.execute(_BINDING_NAMES[self._conn.engine])
@@ -271,6 +344,30 @@ class SQLTransaction(_Reader, Transaction):
         version = self._cas("marks", "mark_id", record.mark_id, expected, values)
         return replace(record, version=version)
 
+    def put_offload(self, record: OffloadRecord, *, expected_version: int | None = None) -> OffloadRecord:
+        expected = record.version if expected_version is None else expected_version
+        version = self._cas("offloads", "copy", record.copy, expected, _offload_values(record))
+        return replace(record, version=version)
+
+    def cancel_offloads(self, chunks: Iterable[str]) -> list[str]:
+        """Settle the offloads of ``chunks``, which this transaction retires: one not yet switched is
+        CANCELLED (its copy is to be deleted on its own), a switched one's row goes (the retiring mark
+        names both of the chunk's copies). The copies cancelled, in no order."""
+        offloads = self.offloads_of(chunks)
+        cancelled = [o for o in offloads if o.state in OPEN_STATES]
+        for offload in cancelled:
+            self.put_offload(replace(offload, state=OffloadState.CANCELLED))
+        switched = [o.copy for o in offloads if o.state is OffloadState.SWITCHED]
+        if switched:
+            self._conn.delete_in("offloads", "copy", switched, "state = 'SWITCHED'")
+        return [o.copy for o in cancelled]
+
+    def remove_offloads(self, copies: Iterable[str]) -> list[str]:
+        """Remove the offloads of ``copies`` whose detached copy phase 2 deleted; returns those removed."""
+        detached = ", ".join(f"'{state.value}'" for state in DETACHED_STATES)
+        return [str(copy) for copy in self._conn.delete_in("offloads", "copy", distinct(copies, "copy"),
+                                                              f"state IN ({detached})")]
+
 
 class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
     """The metadata store on a SQL :class:`~reclaim.storage.sql_base.Database`; see the engines' subclasses.
@@ -315,6 +412,18 @@ class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
     def binding_names(self) -> set[str]:
         """Every storage binding some chunk row has a copy on (one scan of the chunk rows)."""
         return self._read(lambda r: r.binding_names())
+
+    def get_offload(self, copy: str) -> OffloadRecord | None:
+        return self._read(lambda r: r.get_offload(copy))
+
+    def offloads_of(self, chunks: Iterable[str]) -> list[OffloadRecord]:
+        """Every offload of the chunks ``chunks`` (any state), in one query per 10000 names."""
+        wanted = distinct(chunks, "chunk")
+        return self._read(lambda r: r.offloads_of(wanted))
+
+    def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]:
+        """Up to ``limit`` offloads whose copy ids sort after ``after``, in copy order (``""`` starts)."""
+        return self._read(lambda r: r.offloads_after(after, limit))
 
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
         """Remove inactive chunk rows (after their storage delete) in one transaction; returns the removed."""

@@ -232,3 +232,30 @@ def test_transaction_outcomes_are_counted_in_the_metric(store: SQLMetadataStore)
     assert count("committed") == committed + 1
     assert count("conflict") == conflict + 1
     assert count("rolled_back") == rolled_back + 1
+
+
+def test_offloads_round_trip_and_a_retirement_settles_them(store: SQLMetadataStore) -> None:
+    from reclaim.storage.metadata import OffloadRecord, OffloadState
+
+    hot = ChunkLocation("fs-tier1", Tier.TIER1, None, "c0")
+    copies = ["a" * 32, "b" * 32, "c" * 32]
+    cold = [ChunkLocation("s3-tier2", Tier.TIER2, "b", f"_offload/{copy}/c0", copy) for copy in copies]
+    states = [OffloadState.INTENT, OffloadState.SWITCHED, OffloadState.RELEASED]
+    with store.transaction() as txn:
+        stored = [txn.put_offload(OffloadRecord(copy, "c0", "s/0", TAGS, hot, target, 10, state,
+                                                1_800_000_000.123456789, 1_800_000_600.987654321,
+                                                switched_at=None if state is OffloadState.INTENT else 1.25,
+                                                mark_id="m" if state is OffloadState.RELEASED else None))
+                  for copy, target, state in zip(copies, cold, states, strict=True)]
+        txn.put_chunk(chunk("c0"))
+    assert store.get_offload(copies[0]) == stored[0]  # every digit of the times kept
+    assert sorted(store.offloads_of(["c0", "nope"]), key=lambda o: o.copy) == stored
+    assert store.offloads_after(copies[0], 10) == stored[1:]
+    with store.transaction() as txn:
+        assert txn.cancel_offloads(["c0"]) == [copies[0]]  # the open one cancelled, the switched one's row gone
+    left = {o.copy: o.state for o in store.offloads_of(["c0"])}
+    assert left == {copies[0]: OffloadState.CANCELLED, copies[2]: OffloadState.RELEASED}
+    with store.transaction() as txn:
+        assert txn.remove_offloads(copies) == [copies[2]]  # only a detached copy's offload ends by its delete
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.put_offload(stored[0])  # stale version
