@@ -347,7 +347,7 @@ class Offloader:
         return reaped
 
     def _abandon(self, offload: OffloadRecord) -> bool:
-        return abandon(self.store, self.deletions, offload, clock=self.clock, step=self._step)
+        return abandon(self.store, self.deletions.prepare, offload, clock=self.clock, step=self._step)
 
     def offloads(self) -> list[OffloadRecord]:
         """Every offload row, in copy order (``reclaim offload status``)."""
@@ -374,12 +374,14 @@ def with_mark(store: MetadataStore, offload: OffloadRecord) -> OffloadRecord:
         return txn.put_offload(replace(offload, mark_id=new_mark_id()))
 
 
-def abandon(store: MetadataStore, deletions: MarkPublisher, offload: OffloadRecord, *,
+def abandon(store: MetadataStore, prepare: Callable[..., PreparedMark], offload: OffloadRecord, *,
             clock: Callable[[], float] = time.time, step: CrashHook | None = None) -> bool:
-    """Hand an offload's copy to phase 1 (the reaper's work, and the audit's ``--repair``): the offload
-    cancelled if it was not, its copy published as an ``Offload-Ledger`` pending delete under its mark, then
-    the offload ABANDONED and the mark committed in one transaction. False when the offload moved on meanwhile
-    (switched, or handed over by another process) or the publish came too late to commit."""
+    """Hand an offload's copy to phase 1 (the reaper's work, and the audit's ``--repair``).
+
+    The offload is cancelled if it was not; its copy is published (``prepare``: phase 1's, taking ``mark_id``)
+    as an ``Offload-Ledger`` pending delete under its mark; then the offload is ABANDONED and the mark
+    committed in one transaction. False when the offload moved on meanwhile (switched, or handed over by
+    another process) or the publish came too late to commit."""
     if offload.state is OffloadState.SWITCHED or offload.state in DETACHED_STATES:
         return False
     if offload.state is not OffloadState.CANCELLED:
@@ -388,7 +390,7 @@ def abandon(store: MetadataStore, deletions: MarkPublisher, offload: OffloadReco
     offload = with_mark(store, offload)
     copy = ChunkRecord(name=offload.chunk, segment=offload.segment, start_offset=0, length=offload.length,
                        tags=offload.tags, locations=(offload.target,), active=False)
-    prepared = deletions.prepare([copy], mark_id=offload.mark_id)
+    prepared = prepare([copy], mark_id=offload.mark_id)
     if step is not None:
         step("abandon-published")
     with store.transaction() as txn:

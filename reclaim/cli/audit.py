@@ -148,7 +148,7 @@ def _repair(settings: Settings, store: SQLMetadataStore, args: argparse.Namespac
     try:
         service = runtime.deletion_service(settings, store, producer)
         on_sent = None if args.json else _print_sent
-        yield OrphanRepair(service.prepare, limit=args.limit, on_sent=on_sent)
+        yield OrphanRepair(service.prepare, limit=args.limit, on_sent=on_sent, store=store)
     finally:
         producer.close()
 

@@ -20,23 +20,35 @@ deleting while the audit runs produces no false finding.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reclaim.deletion.mark import MarkError
 from reclaim.exits import Unavailable
 from reclaim.segments.backup import LAYOUT_PREFIX
 from reclaim.segments.garbage import PreparedMark
+from reclaim.segments.offload import REAP_MARGIN_S, abandon
 from reclaim.storage.base import BaseChunkStorage, StoredObject
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import APPLICATION, ChunkLocation, ChunkStorage, ChunkTags, WrittenAs
+from reclaim.storage.chunks import (
+    APPLICATION,
+    ChunkLocation,
+    ChunkStorage,
+    ChunkTags,
+    WrittenAs,
+    object_name,
+    offloaded_copy_of,
+)
 from reclaim.storage.errors import ChunkNotFoundError, InvalidChunkNameError, MetadataError, StorageError
 from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.metadata import ChunkRecord, MarkRecord, MetadataStore
+from reclaim.storage.metadata import OPEN_STATES, ChunkRecord, MarkRecord, MetadataStore
 from reclaim.storage.s3 import S3ChunkStorage
+
+log = logging.getLogger(__name__)
 
 #: Rows read, and names looked up, per query.
 PAGE = 1000
@@ -81,11 +93,33 @@ class GoneCopy(enum.Enum):
     CLEANING = "cleaning"
 
 
-def object_state(row: ChunkRecord | None, binding: str, modified: float, now: float, grace_s: float) -> ObjectState:
-    """Classify an object of ``binding`` last modified at ``modified`` by the chunk row of its name."""
-    if row is not None and any(loc.binding == binding for loc in row.locations):
+def object_state(row: ChunkRecord | None, binding: str, modified: float, now: float, grace_s: float,
+                 copy: str | None = None) -> ObjectState:
+    """Classify an object of ``binding`` last modified at ``modified`` by the chunk row of its name (for an
+    offloaded copy's object, ``_offload/<copy>/<chunk>``: the row of its chunk, listing that very copy)."""
+    if row is not None and any(loc.binding == binding and loc.copy == copy for loc in row.locations):
         return ObjectState.LIVE if row.active else ObjectState.PENDING
     return ObjectState.ORPHAN if now - modified >= grace_s else ObjectState.RECENT
+
+
+def held_by_offloads(store: MetadataStore, binding: str, objects: Sequence[StoredObject],
+                     now: float) -> tuple[list[StoredObject], list[StoredObject]]:
+    """Of objects no row claims, the offloaded copies an offload still holds (on its way, or handed to phase 1:
+    pending), and the rest. An unswitched offload past its deadline and the reap margin holds nothing: its
+    copy is an orphan, which ``--repair`` hands to phase 1 as the reaper does."""
+    parsed = {obj.name: offloaded_copy_of(obj.name) for obj in objects}
+    chunks = {found[1] for found in parsed.values() if found is not None}
+    if not chunks:
+        return [], list(objects)
+    offloads = {o.copy: o for o in store.offloads_of(chunks) if o.target.binding == binding}
+    held: list[StoredObject] = []
+    rest: list[StoredObject] = []
+    for obj in objects:
+        found = parsed[obj.name]
+        offload = offloads.get(found[0]) if found is not None else None
+        expired = offload is not None and offload.state in OPEN_STATES and now >= offload.deadline + REAP_MARGIN_S
+        (held if offload is not None and not expired else rest).append(obj)
+    return held, rest
 
 
 def gone_copy(row: ChunkRecord, mark: MarkRecord | None, now: float, grace_s: float) -> GoneCopy:
@@ -260,15 +294,20 @@ def _audit_objects(store: MetadataStore, binding: BaseChunkStorage, result: Bind
                    clock: Callable[[], float], grace_s: float, hooks: AuditHooks) -> None:
     for page in binding.iter_object_pages():
         objects = [obj for obj in page if not obj.name.startswith(LAYOUT_PREFIX)]
-        rows = store.get_chunks([obj.name for obj in objects]) if objects else {}
+        copies = {obj.name: offloaded_copy_of(obj.name) or (None, obj.name) for obj in objects}
+        rows = store.get_chunks({chunk for _, chunk in copies.values()}) if objects else {}
         now = clock()
         candidates: list[StoredObject] = []
         for obj in objects:
-            state = object_state(rows.get(obj.name), binding.name, obj.modified, now, grace_s)
+            copy, chunk = copies[obj.name]
+            state = object_state(rows.get(chunk), binding.name, obj.modified, now, grace_s, copy)
             if state is ObjectState.ORPHAN:
                 candidates.append(obj)
             else:
                 result.count(state, obj.name)
+        held, candidates = held_by_offloads(store, binding.name, candidates, now)
+        for obj in held:
+            result.count(ObjectState.PENDING, obj.name)
         orphans = _still_there(binding, candidates)
         for obj in orphans:
             result.count(ObjectState.ORPHAN, obj.name)
@@ -321,11 +360,17 @@ def _audit_rows(store: MetadataStore, known: dict[str, ChunkStorage],
             hooks.rows(len(rows))
 
 
+def copy_on(row: ChunkRecord, binding: str) -> str:
+    """The object name ``row``'s copy on ``binding`` has there (its first, should it list two)."""
+    return next(object_name(row.name, loc) for loc in row.locations if loc.binding == binding)
+
+
 def _check_copies(store: MetadataStore, binding: BaseChunkStorage, rows: list[ChunkRecord],
                   result: BindingAudit, clock: Callable[[], float], grace_s: float) -> None:
     """Classify the rows of one page whose copy on ``binding`` is gone, each read again first."""
-    present = binding.exists_many([row.name for row in rows])
-    gone = [row.name for row in rows if row.name not in present]
+    objects = {row.name: copy_on(row, binding.name) for row in rows}
+    present = binding.exists_many(list(objects.values()))
+    gone = [row.name for row in rows if objects[row.name] not in present]
     if not gone:
         return
     # Read again: a row that phase 1 retired and phase 2 cleaned up since the page was read is no finding.
@@ -384,15 +429,16 @@ class OrphanRepair:
     """Hands orphans to phase 1 (``prepare``: publish their pending deletes, one mark per page) and never
     deletes anything itself: the worker deletes them after its ownership checks against their tags."""
 
-    def __init__(self, prepare: Callable[[Sequence[ChunkRecord]], PreparedMark], limit: int = 20,
-                 on_sent: Callable[[str, str], None] | None = None) -> None:
+    def __init__(self, prepare: Callable[..., PreparedMark], limit: int = 20,
+                 on_sent: Callable[[str, str], None] | None = None, store: MetadataStore | None = None) -> None:
         self._prepare = prepare
         self._on_sent = on_sent
+        self._store = store
         self.report = RepairReport(limit)
 
     def __call__(self, binding: BaseChunkStorage, orphans: Sequence[StoredObject]) -> None:
         chunks: list[ChunkRecord] = []
-        for obj in orphans:
+        for obj in self._reaped(binding, orphans):
             try:
                 info = binding.get_info(obj.name)
                 chunk = orphan_chunk(binding.location(obj.name), obj.size, info.tags, info.written_as)
@@ -400,6 +446,11 @@ class OrphanRepair:
                 continue  # deleted since it was listed
             except InvalidChunkNameError:
                 chunk = None
+            offloaded = offloaded_copy_of(obj.name)
+            if chunk is not None and offloaded is not None:
+                # An offloaded copy's pending delete names its chunk and carries its uuid (its offload context).
+                place = replace(chunk.locations[0], copy=offloaded[0])
+                chunk = replace(chunk, name=offloaded[1], locations=(place,))
             if chunk is None:
                 self.report.unattributed.add(obj.name)
             else:
@@ -407,6 +458,33 @@ class OrphanRepair:
         if not chunks:
             return
         failed = unconfirmed(self._prepare, chunks)
+        self._sent(binding, chunks, failed)
+
+    def _reaped(self, binding: BaseChunkStorage, orphans: Sequence[StoredObject]) -> list[StoredObject]:
+        """The orphans left once each copy of an expired offload is handed over as the reaper does (its
+        offload abandoned under its own mark: phase 2 deletes only such a copy under that mark)."""
+        if self._store is None:
+            return list(orphans)
+        parsed = {obj.name: offloaded_copy_of(obj.name) for obj in orphans}
+        chunks = {found[1] for found in parsed.values() if found is not None}
+        offloads = {o.copy: o for o in self._store.offloads_of(chunks)} if chunks else {}
+        rest: list[StoredObject] = []
+        for obj in orphans:
+            found = parsed[obj.name]
+            offload = offloads.get(found[0]) if found is not None else None
+            if offload is None or offload.target.binding != binding.name:
+                rest.append(obj)
+                continue
+            try:
+                handed = abandon(self._store, self._prepare, offload)
+            except (MarkError, MetadataError) as exc:
+                handed = False
+                log.warning("audit --repair: the copy %s of an expired offload was not handed over: %s",
+                            obj.name, exc)
+            (self.report.sent if handed else self.report.failed).add(offload.chunk)
+        return rest
+
+    def _sent(self, binding: BaseChunkStorage, chunks: list[ChunkRecord], failed: set[str]) -> None:
         for chunk in chunks:
             if chunk.name in failed:
                 self.report.failed.add(chunk.name)

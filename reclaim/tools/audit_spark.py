@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from reclaim.exits import Unavailable
 from reclaim.segments.backup import LAYOUT_PREFIX
 from reclaim.storage.base import BaseChunkStorage, StoredObject
-from reclaim.storage.chunks import ChunkStorage
+from reclaim.storage.chunks import OFFLOAD_PREFIX, ChunkStorage
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import MetadataStore
 from reclaim.storage.s3 import S3ChunkStorage, S3Settings
@@ -66,6 +66,7 @@ from reclaim.tools.audit import (
     Sample,
     _check_copies,
     _still_there,
+    held_by_offloads,
     probe,
 )
 
@@ -76,7 +77,7 @@ log = logging.getLogger(__name__)
 
 LISTING = "binding STRING, name STRING, size LONG, modified DOUBLE"
 ROWS = "name STRING, active INT, mark_id STRING, locations STRING"
-LOCATIONS = "array<struct<binding:string,tier:string,bucket:string,key:string>>"
+LOCATIONS = "array<struct<binding:string,tier:string,bucket:string,key:string,copy:string>>"
 #: How many levels of the name tree the driver walks before it hands prefixes to tasks.
 MAX_DEPTH = 2
 AUDIT_REQUIREMENTS = ("boto3",)
@@ -324,7 +325,7 @@ def export_rows(store: MetadataStore, directory: Path) -> Path:
         while rows := store.chunks_after(after, PAGE * 10):
             after = rows[-1].name
             locations = [json.dumps([{"binding": loc.binding, "tier": loc.tier.value, "bucket": loc.bucket,
-                                      "key": loc.key} for loc in row.locations]) for row in rows]
+                                      "key": loc.key, "copy": loc.copy} for loc in row.locations]) for row in rows]
             writer.write_table(pa.table([[r.name for r in rows], [int(r.active) for r in rows],
                                          [r.mark_id for r in rows], locations], schema=schema))
             part += 1
@@ -409,9 +410,13 @@ def spark_audit(spark: SparkSession, store: MetadataStore, bindings: Sequence[Ba
         log.info("audit: %d objects listed on %d binding(s)", listed, len(bindings))
         rows = chunk_rows(spark, store, sources.metadata_url,
                           sources.work, max(2, spark.sparkContext.defaultParallelism))
+        # Each copy with the object it names: the chunk's name, or an offloaded copy's _offload/<copy>/<chunk>.
         located = (rows.select("name", "active", F.explode(F.from_json("locations", LOCATIONS)).alias("loc"))
                    .select("name", "active", F.col("loc.binding").alias("binding"),
-                           F.col("loc.bucket").alias("bucket"), F.col("loc.tier").alias("tier"))
+                           F.col("loc.bucket").alias("bucket"), F.col("loc.tier").alias("tier"),
+                           F.when(F.col("loc.copy").isNull(), F.col("name"))
+                           .otherwise(F.concat(F.lit(OFFLOAD_PREFIX), F.col("loc.copy"), F.lit("/"), F.col("name")))
+                           .alias("object"))
                    .persist(StorageLevel.MEMORY_AND_DISK))
         objects = _object_states(listing, located, now - grace_s)
         for binding, state, count in objects.groupBy("binding", "state").count().collect():
@@ -425,7 +430,7 @@ def spark_audit(spark: SparkSession, store: MetadataStore, bindings: Sequence[Ba
                                                                                   "modified")
         gone = (located.join(unreachable.select("name", "binding"), ["name", "binding"], "left_anti")
                 .where(F.col("binding").isin(list(by_name)))
-                .join(listing.select("binding", "name"), ["binding", "name"], "left_anti")
+                .join(listing.select("binding", F.col("name").alias("object")), ["binding", "object"], "left_anti")
                 .select("binding", "name").distinct())
         orphan_pages = list(_pages(orphans.orderBy("binding", "name")))
         gone_pages = list(_pages(gone.orderBy("binding", "name")))
@@ -444,7 +449,7 @@ def _object_states(listing: DataFrame, located: DataFrame, orphan_before: float)
     else orphan (modified before ``orphan_before``) or recent."""
     from pyspark.sql import functions as F
 
-    claims = located.select("binding", "name", "active").distinct()
+    claims = located.select("binding", F.col("object").alias("name"), "active").distinct()
     state = (F.when(F.col("active") == 1, ObjectState.LIVE.value)
              .when(F.col("active").isNotNull(), ObjectState.PENDING.value)
              .when(F.col("modified") <= orphan_before, ObjectState.ORPHAN.value)
@@ -501,7 +506,10 @@ def _confirm(store: MetadataStore, bindings: dict[str, BaseChunkStorage], result
     """Count only the findings that hold when read again (the one-process audit's checks), then repair."""
     for name, page in orphan_pages:
         binding = bindings[name]
-        still = _still_there(binding, [StoredObject(row[1], int(row[2]), float(row[3])) for row in page])
+        held, candidates = held_by_offloads(store, name, [StoredObject(row[1], int(row[2]), float(row[3]))
+                                                          for row in page], now)
+        results[name].pending += len(held)
+        still = _still_there(binding, candidates)
         for obj in still:
             results[name].count(ObjectState.ORPHAN, obj.name)
         if still and hooks.orphans is not None:

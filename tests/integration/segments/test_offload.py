@@ -17,11 +17,12 @@ from reclaim.producers.topics import TopicNames
 from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.offload import Offloader, OffloadRefused
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import OFFLOAD_PREFIX, Tier
+from reclaim.storage.chunks import OFFLOAD_PREFIX, Tier, offload_object_name
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import OffloadState
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
+from reclaim.tools.audit import AuditHooks, OrphanRepair, audit
 from tests.support.pipeline import Pipeline, outcomes
 
 pytestmark = pytest.mark.integration
@@ -109,6 +110,34 @@ def test_an_offload_switches_reads_to_tier2_and_phase_2_deletes_the_hot_copy_aft
     assert tiers.named_by_rows() == ({chunks[-1].name}, tiers.cold_names())
     assert len(tiers.cold_names()) == 10
     assert tiers.pipe.store.offloads_after("", 100) == []  # each offload ended with its hot copy's delete
+    assert tiers.segments.read(SEGMENT, 0, len(DATA)) == DATA
+    report = audit(tiers.pipe.store, [tiers.hot, tiers.cold], grace_s=0)
+    assert report.clean and [(b.binding, b.live) for b in report.bindings] == [("fs-tier1", 1), ("s3-tier2", 10)]
+
+
+@pytest.mark.s3_servers("moto")
+def test_the_audit_finds_the_copies_nothing_will_delete_and_its_repair_hands_them_to_phase_2(tiers: Tiers) -> None:
+    """An intent past its deadline (its copy up, never switched) and a tier-2 object under the offload prefix
+    that no row or intent names are orphans; ``--repair`` abandons the first as the reaper does and sends the
+    second through phase 1 by its tags; phase 2 deletes both and the audit is clean on both tiers."""
+    chunks = tiers.segments.layout(SEGMENT)
+    with pytest.raises(Crash):
+        tiers.offloader(crash_at="uploaded").offload(chunks[0].name)
+    stray = offload_object_name("f" * 32, chunks[1].name)
+    tiers.cold.create_with_content(stray, DATA[100:200], chunks[1].tags)
+    store, both = tiers.pipe.store, [tiers.hot, tiers.cold]
+
+    now = audit(store, both, grace_s=0).bindings[1]
+    assert (now.orphans.names, now.pending) == ([stray], 1)  # the intent holds its copy until its deadline
+    (intent,) = store.offloads_after("", 10)
+    late = intent.deadline + 61
+    repair = OrphanRepair(tiers.pipe.service.prepare, store=store)
+    found = audit(store, both, grace_s=0, clock=lambda: late, hooks=AuditHooks(orphans=repair)).bindings[1]
+    assert found.orphans.count == 2
+    assert sorted(repair.report.sent.names) == sorted([chunks[0].name, chunks[1].name])
+
+    tiers.drain(lambda seen: not tiers.cold_names() and not store.offloads_after("", 1))
+    assert audit(store, both, grace_s=0).clean
     assert tiers.segments.read(SEGMENT, 0, len(DATA)) == DATA
 
 

@@ -10,6 +10,7 @@ import io
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,14 +23,15 @@ from devtools.s3_fault_proxy import S3FaultProxy
 from reclaim.exits import ExitCode, Unavailable
 from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.storage.base import BaseChunkStorage, StoredObject
-from reclaim.storage.chunks import ChunkLocation, Tier
+from reclaim.storage.chunks import ChunkLocation, Tier, offload_object_name
 from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import OffloadRecord, OffloadState
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import PostgresMetadataStore, SQLiteMetadataStore
 from reclaim.tools import audit_spark
 from reclaim.tools.audit import AuditHooks, AuditReport, audit
 from reclaim.tools.audit_spark import SparkAuditSources, plan_splits, spark_audit
-from tests.support.audit import HOUR, TAGS, chunk, env_for, findings_fixture, name, put, run_audit
+from tests.support.audit import HOUR, SEGMENT, TAGS, chunk, env_for, findings_fixture, name, put, run_audit
 from tests.support.cli import run_reclaim
 from tests.support.servers import postgres_schema_url
 
@@ -63,6 +65,25 @@ def s3_findings(s3: S3ChunkStorage, fs: FileSystemChunkStorage, store: SQLiteMet
     assert fs.bucket is None
 
 
+def offload_findings(s3: S3ChunkStorage, store: SQLiteMetadataStore) -> None:
+    """Offloaded copies on S3 (objects ``_offload/<copy>/<chunk>``): live and missing by their rows, one an
+    offload on its way holds (pending), one an intent past its deadline left (orphan), one nothing names."""
+    copies = [f"{i:032x}" for i in range(1, 6)]
+    live, missing, held, expired, unnamed = (offload_object_name(copy, name(50 + i)) for i, copy in enumerate(copies))
+    for obj in (live, held, expired, unnamed):
+        s3.create_with_content(obj, b"x", TAGS)
+    rows = [chunk(None, name(50), write=False, location=replace(s3.location(live), copy=copies[0])),
+            chunk(None, name(51), write=False, location=replace(s3.location(missing), copy=copies[1]))]
+    put(store, *rows)
+    hot = ChunkLocation("fs-tier2", Tier.TIER2, None, "x")
+    with store.transaction() as txn:
+        for i, deadline in ((2, time.time() + HOUR), (3, time.time() - HOUR)):
+            txn.put_offload(OffloadRecord(copies[i], name(50 + i), SEGMENT, TAGS, hot,
+                                          replace(s3.location(offload_object_name(copies[i], name(50 + i))),
+                                                  copy=copies[i]),
+                                          1, OffloadState.INTENT, time.time(), deadline))
+
+
 def test_the_spark_audit_and_the_one_process_audit_agree(
         spark: Any, tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore,
         make_tier2: Callable[[str], object]) -> None:
@@ -71,6 +92,7 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
     findings_fixture(fs, store)
     s3_findings(s3, fs, store)
     assert len(plan_splits(s3, target=100)) == 3  # one task per stream
+    offload_findings(s3, store)
 
     for grace in (HOUR, 0.0):
         one = audit(store, [fs, s3], grace_s=grace)
@@ -85,7 +107,8 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
         assert normalised(many) == normalised(one)
         # --repair's hook gets exactly the confirmed orphans, each once.
         assert sorted(repaired) == sorted((b.binding, n) for b in one.bindings for n in b.orphans.names)
-    assert many.bindings[1].orphans.count == 3 and many.bindings[1].missing.count == 3
+    assert many.bindings[1].orphans.count == 5 and many.bindings[1].missing.count == 4
+    assert many.bindings[1].live == 7 and many.bindings[1].pending == 1  # the offloaded copy live, one held
     assert set(many.unconfigured) == {"old-tier2", "s3-tier2 (bucket gone-bucket, TIER2)"}
 
 
