@@ -89,6 +89,11 @@ class Settings:
     # Phase-2 worker.
     fs_root: Path | None = None
     fs_create_root: bool = False
+    # Offload: a filesystem tier-1 binding (fs-tier1, registered only when its root is set), the binding
+    # offloaded copies go to, and how long the hot copy is kept after the switch for readers to move.
+    fs_tier1_root: Path | None = None
+    offload_binding: str = "s3-tier2"
+    offload_release_after_s: float = 4 * 3600.0
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
     assignment: str = "eager"
@@ -187,6 +192,9 @@ class Settings:
         if not all(math.isfinite(value) and value > 0 for value in (self.poll_timeout_s, self.mark_timeout_s)):
             raise ValueError("poll_timeout_s and mark_timeout_s must be positive, got "
                              f"{self.poll_timeout_s} and {self.mark_timeout_s}")
+        if not (math.isfinite(self.offload_release_after_s) and self.offload_release_after_s >= 0):
+            raise ValueError("offload_release_after_s must be a number of seconds >= 0, got "
+                             f"{self.offload_release_after_s}")
         if not (math.isfinite(self.stall_after_s) and self.stall_after_s > 0):
             raise ValueError(f"stall_after_s must be a positive number of seconds, got {self.stall_after_s}")
         if not 0 <= self.commit_interval_ms <= MAX_COMMIT_INTERVAL_MS:

@@ -27,8 +27,8 @@ from reclaim.services import client_security
 from reclaim.settings import Settings
 
 #: The command modules under reclaim.cli, in the order ``reclaim --help`` lists them.
-COMMANDS = ("local", "topics", "worker", "deletions", "dlq", "audit", "streams", "truncation_applier", "retention_job",
-            "acls", "keys", "config", "demo", "completion")
+COMMANDS = ("local", "topics", "worker", "deletions", "dlq", "audit", "streams", "offload", "truncation_applier",
+            "retention_job", "acls", "keys", "config", "demo", "completion")
 
 ENV_HELP = f"""\
 Every flag has an environment variable RECLAIM_<NAME> (e.g. RECLAIM_BOOTSTRAP, RECLAIM_STATE_DIR,
@@ -78,7 +78,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     names = ("state_dir", "cache_dir", "bootstrap", "topic_prefix", "s3_endpoint", "s3_bucket", "partitions",
              "group_id", "instance_id", "assignment", "stall_after_s", "consumers", "processes", "batch_size",
              "poll_timeout_s", "delete_parallelism", "max_attempts", "mark_timeout_s", "commit_interval_ms",
-             "metadata_path", "metadata_url", "fs_root",
+             "metadata_path", "metadata_url", "fs_root", "fs_tier1_root",
              "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "keyring")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):

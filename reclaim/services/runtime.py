@@ -21,6 +21,7 @@ from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
 from reclaim.services import client_security, preflight
 from reclaim.settings import AWS_S3, RECORD_AUTH_MODES, Settings
 from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import Tier
 from reclaim.storage.errors import MetadataError
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage, S3Settings
@@ -69,7 +70,8 @@ def s3_binding(settings: Settings) -> S3ChunkStorage | None:
 
 
 def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBindings:
-    """The filesystem tier-2 binding (always) and the S3 one (when an endpoint is configured).
+    """The filesystem tier-2 binding (always), the S3 one (when an endpoint is configured) and the filesystem
+    tier-1 one, ``fs-tier1`` (when its root is set: the hot binding offload copies from).
 
     What is configured decides, never what happens to answer: a binding that is down stays registered,
     so its records wait in the retry tiers instead of being dead-lettered as unknown.
@@ -83,6 +85,10 @@ def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBind
     s3 = s3_binding(settings)
     if s3 is not None:
         bindings.register(s3)
+    if settings.fs_tier1_root is not None:
+        bindings.register(FileSystemChunkStorage(settings.fs_tier1_root, name="fs-tier1", tier=Tier.TIER1,
+                                                 delete_workers=settings.delete_parallelism,
+                                                 create=writer or settings.fs_create_root))
     return bindings
 
 

@@ -1,0 +1,163 @@
+"""``reclaim offload run | status``: offload a stream's sealed chunks from the tier-1 binding to tier-2 by hand,
+and show where every offload stands (docs/concepts/offload.md)."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, duration, json_flag, print_json, store_flags
+from reclaim.exits import ExitCode, UsageError
+from reclaim.services import preflight
+from reclaim.settings import Settings
+
+if TYPE_CHECKING:
+    from reclaim.storage.metadata import OffloadRecord
+    from reclaim.storage.sql_store import SQLMetadataStore
+
+_DESCRIPTION = """\
+run     offload a stream's sealed chunks to the offload binding: intent, upload, switch; then release the hot
+        copies past the release lag and hand every cancelled or expired offload's copy to phase 1
+status  every offload on its way or waiting for phase 2, by state
+Exit status: 0 done; 1 (run) an offload stopped on a failure (the next run finishes it); 2 the store, a
+binding or the broker could not be used."""
+
+_RUN = """\
+Offload every sealed chunk of the stream that has one copy, on another binding than the offload binding
+(--to, RECLAIM_OFFLOAD_BINDING, default s3-tier2): the intent is recorded, the bytes uploaded and the chunk's
+reads switched to the new copy in one compare-and-set. Then, for every stream: the hot copies switched longer
+than --release-after ago are published as pending deletes (phase 1), and the copies of offloads cancelled by
+a truncation or past their deadline too. A running worker deletes them. The last chunk of an unsealed
+segment stays: it may still grow."""
+
+
+def cmd_offload(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "run":
+        return _run(args, settings)
+    return _status(args, settings)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.producers.producer import RecordProducer
+    from reclaim.segments.ids import split_stream
+    from reclaim.segments.offload import Offloader
+    from reclaim.services import runtime
+
+    if "/" not in args.stream:
+        raise UsageError("offload run needs a stream as 'scope/name'")
+    split_stream(args.stream)
+    target_name = args.to or settings.offload_binding
+    release_after = settings.offload_release_after_s if args.release_after is None else args.release_after
+    address = preflight.broker(settings)
+    preflight.require_topics(address, [runtime.topic_names(settings).deletion])
+    with ExitStack() as stack:
+        store = runtime.metadata_store(settings, create=False)
+        stack.callback(store.close)
+        bindings = runtime.storage_bindings(settings, writer=True)
+        stack.callback(bindings.close)
+        if target_name not in bindings:
+            raise UsageError(f"no storage binding named {target_name!r} to offload to (configured: "
+                             f"{', '.join(bindings.names())})")
+        producer = RecordProducer(address, "idempotent-producer")
+        stack.callback(producer.close)
+        offloader = Offloader(store, bindings, bindings.get(target_name), runtime.deletion_service(settings, store,
+                                                                                               producer),
+                              release_after_s=release_after)
+        resumed = offloader.resume()
+        segments = store.segment_names(f"{args.stream}/")
+        if not segments:
+            raise UsageError(f"no stream {args.stream!r} in the metadata store {settings.metadata_shown}")
+        reports = [resumed, *(offloader.offload_segment(segment) for segment in segments)]
+        released, reaped = offloader.release_due(), offloader.reap()
+    switched = [chunk for report in reports for chunk in report.switched]
+    cancelled = [chunk for report in reports for chunk in report.cancelled]
+    skipped = [item for report in reports for item in report.skipped]
+    stopped = [(chunk, why) for chunk, why in skipped if why.startswith("stopped")]
+    if args.json:
+        print_json({"stream": args.stream, "to": target_name, "switched": switched, "cancelled": cancelled,
+                    "skipped": [{"chunk": c, "reason": why} for c, why in skipped], "released": released,
+                    "handed_to_phase_1": len(reaped)})
+    else:
+        _print_run(args.stream, target_name, switched, cancelled, skipped, released, reaped)
+    return ExitCode.FINDINGS if stopped else ExitCode.OK
+
+
+def _print_run(stream: str, target: str, switched: list[str], cancelled: list[str], skipped: list[tuple[str, str]],
+               released: list[str], reaped: list[str]) -> None:
+    print(f"{stream}: {len(switched)} chunks switched to {target}, {len(cancelled)} offloads cancelled, "
+          f"{len(skipped)} chunks left where they are")
+    for reason, count in sorted(Counter(why for _, why in skipped).items()):
+        print(f"  left: {count} ({reason})")
+    print(f"released: {len(released)} hot copies handed to phase 1; {len(reaped)} copies of cancelled or expired "
+          "offloads handed to phase 1")
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.cli.audit import open_to_read
+    from reclaim.storage.metadata import OffloadState
+
+    with ExitStack() as stack:
+        store, _ = open_to_read(settings, stack)
+        offloads = _every(store)
+    states = Counter(o.state.value for o in offloads)
+    if args.json:
+        print_json({"states": {state.value: states.get(state.value, 0) for state in OffloadState},
+                    "offloads": [_offload_dict(o) for o in offloads[:args.limit]]})
+        return ExitCode.OK
+    print(", ".join(f"{states.get(state.value, 0)} {state.value.lower()}" for state in OffloadState))
+    for offload in offloads[:args.limit]:
+        print(f"  {offload.state.value:<9} {offload.chunk} -> {offload.target.binding} (copy {offload.copy})")
+    return ExitCode.OK
+
+
+def _every(store: SQLMetadataStore) -> list[OffloadRecord]:
+    found: list[OffloadRecord] = []
+    after = ""
+    while page := store.offloads_after(after, 1000):
+        found += page
+        after = page[-1].copy
+    return found
+
+
+def _offload_dict(offload: OffloadRecord) -> dict[str, object]:
+    return {"copy": offload.copy, "chunk": offload.chunk, "state": offload.state.value,
+            "source": offload.source.binding, "target": offload.target.binding, "length": offload.length,
+            "deadline": offload.deadline, "switched_at": offload.switched_at, "mark_id": offload.mark_id}
+
+
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+    from reclaim.cli.audit import parse_limit
+    from reclaim.durations import EXAMPLES
+
+    offload = sub.add_parser("offload", help="offload a stream's sealed chunks from tier-1 to tier-2",
+                             description=_DESCRIPTION, epilog=GROUP_EPILOG.format(group="offload"),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = add_verbs(offload)
+    json_flag(offload)
+    run = add_verb(verbs, "run", "offload a stream's sealed chunks now, then release and reap", _RUN,
+                   ["reclaim offload run scope/orders", "reclaim offload run scope/orders --to s3-tier2 --json",
+                    "reclaim offload run scope/orders --release-after 0"])
+    run.add_argument("stream", help="the stream, as 'scope/name'")
+    run.add_argument("--to", metavar="BINDING", help="the binding to offload to (default RECLAIM_OFFLOAD_BINDING, "
+                                                     "else s3-tier2)")
+    run.add_argument("--release-after", type=duration(0.0), metavar="DURATION",
+                     help=f"how long a hot copy is kept after its switch: {EXAMPLES} (default 4h, "
+                          "RECLAIM_OFFLOAD_RELEASE_AFTER_S)")
+    run.add_argument("--fs-tier1-root", type=Path, metavar="PATH",
+                     help="filesystem tier-1 root (RECLAIM_FS_TIER1_ROOT; the fs-tier1 binding exists only when set)")
+    json_flag(run, "print the result as JSON")
+    store_flags(run)
+    common(run)
+    status = add_verb(verbs, "status", "every offload on its way or waiting for phase 2, by state",
+                      "Every offload the metadata store holds, counted by state, and the first --limit of them.",
+                      ["reclaim offload status", "reclaim offload status --json"])
+    status.add_argument("--limit", type=parse_limit, default=20, help="offloads listed (default 20)")
+    json_flag(status, "print the result as JSON")
+    store_flags(status)
+    common(status)
+    for parser in (run, status):
+        parser.set_defaults(run=cmd_offload)
+
