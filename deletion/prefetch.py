@@ -50,10 +50,9 @@ class Prefetcher:
         unlisted = [p for p in batch if not lists_copy(rows.get(p.info.chunk_name), p.info)]
         offloads = self._offloads(unlisted)
         # Of the copies a binding can place, those no row lists and no offload holds: their objects are looked
-        # up (a chunk's with no row, and an offloaded copy nothing names).
+        # up (a chunk's with no row, an offloaded copy nothing names, a copy its row no longer lists).
         by_object = [p.copy for p in unlisted
-                     if p.copy not in offloads and isinstance(places.get(p.copy), ChunkLocation)
-                     and (p.info.chunk_name not in rows or p.copy[1] != p.info.chunk_name)]
+                     if p.copy not in offloads and isinstance(places.get(p.copy), ChunkLocation)]
         return Facts(now_ms=now_ms, rows=rows, marks=marks, places=places, objects=self._objects(by_object),
                      offloads=offloads)
 

@@ -67,6 +67,10 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
             return _by_offload(pending, offload, facts, policy)
         if pending.copy[1] != info.chunk_name:
             return _by_object(pending, facts, place)
+        if row is not None and isinstance(facts.objects.get(pending.copy), ChunkNotFoundError):
+            # A copy its live row no longer lists, gone: a released hot copy's record delivered again after
+            # its delete. Nothing to do; one whose object is there stays a mismatch below.
+            return Verdict(Outcome.ALREADY_GONE, "its chunk row does not list this copy, and there is no object")
     if row is None:
         return _by_object(pending, facts, place)
     mismatch = row_mismatch(info, row)

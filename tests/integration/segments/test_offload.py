@@ -268,6 +268,21 @@ def test_a_record_naming_a_live_offloaded_copy_deletes_nothing(tiers: Tiers) -> 
 
 
 @pytest.mark.s3_servers("moto")
+def test_a_release_record_delivered_again_after_the_hot_copy_went_is_already_gone(tiers: Tiers) -> None:
+    """A worker killed between a delete and its offset commit reads the record again: the hot copy its row no
+    longer lists is gone, so the record is acked, not dead-lettered as another's copy."""
+    chunks = tiers.segments.layout(SEGMENT)
+    offloader = tiers.offloader(release_after_s=0)
+    offloader.offload(chunks[0].name)
+    offloader.release_due()
+    (released,) = tiers.pipe.store.offloads_of([chunks[0].name])
+    assert tiers.drain(lambda seen: seen.get("deleted", 0) >= 1) == {"deleted": 1}
+    again = pending_deletes(chunks[0], released.mark_id or "", 1)  # the chunk as it was: its hot copy
+    executor = DeletionExecutor(tiers.pipe.store, tiers.segments.bindings, mark_timeout_s=0.0)
+    assert [v.outcome.value for v in executor.execute(again)] == ["already-gone"]
+
+
+@pytest.mark.s3_servers("moto")
 def test_a_reader_gets_every_byte_while_offloads_releases_deletes_and_truncations_run(tiers: Tiers) -> None:
     chunks = tiers.segments.layout(SEGMENT)
     stop = threading.Event()

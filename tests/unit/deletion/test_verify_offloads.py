@@ -104,3 +104,14 @@ def test_an_offloaded_copy_nothing_names_is_judged_by_its_objects_tags_as_an_orp
     assert judged(cold_record("any"), rows={NAME: live}, objects=gone) is Outcome.ALREADY_GONE
     # The hot copy itself, under a mark that never retired it, is still judged by its live row.
     assert judged(hot_record("any"), rows={NAME: live}) is Outcome.MARK_PENDING
+
+
+def test_a_released_hot_copys_record_delivered_again_after_its_delete_is_already_gone() -> None:
+    from reclaim.storage.chunks import ChunkInfo, WrittenAs
+    from reclaim.storage.errors import ChunkNotFoundError
+
+    gone = {("fs-tier1", NAME): ChunkNotFoundError("gone")}
+    assert judged(hot_record("rel"), rows={NAME: RELEASED}, objects=gone) is Outcome.ALREADY_GONE
+    # Its object still there and nothing detaching it under this mark: refused, never deleted.
+    there = {("fs-tier1", NAME): ChunkInfo(NAME, 16, TAGS, written_as=WrittenAs.of("fs-tier1", None, NAME))}
+    assert judged(hot_record("rel"), rows={NAME: RELEASED}, objects=there) is Outcome.OWNERSHIP_MISMATCH
