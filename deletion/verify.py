@@ -59,7 +59,8 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
     if LEDGER_TYPE_OF_TIER_NAME[place.tier._name_] is not info.ledger_type:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, f"{info.ledger_type.name} names a {place.tier.name} copy")
     row = facts.rows.get(info.chunk_name)
-    if not lists_copy(row, info):
+    listed = lists_copy(row, info)
+    if not listed:
         # A copy no row lists: one an offload made or released is its offload's to judge; an offloaded copy
         # nothing names is judged by its object, as a chunk with no row is.
         offload = facts.offloads.get(pending.copy) if facts.offloads else None
@@ -73,7 +74,7 @@ def judge(pending: Pending, facts: Facts, policy: Policy) -> Decision:
             return Verdict(Outcome.ALREADY_GONE, "its chunk row does not list this copy, and there is no object")
     if row is None:
         return _by_object(pending, facts, place)
-    mismatch = row_mismatch(info, row)
+    mismatch = row_mismatch(info, row, listed=listed)
     if mismatch:
         return Verdict(Outcome.OWNERSHIP_MISMATCH, mismatch)
     if row.active:
@@ -145,9 +146,9 @@ def still_active(pending: Pending, mark: MarkRecord | None, now_ms: int, policy:
     return Verdict(Outcome.IN_USE, f"chunk still in the live layout ({why})")
 
 
-def row_mismatch(info: PendingDeleteLedgerInfo, row: ChunkRecord) -> str:
+def row_mismatch(info: PendingDeleteLedgerInfo, row: ChunkRecord, *, listed: bool | None = None) -> str:
     """Why ``info``'s owner fields disagree with the chunk row, or ``""`` when they agree."""
-    if not lists_copy(row, info):
+    if not (lists_copy(row, info) if listed is None else listed):
         return "the chunk row has no copy at this location"
     if row.segment != info.segment_name:
         # The row, not the write-time tag, says who owns a chunk: a merged transaction chunk

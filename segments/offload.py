@@ -28,6 +28,7 @@ nothing names.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -247,48 +248,15 @@ class Offloader:
         return self.offload_chunks(c.name for c in chunk_chain(record.first_chunk, self.store.list_chunks(segment)))
 
     def offload_chunks(self, chunks: Iterable[str]) -> OffloadReport:
-        switched: list[str] = []
-        cancelled: list[str] = []
-        skipped: list[tuple[str, str]] = []
-        for chunk in chunks:
-            try:
-                ended = self.offload(chunk)
-            except OffloadRefused as exc:
-                skipped.append((chunk, exc.reason))
-                continue
-            except (StorageError, MetadataConflictError) as exc:
-                # The intent stays: the next pass (resume) finishes it, or the reaper deletes its copy.
-                skipped.append((chunk, f"stopped: {exc}"))
-                continue
-            (switched if ended.state is OffloadState.SWITCHED else cancelled).append(chunk)
-        return OffloadReport(tuple(switched), tuple(cancelled), tuple(skipped))
+        return _pass((chunk, functools.partial(self.offload, chunk)) for chunk in chunks)
 
     def resume(self) -> OffloadReport:
         """Finish every offload a crash or a failure left between its intent and its switch, while its
         deadline allows (the reaper takes the rest)."""
-        switched: list[str] = []
-        cancelled: list[str] = []
-        skipped: list[tuple[str, str]] = []
-        for offload in self._all():
-            if offload.state not in OPEN_STATES:
-                continue
-            try:
-                ended = self.finish(offload)
-            except (StorageError, MetadataConflictError) as exc:
-                skipped.append((offload.chunk, f"stopped: {exc}"))
-                continue
-            (switched if ended.state is OffloadState.SWITCHED else cancelled).append(offload.chunk)
-        return OffloadReport(tuple(switched), tuple(cancelled), tuple(skipped))
+        return _pass((o.chunk, functools.partial(self.finish, o)) for o in self._all() if o.state in OPEN_STATES)
 
-    def _all(self, page: int = 1000) -> list[OffloadRecord]:
-        found: list[OffloadRecord] = []
-        after = ""
-        while True:
-            batch = self.store.offloads_after(after, page)
-            found.extend(batch)
-            if len(batch) < page:
-                return found
-            after = batch[-1].copy
+    def _all(self) -> list[OffloadRecord]:
+        return every_offload(self.store)
 
     # --- step 4 and the reaper: copies to phase 1 ------------------------------------------------------
 
@@ -362,6 +330,37 @@ def copies_of(offloads: Sequence[OffloadRecord]) -> dict[tuple[str, str | None, 
         if location is not None:
             found[(location.binding, location.bucket, location.key)] = offload
     return found
+
+
+def _pass(work: Iterable[tuple[str, Callable[[], OffloadRecord]]]) -> OffloadReport:
+    """Run each chunk's offload step, sorting how each ended: switched, cancelled, or left (refused, or stopped
+    by a failure: the intent stays, and the next pass finishes it or the reaper deletes its copy)."""
+    switched: list[str] = []
+    cancelled: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for chunk, step in work:
+        try:
+            ended = step()
+        except OffloadRefused as exc:
+            skipped.append((chunk, exc.reason))
+            continue
+        except (StorageError, MetadataConflictError) as exc:
+            skipped.append((chunk, f"stopped: {exc}"))
+            continue
+        (switched if ended.state is OffloadState.SWITCHED else cancelled).append(chunk)
+    return OffloadReport(tuple(switched), tuple(cancelled), tuple(skipped))
+
+
+def every_offload(store: MetadataStore, page: int = 1000) -> list[OffloadRecord]:
+    """Every offload row of ``store``, in copy order, read a page at a time."""
+    found: list[OffloadRecord] = []
+    after = ""
+    while True:
+        batch = store.offloads_after(after, page)
+        found.extend(batch)
+        if len(batch) < page:
+            return found
+        after = batch[-1].copy
 
 
 def with_mark(store: MetadataStore, offload: OffloadRecord) -> OffloadRecord:

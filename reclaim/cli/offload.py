@@ -16,7 +16,6 @@ from reclaim.settings import Settings
 
 if TYPE_CHECKING:
     from reclaim.storage.metadata import OffloadRecord
-    from reclaim.storage.sql_store import SQLMetadataStore
 
 _DESCRIPTION = """\
 run     offload a stream's sealed chunks to the offload binding: intent, upload, switch; then release the hot
@@ -97,11 +96,12 @@ def _print_run(stream: str, target: str, switched: list[str], cancelled: list[st
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.cli.audit import open_to_read
+    from reclaim.segments.offload import every_offload
     from reclaim.storage.metadata import OffloadState
 
     with ExitStack() as stack:
         store, _ = open_to_read(settings, stack)
-        offloads = _every(store)
+        offloads = every_offload(store)
     states = Counter(o.state.value for o in offloads)
     if args.json:
         print_json({"states": {state.value: states.get(state.value, 0) for state in OffloadState},
@@ -111,15 +111,6 @@ def _status(args: argparse.Namespace, settings: Settings) -> int:
     for offload in offloads[:args.limit]:
         print(f"  {offload.state.value:<9} {offload.chunk} -> {offload.target.binding} (copy {offload.copy})")
     return ExitCode.OK
-
-
-def _every(store: SQLMetadataStore) -> list[OffloadRecord]:
-    found: list[OffloadRecord] = []
-    after = ""
-    while page := store.offloads_after(after, 1000):
-        found += page
-        after = page[-1].copy
-    return found
 
 
 def _offload_dict(offload: OffloadRecord) -> dict[str, object]:
