@@ -94,6 +94,10 @@ class Settings:
     fs_tier1_root: Path | None = None
     offload_binding: str = "s3-tier2"
     offload_release_after_s: float = 4 * 3600.0
+    # The offloader service: how often each process passes over its streams, and how long its leases last
+    # (a dead process's streams move to the others after that long).
+    offload_every_s: float = 30.0
+    offload_lease_s: float = 90.0
     group_id: str = "reclaim-deletion"
     instance_id: str | None = None
     assignment: str = "eager"
@@ -195,6 +199,12 @@ class Settings:
         if not (math.isfinite(self.offload_release_after_s) and self.offload_release_after_s >= 0):
             raise ValueError("offload_release_after_s must be a number of seconds >= 0, got "
                              f"{self.offload_release_after_s}")
+        if not all(math.isfinite(value) and value > 0 for value in (self.offload_every_s, self.offload_lease_s)):
+            raise ValueError("offload_every_s and offload_lease_s must be positive numbers of seconds, got "
+                             f"{self.offload_every_s} and {self.offload_lease_s}")
+        if self.offload_lease_s <= self.offload_every_s:
+            raise ValueError(f"offload_lease_s ({self.offload_lease_s:g}) must be longer than offload_every_s "
+                             f"({self.offload_every_s:g}): a lease would lapse between two passes")
         if not (math.isfinite(self.stall_after_s) and self.stall_after_s > 0):
             raise ValueError(f"stall_after_s must be a positive number of seconds, got {self.stall_after_s}")
         if not 0 <= self.commit_interval_ms <= MAX_COMMIT_INTERVAL_MS:

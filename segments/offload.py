@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from prometheus_client import Counter
+
 from reclaim.errors import ReclaimError
 from reclaim.segments.garbage import PreparedMark, new_mark_id
 from reclaim.storage.bindings import StorageBindings
@@ -55,6 +57,13 @@ from reclaim.storage.metadata import (
 )
 
 logger = logging.getLogger(__name__)
+
+OFFLOAD_STEPS = Counter("reclaim_offload_steps_total",
+                        "Offload steps this process completed: intent, uploaded, switched, cancelled (before its "
+                        "switch: late, or the chunk changed), released (hot copy to phase 1), abandoned (an "
+                        "unswitched copy to phase 1)", ["step"])
+OFFLOAD_BYTES = Counter("reclaim_offload_bytes_total", "Bytes this process uploaded to offload targets")
+_COUNTED_STEPS = frozenset(("intent", "uploaded", "switched", "released"))
 
 CrashHook = Callable[[str], None]
 
@@ -119,6 +128,8 @@ class Offloader:
             bindings.register(target)
 
     def _step(self, name: str) -> None:
+        if name in _COUNTED_STEPS:
+            OFFLOAD_STEPS.labels(name).inc()
         if self.crash_hook is not None:
             self.crash_hook(name)
 
@@ -188,6 +199,7 @@ class Offloader:
             self.target.create_with_content(name, data, offload.tags)
         except ChunkAlreadyExistsError:
             self._keep_or_replace(offload, name, data)
+        OFFLOAD_BYTES.inc(offload.length)
         self._step("uploaded")
         if self.clock() >= offload.deadline:
             return self._cancel(offload, "its deadline passed during the upload")
@@ -219,8 +231,7 @@ class Offloader:
             if (late or row is None or not row.active or row.locations != (offload.source,)
                     or row.length != offload.length):
                 cancelled = txn.put_offload(replace(current, state=OffloadState.CANCELLED))
-                logger.info("offload cancelled chunk=%s copy=%s: %s", offload.chunk, offload.copy,
-                            "past its deadline" if late else "the chunk left its layout or changed")
+                _cancelled(offload, "past its deadline" if late else "the chunk left its layout or changed")
                 return cancelled
             txn.put_chunk(replace(row, locations=(offload.target, offload.source)))
             switched = txn.put_offload(replace(current, state=OffloadState.SWITCHED,
@@ -235,7 +246,7 @@ class Offloader:
             if current is None or current.state not in OPEN_STATES:
                 return current or offload
             cancelled = txn.put_offload(replace(current, state=OffloadState.CANCELLED))
-        logger.info("offload cancelled chunk=%s copy=%s: %s", offload.chunk, offload.copy, why)
+        _cancelled(offload, why)
         return cancelled
 
     # --- many chunks -------------------------------------------------------------------------------
@@ -250,22 +261,26 @@ class Offloader:
     def offload_chunks(self, chunks: Iterable[str]) -> OffloadReport:
         return _pass((chunk, functools.partial(self.offload, chunk)) for chunk in chunks)
 
-    def resume(self) -> OffloadReport:
+    def resume(self, offloads: Sequence[OffloadRecord] | None = None) -> OffloadReport:
         """Finish every offload a crash or a failure left between its intent and its switch, while its
-        deadline allows (the reaper takes the rest)."""
-        return _pass((o.chunk, functools.partial(self.finish, o)) for o in self._all() if o.state in OPEN_STATES)
+        deadline allows (the reaper takes the rest). ``offloads``: those to look at (default every one)."""
+        return _pass((o.chunk, functools.partial(self.finish, o)) for o in self._all(offloads)
+                     if o.state in OPEN_STATES)
 
-    def _all(self) -> list[OffloadRecord]:
-        return every_offload(self.store)
+    def _all(self, offloads: Sequence[OffloadRecord] | None = None) -> Sequence[OffloadRecord]:
+        return every_offload(self.store) if offloads is None else offloads
 
     # --- step 4 and the reaper: copies to phase 1 ------------------------------------------------------
 
-    def release_due(self) -> list[str]:
-        """Step 4 for every switched offload past its grace period: the source copy through phase 1 as a
-        ``Ledger`` pending delete, dropped from the row with its mark committed. The chunks released."""
+    def release_due(self, offloads: Sequence[OffloadRecord] | None = None, *,
+                    release_after_s: float | None = None) -> list[str]:
+        """Step 4 for every switched offload past its grace period (``release_after_s``, default the
+        offloader's): the source copy through phase 1 as a ``Ledger`` pending delete, dropped from the row with
+        its mark committed. The chunks released."""
         now = self.clock()
-        due = [o for o in self._all()
-               if o.state is OffloadState.SWITCHED and (o.switched_at or 0) + self.release_after_s <= now]
+        lag = self.release_after_s if release_after_s is None else release_after_s
+        due = [o for o in self._all(offloads)
+               if o.state is OffloadState.SWITCHED and (o.switched_at or 0) + lag <= now]
         return [o.chunk for o in due if self._handing_over(self._release, o)]
 
     @staticmethod
@@ -301,13 +316,13 @@ class Offloader:
     def _with_mark(self, offload: OffloadRecord) -> OffloadRecord:
         return with_mark(self.store, offload)
 
-    def reap(self) -> list[str]:
+    def reap(self, offloads: Sequence[OffloadRecord] | None = None) -> list[str]:
         """Every cancelled offload, and every unswitched one past its deadline and the reap margin: its copy
         through phase 1 as an ``Offload-Ledger`` pending delete, the offload ABANDONED with its mark. The
         copies handed over."""
         now = self.clock()
         reaped: list[str] = []
-        for offload in self._all():
+        for offload in self._all(offloads):
             late = offload.state in OPEN_STATES and now >= offload.deadline + self.reap_margin_s
             if offload.state is OffloadState.CANCELLED or late:
                 if self._handing_over(self._abandon, offload):
@@ -319,7 +334,12 @@ class Offloader:
 
     def offloads(self) -> list[OffloadRecord]:
         """Every offload row, in copy order (``reclaim offload status``)."""
-        return self._all()
+        return every_offload(self.store)
+
+
+def _cancelled(offload: OffloadRecord, why: str) -> None:
+    OFFLOAD_STEPS.labels("cancelled").inc()
+    logger.info("offload cancelled chunk=%s copy=%s: %s", offload.chunk, offload.copy, why)
 
 
 def copies_of(offloads: Sequence[OffloadRecord]) -> dict[tuple[str, str | None, str], OffloadRecord]:
@@ -398,6 +418,7 @@ def abandon(store: MetadataStore, prepare: Callable[..., PreparedMark], offload:
             return False
         txn.put_offload(replace(current, state=OffloadState.ABANDONED))
         txn.put_mark(MarkRecord(prepared.mark_id, MarkState.COMMITTED, clock()))
+    OFFLOAD_STEPS.labels("abandoned").inc()
     logger.info("offload abandoned chunk=%s copy=%s mark=%s", offload.chunk, offload.copy, prepared.mark_id)
     if step is not None:
         step("abandoned")

@@ -174,6 +174,8 @@ class ChunkInfo:
     tags: ChunkTags | None
     read_only: bool = False
     written_as: WrittenAs | None = None
+    modified_at: float | None = None
+    """When the object was last written (seconds since the epoch), where the binding tells it."""
 
 
 @dataclass(frozen=True)

@@ -252,7 +252,8 @@ class FileSystemChunkStorage(BaseChunkStorage):
         if not stat.S_ISREG(st.st_mode):
             raise ChunkNotFoundError("not a chunk file", chunk=name)
         tags, written_as = self._read_tags(name)
-        return ChunkInfo(name, st.st_size, tags, read_only=not writable(st.st_mode), written_as=written_as)
+        return ChunkInfo(name, st.st_size, tags, read_only=not writable(st.st_mode), written_as=written_as,
+                         modified_at=st.st_mtime)
 
     def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
         with self._os_errors(name), open(self.data_path(name), "rb") as handle:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -161,6 +162,50 @@ class OffloadRecord:
         return self.target if self.state is OffloadState.ABANDONED else None
 
 
+@dataclass(frozen=True)
+class OffloadPolicy:
+    """When a stream's sealed chunks are offloaded by the ``reclaim offloader`` service
+    (``docs/concepts/offload.md``): to binding ``target``, a chunk once it is ``after_s`` old, or once the hot
+    bytes of the stream newer than it and its own pass ``after_bytes`` (Pulsar's
+    ``managedLedgerOffloadThresholdInSeconds`` and ``…InBytes``; None: that threshold is off, 0: at once).
+    ``release_after_s``: how long a hot copy is kept after its switch."""
+
+    stream: str
+    target: str
+    after_bytes: int | None = None
+    after_s: float | None = None
+    release_after_s: float = 4 * 3600.0
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        if self.after_bytes is None and self.after_s is None:
+            raise ValueError("an offload policy needs a threshold in bytes or in seconds")
+        if self.after_bytes is not None and self.after_bytes < 0:
+            raise ValueError(f"after_bytes must be >= 0, got {self.after_bytes}")
+        for name in ("after_s", "release_after_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+
+    def describe(self) -> str:
+        rules = ([f"{self.after_bytes} hot bytes"] if self.after_bytes is not None else []) + \
+            ([f"{self.after_s:g} s old"] if self.after_s is not None else [])
+        return (f"offload to {self.target} after {' or '.join(rules)}; hot copies released "
+                f"{self.release_after_s:g} s after the switch")
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A named lease in the metadata store, held by ``owner`` until ``expires_at`` (seconds since the epoch).
+    ``epoch`` grows by one each time another owner takes it; ``version`` is the row's compare-and-set."""
+
+    name: str
+    owner: str
+    epoch: int
+    expires_at: float
+    version: int = 0
+
+
 class MetadataTransaction(Protocol):
     """One atomic unit over several keys; every ``put`` is a compare-and-set on versions.
 
@@ -186,6 +231,13 @@ class MetadataTransaction(Protocol):
     def put_offload(self, record: OffloadRecord, *, expected_version: int | None = None) -> OffloadRecord: ...
     def cancel_offloads(self, chunks: Iterable[str]) -> list[str]: ...
     def remove_offloads(self, copies: Iterable[str]) -> list[str]: ...
+    def get_offload_policy(self, stream: str) -> OffloadPolicy | None: ...
+    def put_offload_policy(self, record: OffloadPolicy, *,
+                           expected_version: int | None = None) -> OffloadPolicy: ...
+    def delete_offload_policy(self, stream: str) -> bool: ...
+    def get_lease(self, name: str) -> LeaseRecord | None: ...
+    def put_lease(self, record: LeaseRecord, *, expected_version: int | None = None) -> LeaseRecord: ...
+    def delete_lease(self, name: str, *, expected_version: int) -> bool: ...
     def on_commit(self, callback: Callable[[], None]) -> None: ...
 
 
@@ -215,6 +267,8 @@ class MetadataStore(Protocol):
     def get_offload(self, copy: str) -> OffloadRecord | None: ...
     def offloads_of(self, chunks: Iterable[str]) -> list[OffloadRecord]: ...
     def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]: ...
+    def offload_policies(self) -> list[OffloadPolicy]: ...
+    def leases(self, prefix: str) -> list[LeaseRecord]: ...
     def close(self) -> None: ...
 
 

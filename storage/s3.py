@@ -418,7 +418,9 @@ class S3ChunkStorage(BaseChunkStorage):
     def _do_get_info(self, name: str) -> ChunkInfo:
         head = self._head(name)
         tags, written_as = self._tags(head.get("Metadata", {}))
-        return ChunkInfo(name, int(head.get("ContentLength", 0)), tags, written_as=written_as)
+        modified = head.get("LastModified")
+        return ChunkInfo(name, int(head.get("ContentLength", 0)), tags, written_as=written_as,
+                         modified_at=modified.timestamp() if modified is not None else None)
 
     def _do_read(self, name: str, from_offset: int, length: int) -> bytes:
         if length == 0:

@@ -20,8 +20,10 @@ from reclaim.storage.metadata import (
     MAX_LOCATIONS,
     OPEN_STATES,
     ChunkRecord,
+    LeaseRecord,
     MarkRecord,
     MarkState,
+    OffloadPolicy,
     OffloadRecord,
     OffloadState,
     SegmentRecord,
@@ -92,6 +94,25 @@ CREATE TABLE offloads (
     deadline DOUBLE PRECISION NOT NULL, switched_at DOUBLE PRECISION, mark_id TEXT COLLATE "C");
 CREATE INDEX offloads_by_chunk ON offloads (chunk)
 """}),
+    # The offloader service: each stream's offload policy, and the leases its processes share streams by
+    # (a member's heartbeat and a stream's owner are both leases, told apart by their names' prefixes).
+    Migration(3, {
+        "sqlite": """
+CREATE TABLE IF NOT EXISTS offload_policies (
+    stream TEXT PRIMARY KEY, version INTEGER NOT NULL, target TEXT NOT NULL, after_bytes INTEGER,
+    after_s REAL, release_after_s REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY, version INTEGER NOT NULL, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
+    expires_at REAL NOT NULL)
+""",
+        "postgresql": """
+CREATE TABLE offload_policies (
+    stream TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, target TEXT NOT NULL, after_bytes BIGINT,
+    after_s DOUBLE PRECISION, release_after_s DOUBLE PRECISION NOT NULL);
+CREATE TABLE leases (
+    name TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, owner TEXT NOT NULL, epoch BIGINT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL)
+"""}),
 )
 
 _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "length", "first_chunk",
@@ -102,6 +123,8 @@ _CHUNK_COLUMNS = ("name", "version", "segment", "start_offset", "length", "next_
 _MARK_COLUMNS = ("mark_id", "version", "state", "created_at")
 _OFFLOAD_COLUMNS = ("copy", "version", "chunk", "segment", "tags", "source", "target", "length", "state",
                     "created_at", "deadline", "switched_at", "mark_id")
+_POLICY_COLUMNS = ("stream", "version", "target", "after_bytes", "after_s", "release_after_s")
+_LEASE_COLUMNS = ("name", "version", "owner", "epoch", "expires_at")
 #: How a column's JSON text is made in one of SQLite's JSON rows (``select_in``): locations as stored (valid
 #: JSON, or null, which no row may hold and so is refused when read), times with every digit (SQLite's printf
 #: stops at 16 significant digits unless given its ``!`` flag).
@@ -207,6 +230,17 @@ def _offload_values(record: OffloadRecord) -> dict[str, Any]:
             "deadline": record.deadline, "switched_at": record.switched_at, "mark_id": record.mark_id}
 
 
+def _policy_from_row(row: Sequence[Any]) -> OffloadPolicy:
+    stream, version, target, after_bytes, after_s, release_after_s = row
+    return OffloadPolicy(stream, target, None if after_bytes is None else int(after_bytes),
+                         None if after_s is None else float(after_s), float(release_after_s), int(version))
+
+
+def _lease_from_row(row: Sequence[Any]) -> LeaseRecord:
+    name, version, owner, epoch, expires_at = row
+    return LeaseRecord(name, owner, int(epoch), float(expires_at), int(version))
+
+
 def _mark_from_row(row: Sequence[Any]) -> MarkRecord:
     mark_id, version, state, created_at = row
     return MarkRecord(mark_id, MarkState(state), float(created_at), int(version))
@@ -263,6 +297,23 @@ class _Reader(Queries):
     def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]:
         sql = f"SELECT {', '.join(_OFFLOAD_COLUMNS)} FROM offloads WHERE copy > ? ORDER BY copy LIMIT ?"
         return [_offload_from_row(row) for row in self._conn.execute(sql, (after, limit))]
+
+    def get_offload_policy(self, stream: str) -> OffloadPolicy | None:
+        row = self._one("offload_policies", _POLICY_COLUMNS, "stream", stream)
+        return _policy_from_row(row) if row else None
+
+    def offload_policies(self) -> list[OffloadPolicy]:
+        sql = f"SELECT {', '.join(_POLICY_COLUMNS)} FROM offload_policies ORDER BY stream"
+        return [_policy_from_row(row) for row in self._conn.execute(sql)]
+
+    def get_lease(self, name: str) -> LeaseRecord | None:
+        row = self._one("leases", _LEASE_COLUMNS, "name", name)
+        return _lease_from_row(row) if row else None
+
+    def leases(self, prefix: str) -> list[LeaseRecord]:
+        sql = (f"SELECT {', '.join(_LEASE_COLUMNS)} FROM leases WHERE substr(name, 1, length(?)) = ? "
+               "ORDER BY name")
+        return [_lease_from_row(row) for row in self._conn.execute(sql, (prefix, prefix))]
 
     def binding_names(self) -> set[str]:
         rows = self._conn.execute(_BINDING_NAMES[self._conn.engine])
@@ -362,6 +413,27 @@ class SQLTransaction(_Reader, Transaction):
             self._conn.delete_in("offloads", "copy", switched, "state = 'SWITCHED'")
         return [o.copy for o in cancelled]
 
+    def put_offload_policy(self, record: OffloadPolicy, *,
+                           expected_version: int | None = None) -> OffloadPolicy:
+        expected = record.version if expected_version is None else expected_version
+        values = {"stream": record.stream, "target": record.target, "after_bytes": record.after_bytes,
+                  "after_s": record.after_s, "release_after_s": record.release_after_s}
+        return replace(record, version=self._cas("offload_policies", "stream", record.stream, expected, values))
+
+    def delete_offload_policy(self, stream: str) -> bool:
+        return bool(self._conn.execute("DELETE FROM offload_policies WHERE stream = ?", (stream,)).rowcount)
+
+    def put_lease(self, record: LeaseRecord, *, expected_version: int | None = None) -> LeaseRecord:
+        expected = record.version if expected_version is None else expected_version
+        values = {"name": record.name, "owner": record.owner, "epoch": record.epoch,
+                  "expires_at": record.expires_at}
+        return replace(record, version=self._cas("leases", "name", record.name, expected, values))
+
+    def delete_lease(self, name: str, *, expected_version: int) -> bool:
+        """Remove the lease ``name`` if it is still at ``expected_version``."""
+        sql = "DELETE FROM leases WHERE name = ? AND version = ?"
+        return bool(self._conn.execute(sql, (name, expected_version)).rowcount)
+
     def remove_offloads(self, copies: Iterable[str]) -> list[str]:
         """Remove the offloads of ``copies`` whose detached copy phase 2 deleted; returns those removed."""
         detached = ", ".join(f"'{state.value}'" for state in DETACHED_STATES)
@@ -424,6 +496,14 @@ class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
     def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]:
         """Up to ``limit`` offloads whose copy ids sort after ``after``, in copy order (``""`` starts)."""
         return self._read(lambda r: r.offloads_after(after, limit))
+
+    def offload_policies(self) -> list[OffloadPolicy]:
+        """Every stream's offload policy, in stream order."""
+        return self._read(lambda r: r.offload_policies())
+
+    def leases(self, prefix: str) -> list[LeaseRecord]:
+        """Every lease whose name starts with ``prefix``, expired or not, in name order."""
+        return self._read(lambda r: r.leases(prefix))
 
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
         """Remove inactive chunk rows (after their storage delete) in one transaction; returns the removed."""

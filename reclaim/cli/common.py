@@ -73,6 +73,24 @@ def duration(at_least: float = 0.0, *, positive: bool = False) -> Callable[[str]
     return read
 
 
+_SIZE = re.compile(r"\s*(\d+)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+MAX_BYTES = 2**62
+
+
+def byte_size(text: str) -> int:
+    """An argparse type: a number of bytes, as digits with an optional unit (B, KB, MB, GB, TB in powers of
+    1000; KiB, MiB, GiB, TiB in powers of 1024), at most 2^62."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"must be a size such as 1073741824, 512MiB or 10GB, got {text!r}")
+    size = int(match.group(1)) * _UNITS[(match.group(2) or "b").lower()]
+    if size > MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most 2^62 bytes, got {text!r}")
+    return size
+
+
 def global_options(parser: argparse.ArgumentParser, *, top: bool, listed: bool = True) -> None:
     """The options every command takes; on a command they only override what was given before it.
     ``listed`` False accepts them without listing them in the parser's help (a group of verbs)."""

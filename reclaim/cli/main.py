@@ -27,8 +27,8 @@ from reclaim.services import client_security
 from reclaim.settings import Settings
 
 #: The command modules under reclaim.cli, in the order ``reclaim --help`` lists them.
-COMMANDS = ("local", "topics", "worker", "deletions", "dlq", "audit", "streams", "offload", "truncation_applier",
-            "retention_job", "acls", "keys", "config", "demo", "completion")
+COMMANDS = ("local", "topics", "worker", "deletions", "dlq", "audit", "streams", "offload", "offloader",
+            "truncation_applier", "retention_job", "acls", "keys", "config", "demo", "completion")
 
 ENV_HELP = f"""\
 Every flag has an environment variable RECLAIM_<NAME> (e.g. RECLAIM_BOOTSTRAP, RECLAIM_STATE_DIR,
@@ -79,7 +79,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
              "group_id", "instance_id", "assignment", "stall_after_s", "consumers", "processes", "batch_size",
              "poll_timeout_s", "delete_parallelism", "max_attempts", "mark_timeout_s", "commit_interval_ms",
              "metadata_path", "metadata_url", "fs_root", "fs_tier1_root",
-             "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "keyring")
+             "fs_create_root", "metrics_port", "truncation_group_id", "record_every_s", "keyring",
+             "offload_every_s", "offload_lease_s")
     flags = {name: getattr(args, name, None) for name in names}
     if getattr(args, "retry_delays", None):
         flags["retry_delays"] = _retry_delays(args.retry_delays)

@@ -92,6 +92,12 @@ def storage_bindings(settings: Settings, *, writer: bool = False) -> StorageBind
     return bindings
 
 
+def binding_names(settings: Settings) -> list[str]:
+    """The names of the bindings :func:`storage_bindings` registers, without opening any."""
+    return (["fs-tier2"] + (["s3-tier2"] if s3_settings(settings) is not None else [])
+            + (["fs-tier1"] if settings.fs_tier1_root is not None else []))
+
+
 def bindings_not_configured(settings: Settings) -> dict[str, str]:
     """The bindings of :func:`storage_bindings` that ``settings`` leave out, each with what would configure it."""
     if s3_settings(settings) is not None:

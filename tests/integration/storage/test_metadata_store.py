@@ -16,7 +16,15 @@ from prometheus_client import REGISTRY
 
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.errors import MetadataConflictError, MetadataUnavailableError
-from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord, SegmentStatus
+from reclaim.storage.metadata import (
+    ChunkRecord,
+    LeaseRecord,
+    MarkRecord,
+    MarkState,
+    OffloadPolicy,
+    SegmentRecord,
+    SegmentStatus,
+)
 from reclaim.storage.sql_store import SQLiteMetadataStore, SQLMetadataStore, open_metadata_store
 
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
@@ -259,3 +267,22 @@ def test_offloads_round_trip_and_a_retirement_settles_them(store: SQLMetadataSto
         assert txn.remove_offloads(copies) == [copies[2]]  # only a detached copy's offload ends by its delete
     with pytest.raises(MetadataConflictError), store.transaction() as txn:
         txn.put_offload(stored[0])  # stale version
+
+
+def test_offload_policies_and_leases_are_compare_and_set_rows(store: SQLMetadataStore) -> None:
+    with store.transaction() as txn:
+        policy = txn.put_offload_policy(OffloadPolicy("scope/a", "s3-tier2", after_bytes=2**62, after_s=0.25))
+        txn.put_offload_policy(OffloadPolicy("scope/b", "fs-tier2", after_s=3600, release_after_s=0))
+        lease = txn.put_lease(LeaseRecord("offloader/stream/scope/a", "h:1:x", 1, 1_700_000_000.125))
+        txn.put_lease(LeaseRecord("offloader/member/h:1:x", "h:1:x", 1, 1_700_000_000.5))
+    assert store.offload_policies()[0] == policy and policy.version == 1
+    assert [p.stream for p in store.offload_policies()] == ["scope/a", "scope/b"]
+    assert store.leases("offloader/stream/") == [lease]
+    with pytest.raises(MetadataConflictError), store.transaction() as txn:
+        txn.put_lease(LeaseRecord(lease.name, "other", 2, 1.0))  # version 0: create, but it exists
+    with store.transaction() as txn:
+        assert not txn.delete_lease(lease.name, expected_version=lease.version + 1)
+        assert txn.delete_lease(lease.name, expected_version=lease.version)
+        assert txn.delete_offload_policy("scope/b") and not txn.delete_offload_policy("scope/b")
+    assert [lease.name for lease in store.leases("offloader/")] == ["offloader/member/h:1:x"]
+    assert [p.stream for p in store.offload_policies()] == ["scope/a"]
