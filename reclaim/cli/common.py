@@ -101,7 +101,7 @@ def global_options(parser: argparse.ArgumentParser, *, top: bool, listed: bool =
 
     parser.add_argument("-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS,
                         help=shown("more log lines: -v info, -vv debug (default: warnings only; info for the "
-                                   "services worker, truncation-applier and a running retention-job)"))
+                                   "services worker, offloader, truncation-applier and a running retention-job)"))
     parser.add_argument("-q", "--quiet", action="store_true", default=False if top else argparse.SUPPRESS,
                         help=shown("warnings and errors only, services too"))
     parser.add_argument("--log-format", choices=["text", "json"], default=default,

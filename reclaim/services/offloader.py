@@ -40,7 +40,8 @@ STREAMS_HELD = Gauge("reclaim_offload_streams_held", "Streams this offloader pro
 DUE_BYTES = Gauge("reclaim_offload_due_bytes",
                   "Bytes of chunks the offload policies made due that this process's last pass left on their hot "
                   "binding (refused, failed, or a lost lease)")
-LAST_PASS = Gauge("reclaim_offload_last_pass_timestamp_seconds", "When this offloader process last ended a pass")
+LAST_PROGRESS = Gauge("reclaim_offload_last_progress_timestamp_seconds",
+                      "When this offloader process last ended a pass or started on a chunk (set at its start)")
 PASS_FAILURES = Counter("reclaim_offload_pass_failures_total",
                         "Offloader passes (or a stream's part of one) stopped by a failure of the store or a binding")
 
@@ -90,6 +91,7 @@ class OffloaderService:
 
     def run(self, stop: threading.Event, every_s: float) -> None:
         """Passes every ``every_s`` until ``stop`` is set; then let go of every lease."""
+        LAST_PROGRESS.set(self.clock())
         try:
             while not stop.is_set():
                 try:
@@ -118,7 +120,7 @@ class OffloaderService:
                 report.failed.append((stream, str(exc)))
                 log.warning("offloader: stream %s's pass stopped, tried again next pass: %s", stream, exc)
         DUE_BYTES.set(report.due_left)
-        LAST_PASS.set(self.clock())
+        LAST_PROGRESS.set(self.clock())
         if report.switched or report.released or report.reaped or report.cancelled:
             log.info("offloader pass: %d streams held, %d chunks switched, %d offloads cancelled, %d hot copies "
                      "released, %d copies reaped, %d due bytes left", len(report.streams), len(report.switched),
@@ -170,6 +172,7 @@ class OffloaderService:
                 if not self.leases.renew(stream):
                     return
                 renewed = self.clock()
+            LAST_PROGRESS.set(self.clock())
             yield chunk
 
     def hot_chunks(self, stream: str, target: str) -> list[HotChunk]:

@@ -66,6 +66,8 @@ def test_bad_usage_exits_64(tmp_path: Path) -> None:
     (["worker", "--commit-interval-ms", "-1"], {}, "--commit-interval-ms must be between 0 and 86400000, got -1"),
     (["deletions", "inflight", "--group-id", ""], {}, "--group-id must not be empty"),
     (["truncation-applier", "--record-every-s", "inf"], {}, "argument --record-every-s: must be at least 0s"),
+    (["offloader", "--offload-every-s", "0"], {}, "offloader: argument --offload-every-s: must be a duration above 0"),
+    (["config", "show"], {"RECLAIM_OFFLOAD_LEASE_S": "10"}, "a lease would lapse between two passes"),
     (["config", "show"], {"RECLAIM_MARK_TIMEOUT_S": "inf"},
      "poll_timeout_s and RECLAIM_MARK_TIMEOUT_S must be positive, got 1.0 and inf"),
     (["config", "show"], {"RECLAIM_LOG_FORMAT": "xml"}, "RECLAIM_LOG_FORMAT must be text or json, got 'xml'"),
