@@ -33,6 +33,7 @@ if not __package__:  # run as a file: the sibling modules are imported as ``benc
 from boto3.s3.transfer import TransferConfig  # noqa: E402
 
 from benchmarks.deletion_throughput import start_endpoint  # noqa: E402
+from benchmarks.results import Figures, record  # noqa: E402
 from reclaim.localstack.procs import stop_pid  # noqa: E402
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client  # noqa: E402
 from reclaim.segments.chunked import ChunkedSegmentStorage  # noqa: E402
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each method (default 3)")
     parser.add_argument("--minio", action="store_true", help="measure on a MinIO server started for the run")
     args = parser.parse_args()
+    begun = time.time()
     settings = Settings.from_env()
     started: list[int] = []
     with tempfile.TemporaryDirectory(prefix="reclaim-offload-bench-") as tmp:
@@ -121,18 +123,20 @@ def main() -> None:
         finally:
             for pid in started:
                 stop_pid(pid)
-    ratios = [raw[0] / off[0] for off, raw in zip(offloads, raws, strict=True)]
-    ratio = statistics.median(ratios)
     print(f"offload throughput on {server}: {args.chunks} chunks of {args.size:,} bytes ({megabytes:.1f} MB) a "
           f"round, {args.rounds} rounds")
-    print(f"  offload  {megabytes / statistics.median(t for t, _ in offloads):8.1f} MB/s  rounds "
-          + " ".join(f"{t:.2f}s" for t, _ in offloads))
-    print(f"  raw      {megabytes / statistics.median(t for t, _ in raws):8.1f} MB/s  rounds "
-          + " ".join(f"{t:.2f}s" for t, _ in raws) + "  (boto3 transfer manager, max_concurrency=1)")
-    print(f"  offload / raw: {ratio:.2f}x (rounds {' '.join(f'{r:.2f}' for r in ratios)}; goal >= {GOAL}x: "
-          f"{'met' if ratio >= GOAL else 'NOT met'})")
-    print(f"  CPU per MB offloaded: {statistics.median(c for _, c in offloads) / megabytes * 1000:.2f} ms "
-          f"(raw: {statistics.median(c for _, c in raws) / megabytes * 1000:.2f} ms)")
+    figures, name = Figures(), server.lower()
+    for method, label, runs in (("offload", "offload (intent, upload, switch)", offloads),
+                                ("raw", "raw (boto3 transfer manager, max_concurrency=1)", raws)):
+        figures.rate(f"{name}_{method}", label, args.chunks, [t for t, _ in runs], unit="chunks")
+        figures.add(f"{name}_{method}_mb_per_s", megabytes / statistics.median(t for t, _ in runs))
+    figures.ratio(f"{name}_offload_over_raw", "offload / raw", [t for t, _ in offloads], [t for t, _ in raws],
+                  target=GOAL)
+    cpu, raw_cpu = (statistics.median(c for _, c in runs) / megabytes * 1000 for runs in (offloads, raws))
+    print(f"  CPU per MB offloaded: {cpu:.2f} ms (raw: {raw_cpu:.2f} ms)")
+    figures.add(f"{name}_offload_cpu_ms_per_mb", cpu)
+    figures.add(f"{name}_raw_cpu_ms_per_mb", raw_cpu)
+    record("offload_throughput", vars(args), figures, begun)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ OFFLOAD_STEPS = Counter("reclaim_offload_steps_total",
                         "unswitched copy to phase 1)", ["step"])
 OFFLOAD_BYTES = Counter("reclaim_offload_bytes_total", "Bytes this process uploaded to offload targets")
 _COUNTED_STEPS = frozenset(("intent", "uploaded", "switched", "released"))
+for _step in (*sorted(_COUNTED_STEPS), "cancelled", "abandoned"):
+    OFFLOAD_STEPS.labels(_step)  # every step from 0, so rate() sees its first increase
 
 CrashHook = Callable[[str], None]
 

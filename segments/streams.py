@@ -105,6 +105,9 @@ class StreamController:
         """
         name = qualified_stream(scope, stream)
         epoch = initial_epoch(initial_segments, self.ops.clock())
+        existing = self.store.get_stream(name)
+        if existing is None or existing.state is StreamState.DELETED:
+            self._forget_offload_policy(name)  # a new incarnation: nothing of an earlier one's
         with self.store.transaction() as txn:
             existing = txn.get_stream(name)
             if existing is not None and existing.state is not StreamState.DELETED:
@@ -180,7 +183,14 @@ class StreamController:
             return DeletePlan()
 
         self.ops.run(stream, planner, lambda plan: isinstance(plan, DeletePlan))
+        self._forget_offload_policy(stream)
         logger.info("stream deleted stream=%s", stream)
+
+    def _forget_offload_policy(self, stream: str) -> None:
+        """A stream's offload policy ends with it: a stream created again under its name starts without one
+        (also done at that creation, for a delete that stopped before this)."""
+        with self.segments.store.transaction() as txn:
+            txn.delete_offload_policy(stream)
 
     def topology(self, stream: str) -> StreamTopology:
         """The stream's topology as the store holds it (DELETED, without epochs, for a deleted stream)."""

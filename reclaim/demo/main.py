@@ -10,6 +10,7 @@ from prometheus_client import REGISTRY
 
 from reclaim.deletion.mark import LedgerDeletionService
 from reclaim.deletion.records import pending_deletes_for
+from reclaim.demo.offload import show_offload
 from reclaim.demo.output import CONSOLE, demo_keyring, demo_settings, drain, say, stack_settings, step
 from reclaim.demo.retention import show_retention
 from reclaim.demo.roundtrip import round_trip_every_record
@@ -79,6 +80,8 @@ def run_demo(settings: Settings, keep_stack: bool = False) -> int:
             say(f"  {name:28} {size:5d} bytes  round trip ok")
         step("segments on tier-2, truncated and deleted, collected by the two-phase pipeline")
         collect_garbage(settings, bootstrap)
+        step("offload: a stream from tier-1 to tier-2 by its policy, truncated mid-offload")
+        show_offload(settings, bootstrap)
         step("retention: subscribers, the Spark retention job, the truncation applier")
         show_retention(settings, bootstrap, log_file)
     finally:

@@ -30,6 +30,12 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     # filesystem also keeps the stream's committed data (4 chunks) after the aborted txn's 2 go.
     assert "s3-tier2: 6 chunks left" in out and "fs-tier2: 10 chunks left" in out
     assert "aborted transaction: 2 of 2 chunks deleted from tier-2" in out
+    # Offload: a stream truncated while a chunk's upload was in flight; both tiers clean after phase 2.
+    assert "offloads now: {'cancelled': 1, 'switched': 4}" in out
+    assert "next pass: 4 hot copies released, 1 cancelled copy reaped: both to phase 1" in out
+    assert "bytes 3072..7992 read back: ok" in out
+    assert "audit fs-tier1: 1 live chunks, 0 pending, 0 orphans, 0 missing" in out
+    assert "audit s3-tier2: 4 live chunks, 0 pending, 0 orphans, 0 missing" in out
     # Every record is signed with the demo's keyring: a forged (unsigned) pending delete for a live chunk is
     # dead-lettered before any check, and the retention job refuses none of the genuine inputs.
     assert "finished: {'unauthenticated': 1}" in out and "the chunk is still on tier-2" in out

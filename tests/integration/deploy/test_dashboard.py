@@ -1,5 +1,6 @@
 """The Grafana dashboard's queries, asked of a real Prometheus scraping real processes: the worker's panels of a
-``reclaim worker``, the retention panels of a ``reclaim retention-job`` and a ``reclaim truncation-applier``; the
+``reclaim worker``, the retention panels of a ``reclaim retention-job`` and a ``reclaim truncation-applier``, the
+offloader's of a ``reclaim offloader``; the
 worker's in-flight gauge against ``reclaim deletions inflight``; the no-progress alert firing from a worker whose
 group stopped draining, and resolving once it drains."""
 
@@ -29,8 +30,12 @@ from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.producers.config import kafka_config
 from reclaim.producers.producer import DeliveryTracker
 from reclaim.producers.topics import TopicNames
+from reclaim.segments.chunked import ChunkedSegmentStorage
+from reclaim.segments.garbage import RecordingGarbageSink
 from reclaim.storage.bindings import StorageBindings
+from reclaim.storage.chunks import Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.metadata import OffloadPolicy
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from tests.support.cli import clean_env, run_reclaim
@@ -45,11 +50,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3_servers(
 DASHBOARD = DEPLOY / "grafana" / "reclaim.json"
 #: The scrape jobs, as deploy/prometheus/prometheus.yml names them (the alert rules match on them).
 JOB, RETENTION_JOB, APPLIER_JOB = "reclaim-worker", "reclaim-retention-job", "reclaim-truncation-applier"
+OFFLOADER_JOB = "reclaim-offloader"
 #: Each section's job variable: a panel's queries filter on its section's only.
-WORKER, RETENTION, APPLIER = "$job", "$retention_job", "$applier_job"
+WORKER, RETENTION, APPLIER, OFFLOADER = "$job", "$retention_job", "$applier_job", "$offloader_job"
 #: What Grafana puts in place of the dashboard's variables: the job variables' "All" value, and a rate
 #: window of several scrapes (the test Prometheus scrapes every second).
-VARIABLES = {WORKER: ".+", RETENTION: ".+", APPLIER: ".+", "$__rate_interval": "15s"}
+VARIABLES = {WORKER: ".+", RETENTION: ".+", APPLIER: ".+", OFFLOADER: ".+", "$__rate_interval": "15s"}
 
 
 def dashboard() -> dict[str, Any]:
@@ -59,7 +65,7 @@ def dashboard() -> dict[str, Any]:
 
 def job_variable(expr: str) -> str | None:
     """The job variable a query filters on (None: none, or more than one)."""
-    used = [name for name in (WORKER, RETENTION, APPLIER) if re.search(re.escape(name) + r"\b", expr)]
+    used = [name for name in (WORKER, RETENTION, APPLIER, OFFLOADER) if re.search(re.escape(name) + r"\b", expr)]
     return used[0] if len(used) == 1 else None
 
 
@@ -163,10 +169,11 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
     filtering on its section's job variable, metric names reclaim exports."""
     data = dashboard()
     variables = {v["name"]: v for v in data["templating"]["list"]}
-    assert list(variables) == ["datasource", "job", "retention_job", "applier_job"]
-    assert [variables[name]["query"]["query"] for name in ("job", "retention_job", "applier_job")] == [
-        "label_values(reclaim_dependency_up, job)", "label_values(reclaim_retention_input_rows_total, job)",
-        "label_values(reclaim_truncation_applier_last_poll_timestamp_seconds, job)"]
+    assert list(variables) == ["datasource", "job", "retention_job", "applier_job", "offloader_job"]
+    assert [variables[name]["query"]["query"] for name in ("job", "retention_job", "applier_job", "offloader_job")] \
+        == ["label_values(reclaim_dependency_up, job)", "label_values(reclaim_retention_input_rows_total, job)",
+            "label_values(reclaim_truncation_applier_last_poll_timestamp_seconds, job)",
+            "label_values(reclaim_offload_last_progress_timestamp_seconds, job)"]
     ids = [p["id"] for p in data["panels"]]
     assert len(ids) == len(set(ids))
     queried = [p for p in data["panels"] if p["type"] != "row"]
@@ -176,12 +183,13 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
     # The rows in order, and no panel of one section placed under another's row.
     rows = [(p["title"], p["gridPos"]["y"]) for p in data["panels"] if p["type"] == "row"]
     assert [title for title, _ in rows] == ["Overview", "Deletions", "Retries and dead letters", "Latency",
-                                            "Retention job", "Truncation applier"]
-    retention_y, applier_y = rows[4][1], rows[5][1]
+                                            "Retention job", "Truncation applier", "Offloader"]
+    retention_y, applier_y, offloader_y = rows[4][1], rows[5][1], rows[6][1]
     for panel in queried:
         section = {job_variable(t["expr"]) for t in panel["targets"]}
         y = panel["gridPos"]["y"]
-        expected = WORKER if y < retention_y else RETENTION if y < applier_y else APPLIER
+        expected = (WORKER if y < retention_y else RETENTION if y < applier_y else APPLIER if y < offloader_y
+                    else OFFLOADER)
         assert section == {expected}, panel["title"]
     assert metric_names(WORKER) == {
         "reclaim_estimated_inflight_deletions", "reclaim_ledgers_deleted_total", "reclaim_deletion_dlq_sent_total",
@@ -201,6 +209,9 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
     assert metric_names(APPLIER) == {
         "reclaim_truncations_total", "reclaim_truncation_consumer_lag",
         "reclaim_truncation_applier_last_poll_timestamp_seconds", "reclaim_truncation_apply_delay_seconds_bucket"}
+    assert metric_names(OFFLOADER) == {
+        "reclaim_offload_last_progress_timestamp_seconds", "reclaim_offload_steps_total", "reclaim_offload_due_bytes",
+        "reclaim_offload_streams_held", "reclaim_offload_bytes_total", "reclaim_offload_pass_failures_total"}
 
 
 def test_every_dashboard_query_answers_from_a_real_worker(
@@ -395,3 +406,39 @@ def test_every_retention_query_answers_from_a_real_job_and_applier(
     firing = wait_for(lambda: answers(prometheus, 'ALERTS{alertstate="firing"}'), "the reject's alert firing")
     assert [(a["alertname"], a.get("kind")) for a in map(json.loads, firing)] == [
         ("ReclaimRetentionRejects", "undecodable")]
+
+
+def test_every_offloader_query_answers_from_a_real_offloader(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], start_reclaim: StartReclaim,
+        start_prometheus: Callable[[dict[str, list[str]]], PrometheusServer], tmp_path: Path) -> None:
+    names = kafka_topics()
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_TOPIC_PREFIX=names.deletion.removesuffix(
+        "ledger-deletion"), RECLAIM_FS_TIER1_ROOT=str(tmp_path / "tier1"), RECLAIM_OFFLOAD_EVERY_S="1",
+        RECLAIM_OFFLOAD_LEASE_S="10")
+    (tmp_path / "state").mkdir()
+    store = SQLiteMetadataStore(tmp_path / "state" / "metadata.db")
+    try:
+        hot = FileSystemChunkStorage(tmp_path / "tier1", name="fs-tier1", tier=Tier.TIER1)
+        segments = ChunkedSegmentStorage(store, hot, RecordingGarbageSink(), max_rolling_length=100)
+        segments.create("scope/orders/0.#epoch.0", stream="scope/orders")
+        segments.write(segments.open_write("scope/orders/0.#epoch.0", epoch=1), 0, bytes(450))
+        with store.transaction() as txn:
+            txn.put_offload_policy(OffloadPolicy("scope/orders", "fs-tier2", after_bytes=0, release_after_s=3600))
+    finally:
+        store.close()
+    offloader = start_reclaim(env, "offloader")
+    prometheus = start_prometheus({OFFLOADER_JOB: [f"127.0.0.1:{offloader}"]})
+
+    def one(expr: str) -> float | None:
+        found = answers(prometheus, expr)
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    wait_for(lambda: one('sum(reclaim_offload_steps_total{step="switched"})') == 4,
+             "the four sealed chunks switched, as Prometheus sees it")
+    every_query_answers(prometheus, OFFLOADER)
+    assert one("sum(reclaim_offload_bytes_total)") == 400 and one("sum(reclaim_offload_streams_held)") == 1
+    assert one("sum(reclaim_offload_due_bytes)") == 0
+    assert (one("time() - max(reclaim_offload_last_progress_timestamp_seconds)") or 1e9) < 30
+    assert variable_jobs(prometheus, "offloader_job") == [OFFLOADER_JOB]
+    assert variable_jobs(prometheus, "job") == [] and variable_jobs(prometheus, "applier_job") == []
+    assert rules_evaluated(prometheus) == [("reclaim", {"ok"}), ("reclaim-retention", {"ok"})]

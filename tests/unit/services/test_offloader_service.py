@@ -17,6 +17,7 @@ from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.garbage import RecordingGarbageSink
 from reclaim.segments.offload import Offloader
 from reclaim.segments.offload_policy import STREAM_PREFIX, StreamLeases
+from reclaim.segments.streams import StreamController
 from reclaim.services.offloader import OffloaderService
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkStorage, Tier
@@ -164,3 +165,21 @@ def test_a_lost_lease_stops_the_streams_pass_before_its_next_chunk(setup: Setup)
     report = service.tick()
     assert len(report.switched) == 1 and stream not in service.leases.held
     assert setup.where(stream) == ["fs-cold"] + ["fs-tier1"] * 4
+
+
+def test_a_streams_policy_ends_with_it_and_a_new_incarnation_starts_without_one(setup: Setup) -> None:
+    controller = StreamController.beside(setup.segments, setup.store.path)
+    try:
+        controller.create_stream("scope", "orders", 1)
+        setup.policy("scope/orders", after_bytes=0)
+        controller.seal_stream("scope/orders")
+        controller.delete_stream("scope/orders")
+        assert [p.stream for p in setup.store.offload_policies()] == []
+        setup.policy("scope/orders", after_bytes=0)  # left by a delete that stopped before forgetting it
+        controller.create_stream("scope", "orders", 1)
+        assert [p.stream for p in setup.store.offload_policies()] == []
+        setup.policy("scope/orders", after_bytes=0)
+        controller.create_stream("scope", "orders", 1)  # a retry of the same creation keeps it
+        assert [p.stream for p in setup.store.offload_policies()] == ["scope/orders"]
+    finally:
+        controller.close()
