@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -87,7 +88,8 @@ from reclaim.storage.base import BaseChunkStorage  # noqa: E402
 from reclaim.storage.filesystem import FileSystemChunkStorage  # noqa: E402
 from reclaim.storage.metadata import MarkRecord, MarkState  # noqa: E402
 from reclaim.storage.s3 import S3ChunkStorage  # noqa: E402
-from reclaim.storage.sql_store import SQLiteMetadataStore  # noqa: E402
+from reclaim.storage.sql_base import SCHEMA_TABLE  # noqa: E402
+from reclaim.storage.sql_store import STORE, SQLiteMetadataStore  # noqa: E402
 
 BINDINGS = ("moto", "minio", "fs")
 #: The target of the S3 path (moto): the marginal CPU per record, at most half of 82-101 µs.
@@ -186,6 +188,17 @@ def produce(bootstrap: str, topic: str, records: Sequence[tuple[bytes, bytes]]) 
     assert producer.flush(120) == 0 and not failures, f"backlog not fully produced: {failures[:1]}"
 
 
+def schema_known_by(tree: Path, db: Path) -> None:
+    """Mark the store's schema at the last version the earlier ``tree`` knows, so its worker opens it: the
+    tables added since (offloads, policies, leases) are not read by a worker that predates them, and the
+    rows of the tables it reads have the shape it wrote."""
+    known = subprocess.run([sys.executable, "-c", "from reclaim.storage.sql_store import MIGRATIONS; "
+                            "print(MIGRATIONS[-1].version)"], cwd=tree, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": str(tree)})
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"UPDATE {SCHEMA_TABLE} SET version = ? WHERE store = ?", (int(known.stdout), STORE))
+
+
 def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None = None) -> Drain:
     """A backlog of retired chunks; a worker joined, then stopped while their pending deletes are
     produced; the worker woken and timed until its group's lag is 0.
@@ -199,6 +212,8 @@ def drain(bootstrap: str, target: Target, n: int, state: Path, tree: Path | None
     db = state / "metadata.db"
     store = SQLiteMetadataStore(db)
     records = backlog(store, target.binding, n)
+    if tree is not None:
+        schema_known_by(tree, db)
     group, stages_file = f"{prefix}group", state / "stages.json"
     env = {key: value for key, value in os.environ.items() if not key.startswith("RECLAIM_")}
     env |= {"RECLAIM_BOOTSTRAP": bootstrap, "RECLAIM_TOPIC_PREFIX": prefix, "RECLAIM_METADATA_PATH": str(db),

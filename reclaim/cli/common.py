@@ -91,6 +91,12 @@ def byte_size(text: str) -> int:
     return size
 
 
+def metrics_flags(parser: argparse.ArgumentParser) -> None:
+    """A service's --metrics-port and --metrics-addr."""
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+
+
 def global_options(parser: argparse.ArgumentParser, *, top: bool, listed: bool = True) -> None:
     """The options every command takes; on a command they only override what was given before it.
     ``listed`` False accepts them without listing them in the parser's help (a group of verbs)."""

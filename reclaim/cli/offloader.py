@@ -7,7 +7,7 @@ import logging
 from contextlib import ExitStack
 from pathlib import Path
 
-from reclaim.cli.common import Common, duration, store_flags
+from reclaim.cli.common import Common, duration, metrics_flags, store_flags
 from reclaim.logs import log_as_service
 from reclaim.settings import Settings
 
@@ -60,11 +60,11 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     offloader.add_argument("--offload-lease-s", type=duration(positive=True), metavar="DURATION",
                            help="how long a stream's lease lasts unrenewed (RECLAIM_OFFLOAD_LEASE_S, default 90s; "
                                 "longer than --offload-every-s)")
-    offloader.add_argument("--owner", help="this process's name among the offloaders (default host:pid:random)")
+    offloader.add_argument("--owner", help="this process's name among the offloaders, unique among them (default "
+                                           "host:pid:random)")
     offloader.add_argument("--fs-tier1-root", type=Path, metavar="PATH",
                            help="filesystem tier-1 root (RECLAIM_FS_TIER1_ROOT)")
     store_flags(offloader)
-    offloader.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    offloader.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
+    metrics_flags(offloader)
     common(offloader)
     offloader.set_defaults(run=cmd_offloader)

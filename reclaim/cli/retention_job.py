@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reclaim.cli.common import Common, duration
+from reclaim.cli.common import Common, duration, metrics_flags
 from reclaim.logs import log_as_service
 from reclaim.retention.spark_output import spark_log_path
 from reclaim.services.retention_job import RetentionJobSettings, run_retention_job
@@ -60,7 +60,6 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                           "(RECLAIM_STATE_BUCKETS, default 64)")
     job.add_argument("--once", action="store_true",
                      help="process what is on the input topics now, then exit (e.g. from cron)")
-    job.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
-    job.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    metrics_flags(job)
     common(job)
     job.set_defaults(run=cmd_retention_job)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reclaim.cli.common import Common, duration, store_flags
+from reclaim.cli.common import Common, duration, metrics_flags, store_flags
 from reclaim.logs import log_as_service
 from reclaim.services.applier import run_applier
 from reclaim.settings import Settings
@@ -28,7 +28,6 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     applier.add_argument("--poll-timeout-s", type=duration(positive=True), metavar="DURATION",
                          help="poll timeout (default 1s)")
     store_flags(applier)
-    applier.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    applier.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port")
+    metrics_flags(applier)
     common(applier)
     applier.set_defaults(run=cmd_applier)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reclaim.cli.common import Common, duration, store_flags
+from reclaim.cli.common import Common, duration, metrics_flags, store_flags
 from reclaim.logs import log_as_service
 from reclaim.settings import Settings
 
@@ -55,6 +55,5 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     worker.add_argument("--create-fs-root", dest="fs_create_root", action="store_true", default=None,
                         help="create the filesystem tier-2 root when missing (a first start on a fresh volume; "
                         "env RECLAIM_FS_CREATE_ROOT)")
-    worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (RECLAIM_METRICS_PORT)")
-    worker.add_argument("--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)")
+    metrics_flags(worker)
     worker.set_defaults(run=cmd_worker)

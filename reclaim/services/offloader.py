@@ -79,6 +79,8 @@ class OffloaderService:
         self.clock = clock
         self._make = offloader
         self._offloaders: dict[str, Offloader] = {}
+        self._stop = threading.Event()
+        """Set by :meth:`run`'s stop: a pass ends after the chunk in hand."""
         self._written: dict[str, float] = {}
         """When each sealed hot chunk was last written: a sealed chunk does not change, so it is looked up once."""
 
@@ -90,7 +92,9 @@ class OffloaderService:
         return self._offloaders[target]
 
     def run(self, stop: threading.Event, every_s: float) -> None:
-        """Passes every ``every_s`` until ``stop`` is set; then let go of every lease."""
+        """Passes every ``every_s`` until ``stop`` is set (a pass ends after its chunk in hand); then let go of
+        every lease."""
+        self._stop = stop
         LAST_PROGRESS.set(self.clock())
         try:
             while not stop.is_set():
@@ -165,9 +169,11 @@ class OffloaderService:
 
     def _while_held(self, stream: str, chunks: Iterable[str]) -> Iterator[str]:
         """``chunks``, the stream's lease renewed before each once a third of its term has passed; ends when the
-        lease is lost."""
+        lease is lost, or the service is stopping."""
         renewed = self.clock()
         for chunk in chunks:
+            if self._stop.is_set():
+                return
             if self.clock() - renewed >= self.leases.ttl_s / 3:
                 if not self.leases.renew(stream):
                     return

@@ -5,19 +5,14 @@ release lag. The whole protocol with phase 2, S3 and the broker is tests/integra
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from reclaim.segments.chunked import ChunkedSegmentStorage
-from reclaim.segments.garbage import RecordingGarbageSink
 from reclaim.segments.offload import Offloader, OffloadRefused
-from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import ChunkHandle, Tier, offload_object_name
-from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.chunks import ChunkHandle, offload_object_name
 from reclaim.storage.metadata import OffloadState
-from reclaim.storage.sql_store import SQLiteMetadataStore
+from tests.support.offload_tiers import Tiers, open_tiers
 
 SEGMENT = "scope/stream/0.#epoch.0"
 DATA = bytes(range(250))  # chunks of 100, 100 and 50
@@ -27,15 +22,7 @@ class Crash(Exception):
     pass
 
 
-@dataclass
-class Setup:
-    store: SQLiteMetadataStore
-    hot: FileSystemChunkStorage
-    cold: FileSystemChunkStorage
-    segments: ChunkedSegmentStorage
-    sink: RecordingGarbageSink
-    now: list[float]
-
+class Setup(Tiers):
     def offloader(self, crash_at: str | None = None, **options: float) -> Offloader:
         def crash(step: str) -> None:
             if step == crash_at:
@@ -50,15 +37,10 @@ class Setup:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
-    store = SQLiteMetadataStore(tmp_path / "meta.db")
-    hot = FileSystemChunkStorage(tmp_path / "hot", name="fs-tier1", tier=Tier.TIER1)
-    cold = FileSystemChunkStorage(tmp_path / "cold", name="fs-cold", tier=Tier.TIER2)
-    sink = RecordingGarbageSink()
-    segments = ChunkedSegmentStorage(store, hot, sink, bindings=StorageBindings([hot, cold]), max_rolling_length=100)
-    segments.create(SEGMENT, stream="scope/stream")
-    segments.write(segments.open_write(SEGMENT, epoch=1), 0, DATA)
-    yield Setup(store, hot, cold, segments, sink, [1_000_000.0])
-    store.close()
+    tiers = open_tiers(tmp_path, 1_000_000.0)
+    tiers.write(SEGMENT, "scope/stream", DATA)
+    yield Setup(**vars(tiers))
+    tiers.store.close()
 
 
 def test_what_an_offload_refuses(setup: Setup) -> None:

@@ -8,39 +8,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from reclaim.segments.chunked import ChunkedSegmentStorage
-from reclaim.segments.garbage import RecordingGarbageSink
 from reclaim.segments.offload import Offloader
 from reclaim.segments.offload_policy import STREAM_PREFIX, StreamLeases
 from reclaim.segments.streams import StreamController
 from reclaim.services.offloader import OffloaderService
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import ChunkStorage, Tier
-from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.chunks import ChunkStorage
 from reclaim.storage.metadata import LeaseRecord, MetadataStore, OffloadPolicy, OffloadState
-from reclaim.storage.sql_store import SQLiteMetadataStore
+from tests.support.offload_tiers import Tiers, open_tiers
 
 STREAMS = [f"scope/s{i}" for i in range(6)]
 DATA = bytes(range(250)) * 2  # five chunks of 100: four sealed, the last still growing
 
 
-@dataclass
-class Setup:
-    store: SQLiteMetadataStore
-    hot: FileSystemChunkStorage
-    cold: FileSystemChunkStorage
-    segments: ChunkedSegmentStorage
-    sink: RecordingGarbageSink
-    now: list[float]
-
-    def clock(self) -> float:
-        return self.now[0]
-
+class Setup(Tiers):
     def service(self, owner: str, *, ttl_s: float = 90.0, make: object = Offloader) -> OffloaderService:
         leases = StreamLeases(self.store, owner, ttl_s=ttl_s, clock=self.clock)
         return OffloaderService(self.store, self.segments.bindings, self.sink, leases, default_release_after_s=60,
@@ -60,18 +45,11 @@ class Setup:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[Setup]:
-    store = SQLiteMetadataStore(tmp_path / "meta.db")
-    hot = FileSystemChunkStorage(tmp_path / "hot", name="fs-tier1", tier=Tier.TIER1)
-    cold = FileSystemChunkStorage(tmp_path / "cold", name="fs-cold", tier=Tier.TIER2)
-    sink = RecordingGarbageSink()
-    bindings = StorageBindings([hot, cold])
-    segments = ChunkedSegmentStorage(store, hot, sink, bindings=bindings, max_rolling_length=100)
+    tiers = open_tiers(tmp_path, 2_000_000_000.0)
     for stream in STREAMS:
-        segment = f"{stream}/0.#epoch.0"
-        segments.create(segment, stream=stream)
-        segments.write(segments.open_write(segment, epoch=1), 0, DATA)
-    yield Setup(store, hot, cold, segments, sink, [2_000_000_000.0])
-    store.close()
+        tiers.write(f"{stream}/0.#epoch.0", stream, DATA)
+    yield Setup(**vars(tiers))
+    tiers.store.close()
 
 
 def test_a_policy_by_bytes_offloads_the_oldest_chunks_and_releases_them_after_its_lag(setup: Setup) -> None:
