@@ -5,6 +5,7 @@ storage met (Pulsar #13219, #13238, #9962/#16687, KAFKA-17062)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,14 +13,19 @@ from pathlib import Path
 import pytest
 
 from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.mark import LedgerDeletionService
 from reclaim.deletion.records import pending_deletes
+from reclaim.producers.pending_deletes import KafkaPendingDeletePublisher
+from reclaim.producers.producer import RecordProducer
 from reclaim.producers.topics import TopicNames
 from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.offload import Offloader, OffloadRefused
+from reclaim.segments.offload_policy import StreamLeases
+from reclaim.services.offloader import OffloaderService
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import OFFLOAD_PREFIX, Tier, offload_object_name
 from reclaim.storage.filesystem import FileSystemChunkStorage
-from reclaim.storage.metadata import OffloadState
+from reclaim.storage.metadata import OffloadPolicy, OffloadState
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import open_metadata_store
 from reclaim.tools.audit import AuditHooks, OrphanRepair, audit
@@ -313,3 +319,62 @@ def test_a_reader_gets_every_byte_while_offloads_releases_deletes_and_truncation
         stop.set()
         reader.join()
     assert errors == [] and reads[0] > 0
+
+
+@pytest.mark.s3_servers("moto")
+def test_two_offloader_services_on_one_store_share_its_streams_and_offload_each_chunk_once(
+        tiers: Tiers, metadata_location: str) -> None:
+    streams = [f"scope/p{i}" for i in range(6)]
+    for stream in streams:
+        tiers.segments.create(f"{stream}/0.#epoch.0", stream=stream)
+        tiers.segments.write(tiers.segments.open_write(f"{stream}/0.#epoch.0", epoch=1), 0, DATA)
+        with tiers.pipe.store.transaction() as txn:
+            txn.put_offload_policy(OffloadPolicy(stream, "s3-tier2", after_bytes=0, release_after_s=0))
+    # Another process: its own connection to the same store, and its own producer for phase 1.
+    second = open_metadata_store(metadata_location)
+    producer = RecordProducer(tiers.pipe.bootstrap, "idempotent-producer")
+    deletions = LedgerDeletionService(second, KafkaPendingDeletePublisher(producer, tiers.pipe.codec,
+                                                                          tiers.pipe.topics.deletion))
+    services = [OffloaderService(store, tiers.segments.bindings, phase_1, StreamLeases(store, name, ttl_s=5.0),
+                                 default_release_after_s=0)
+                for store, phase_1, name in ((tiers.pipe.store, tiers.pipe.service, "one"),
+                                             (second, deletions, "two"))]
+    stop, held = threading.Event(), {"one": set(), "two": set()}
+
+    def run(service: OffloaderService) -> None:
+        while not stop.is_set():
+            held[service.leases.owner] |= set(service.tick().streams)
+            stop.wait(0.2)
+
+    def released() -> bool:
+        offloads = tiers.pipe.store.offloads_after("", 1000)
+        return len(offloads) == 10 * len(streams) and all(o.state is OffloadState.RELEASED for o in offloads)
+
+    threads = [threading.Thread(target=run, args=(service,)) for service in services]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not released():
+            assert time.monotonic() < deadline, "the streams were not offloaded and released in 90 s"
+            time.sleep(0.2)
+        # Each now holds the streams rendezvous hashing gives it; neither held one the other holds.
+        time.sleep(0.5)
+        now = [set(service.leases.held) for service in services]
+        assert now[0] and now[1] and not now[0] & now[1] and now[0] | now[1] == set(streams)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        for service in services:
+            service.leases.close()
+        producer.close()
+        second.close()
+    offloads = tiers.pipe.store.offloads_after("", 1000)
+    assert len({o.chunk for o in offloads}) == len(offloads)  # one offload a chunk: no upload twice
+    assert tiers.pipe.store.leases("offloader/") == []
+    tiers.drain(lambda seen: not tiers.pipe.store.offloads_after("", 1))
+    report = audit(tiers.pipe.store, [tiers.hot, tiers.cold], grace_s=0)
+    assert report.clean, report.to_dict()
+    for stream in streams:
+        assert tiers.segments.read(f"{stream}/0.#epoch.0", 0, len(DATA)) == DATA
