@@ -93,13 +93,24 @@ class StreamLeases:
         now = self.clock()
         return [lease.owner for lease in self.store.leases(MEMBER_PREFIX) if lease.expires_at > now]
 
+    def sweep(self, streams: Iterable[str]) -> int:
+        """Remove the leases nobody will renew: members expired for a whole term (a process that died), and
+        expired leases of streams not among ``streams`` (no policy and nothing to settle any more). How many."""
+        now, work = self.clock(), set(streams)
+        gone = [lease for lease in self.store.leases(MEMBER_PREFIX) if lease.expires_at + self.ttl_s <= now]
+        gone += [lease for lease in self.store.leases(STREAM_PREFIX)
+                 if lease.expires_at <= now and lease.name.removeprefix(STREAM_PREFIX) not in work]
+        return sum(self._delete(lease) for lease in gone)
+
     def heartbeat(self) -> None:
         self.member = self._take(MEMBER_PREFIX + self.owner)
 
     def claim(self, streams: Iterable[str]) -> list[str]:
         """Heartbeat, then hold every stream of ``streams`` rendezvous hashing gives this member and let go of
         the rest. The streams held, in order."""
+        streams = list(streams)
         self.heartbeat()
+        self.sweep(streams)
         members = self.members() or [self.owner]
         if self.owner not in members:
             members.append(self.owner)
@@ -159,9 +170,10 @@ class StreamLeases:
         except MetadataConflictError:
             return None
 
-    def _delete(self, lease: LeaseRecord) -> None:
+    def _delete(self, lease: LeaseRecord) -> bool:
+        """Remove ``lease`` if no one changed it since it was read."""
         try:
             with self.store.transaction() as txn:
-                txn.delete_lease(lease.name, expected_version=lease.version)
+                return txn.delete_lease(lease.name, expected_version=lease.version)
         except MetadataConflictError:
-            pass
+            return False

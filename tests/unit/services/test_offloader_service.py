@@ -161,3 +161,19 @@ def test_a_streams_policy_ends_with_it_and_a_new_incarnation_starts_without_one(
         assert [p.stream for p in setup.store.offload_policies()] == ["scope/orders"]
     finally:
         controller.close()
+
+
+def test_leases_nobody_will_renew_are_swept(setup: Setup) -> None:
+    setup.policy(STREAMS[4], after_s=10**9)  # nothing due: no offload to settle once the policy goes
+    dead = setup.service("dead", ttl_s=10)
+    assert dead.tick().streams == [STREAMS[4]]  # holds the stream, then dies
+    with setup.store.transaction() as txn:
+        txn.delete_offload_policy(STREAMS[4])  # the stream leaves every work list
+    setup.now[0] += 15  # the dead member's leases expired, not yet for a whole term
+    alive = setup.service("alive", ttl_s=10)
+    alive.tick()
+    assert {lease.owner for lease in setup.store.leases("offloader/member/")} == {"dead", "alive"}
+    assert setup.store.leases(STREAM_PREFIX) == []  # its stream's lease: expired, and no one's work
+    setup.now[0] += 5
+    alive.tick()
+    assert [lease.owner for lease in setup.store.leases("offloader/")] == ["alive"]
