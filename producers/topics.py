@@ -25,6 +25,7 @@ class TopicNames:
     stream_topology: str
     retention_rejects: str
     retention_wakeups: str
+    topic_retention: str
 
     @classmethod
     def for_prefix(cls, prefix: str = "reclaim.", retry_delays: tuple[int, ...] = (10, 60, 600)) -> TopicNames:
@@ -43,6 +44,7 @@ class TopicNames:
             stream_topology=f"{prefix}stream-topology",
             retention_rejects=f"{prefix}retention-rejects",
             retention_wakeups=f"{prefix}retention-wakeups",
+            topic_retention=f"{prefix}topic-retention",
         )
 
     @property

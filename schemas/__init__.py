@@ -32,6 +32,7 @@ from reclaim.schemas.streams import (
     TruncationReason,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
+from reclaim.schemas.topic_retention import TopicRetentionPolicy
 from reclaim.schemas.topology import (
     SealedSegment,
     StreamTopology,
@@ -72,6 +73,7 @@ __all__ = [
     "SubscriberChange",
     "SubscriberChangeType",
     "SubscriberCut",
+    "TopicRetentionPolicy",
     "TopologyEpoch",
     "TopologySegment",
     "TopologyState",

@@ -137,6 +137,23 @@ def get_long(data: Mapping[str, Any], name: str) -> int:
     return value
 
 
+def get_bool(data: Mapping[str, Any], name: str) -> bool:
+    """The boolean field ``name``."""
+    value = _field(data, name)
+    if not isinstance(value, bool):
+        raise TypeError(f"field {name!r} must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def get_str_array(data: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """The array<string> field ``name``."""
+    items = get_array(data, name)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"field {name!r} must hold strings, got {type(item).__name__}")
+    return tuple(items)
+
+
 def get_opt_long(data: Mapping[str, Any], name: str) -> int | None:
     """The nullable long field ``name`` (absent counts as null)."""
     return None if data.get(name) is None else get_long(data, name)

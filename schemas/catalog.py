@@ -26,6 +26,7 @@ from reclaim.schemas.streams import (
     TruncationEvent,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topic_retention import TopicRetentionPolicy
 from reclaim.schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment
 
 RECORD_TYPES: tuple[type[AvroRecord], ...] = (
@@ -45,6 +46,7 @@ RECORD_TYPES: tuple[type[AvroRecord], ...] = (
     SealedSegment,
     StreamTopology,
     RetentionReject,
+    TopicRetentionPolicy,
 )
 """Every record type of reclaim, top-level and nested; each can be encoded on its own."""
 

@@ -15,6 +15,7 @@ from reclaim.schemas.streams import (
     TruncationReason,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topic_retention import TopicRetentionPolicy
 from reclaim.schemas.topology import StreamTopology
 from reclaim.security.signing import Rejection, Signer, Unauthenticated
 
@@ -27,6 +28,7 @@ SIGNERS: dict[type[AvroRecord], frozenset[str]] = {
     SubscriberCut: frozenset({"subscriber"}),
     SubscriberChange: frozenset({"subscriber", "admin"}),
     StreamConfig: frozenset({"admin"}),
+    TopicRetentionPolicy: frozenset({"admin"}),
     StreamCutRecord: frozenset({"controller"}),
     StreamTopology: frozenset({"controller"}),
 }

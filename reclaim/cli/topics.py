@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from reclaim.cli.common import GROUP_EPILOG, Common, add_verb, add_verbs, json_flag, print_json
+from reclaim.cli.topic_retention import register_verbs
 from reclaim.exits import ExitCode
 from reclaim.services import preflight
 from reclaim.settings import Settings
@@ -46,10 +47,12 @@ def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
-    topics = sub.add_parser("topics", help="create or describe reclaim's topics (idempotent)",
+    topics = sub.add_parser("topics", help="create or describe reclaim's topics; consumption retention of any topic",
                             description="reclaim's topics under --topic-prefix: the deletion topic, its retry tiers, "
-                                        "the DLQ and the streams' topics. Exit 1 when a topic differs from its "
-                                        "configuration (an existing topic is never changed).",
+                                        "the DLQ and the streams' topics (create, describe; exit 1 when a topic "
+                                        "differs from its configuration: an existing topic is never changed). And "
+                                        "consumption retention for any Kafka topic: its consumer groups hold its "
+                                        "records until they have read them (retain, retention).",
                             epilog=GROUP_EPILOG.format(group="topics"))
     verbs = add_verbs(topics)
     json_flag(topics)
@@ -64,3 +67,4 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
         json_flag(verb, "print the topics as JSON")
         common(verb)
         verb.set_defaults(run=cmd_topics)
+    register_verbs(verbs, common)

@@ -49,6 +49,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.subscriber_cuts, parts, COMPACTED),
         TopicSpec(names.subscribers, parts, COMPACTED),
         TopicSpec(names.stream_config, parts, COMPACTED),
+        # Plain Kafka topics' consumption retention policies, keyed by topic: one partition, read whole.
+        TopicSpec(names.topic_retention, 1, COMPACTED),
         # The controller republishes a stream's whole topology on every change, keyed by stream.
         TopicSpec(names.stream_topology, parts, COMPACTED),
         # The retention set keeps every recorded cut of a stream, so it is not compacted.

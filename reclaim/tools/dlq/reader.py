@@ -61,10 +61,10 @@ class Reader:
     """A consumer that reads by assignment; librdkafka's log and error events are kept off the terminal,
     the error events in :attr:`errors` for the message of a read that fails."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, group: str = READER_GROUP) -> None:
         self.errors: list[KafkaError] = []
         self.consumer = Consumer(kafka_config(address, "consumer", {
-            "group.id": READER_GROUP, "enable.auto.commit": False, "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            "group.id": group, "enable.auto.commit": False, "queued.max.messages.kbytes": PREFETCH_KBYTES,
             "logger": _QUIET,
             "error_cb": self.errors.append}))
 
@@ -80,7 +80,7 @@ def watermarks(consumer: Consumer, topic: str, timeout_s: float = READ_TIMEOUT_S
     """Each partition's ``(low, high)`` watermarks."""
     metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if metadata is None or metadata.error is not None:
-        raise Unavailable(f"DLQ topic {topic} does not exist: run `reclaim topics create`")
+        raise Unavailable(f"topic {topic} does not exist: run `reclaim topics create`")
     return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
             for p in sorted(metadata.partitions)}
 
@@ -111,10 +111,10 @@ def read_all(address: str, topic: str, timeout_s: float = READ_TIMEOUT_S
 
 
 def read_each(address: str, topic: str, take: Callable[[Message], None],
-              timeout_s: float = READ_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+              timeout_s: float = READ_TIMEOUT_S, group: str = READER_GROUP) -> dict[int, tuple[int, int]]:
     """Hand every record of ``topic`` present when the read starts to ``take``, each partition in offset
-    order, as it is read; the watermarks it read between."""
-    reading = Reader(address)
+    order, as it is read; the watermarks it read between. ``group``: the consumer's group id (never joined)."""
+    reading = Reader(address, group)
     try:
         marks = watermarks(reading.consumer, topic, timeout_s)
         _read(reading, topic, marks, timeout_s, take)

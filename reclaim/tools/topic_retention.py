@@ -1,0 +1,279 @@
+"""Consumption retention for plain Kafka topics, at the edge: what the brokers say of a topic under a policy (its
+partitions' offsets, its required groups' committed offsets and states, its Spark queries' checkpoints), the
+decision per partition (:mod:`reclaim.retention.topic_decision`) and ``DeleteRecords`` to apply it.
+
+The policies themselves are signed records on the ``topic-retention`` topic (compacted, keyed by topic):
+:func:`publish_policy` writes one as the admin, :func:`read_policies` reads the latest per topic whose signature
+holds. A policy names the topic's id, so it does nothing to a topic deleted and created again under its name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
+
+from reclaim.exits import Unavailable, UsageError
+from reclaim.retention.topic_decision import (
+    PartitionDecision,
+    PartitionView,
+    TopicLimits,
+    decide_partition,
+    required_groups,
+)
+from reclaim.schemas.codec import RecordCodec
+from reclaim.schemas.errors import RecordDecodeError
+from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.security.rules import signers_of
+from reclaim.security.signing import RecordVerifier, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+ADMIN_TIMEOUT_S = 30.0
+NO_OFFSET = -1001
+"""librdkafka's OFFSET_INVALID: a group with no committed offset on the partition."""
+
+SPARK_PREFIX = "spark:"
+"""How a Spark query required through its checkpoint shows among the groups: ``spark:<name>``."""
+
+LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class TopicRetentionError(Exception):
+    """A topic that cannot be under consumption retention (absent, compacted only): one line for the operator."""
+
+
+def check_topic_name(topic: str) -> str:
+    """``topic`` when Kafka would accept it as a topic's name, else one usage line."""
+    if not LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise UsageError(f"{topic!r} is not a Kafka topic name: ASCII letters, digits, '.', '_' and '-', at most "
+                         "249 characters")
+    return topic
+
+
+# --- what the brokers say -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A required group as the brokers list it: its state (``absent``: not listed, its offsets deleted or
+    expired) and whether it has committed anything on the topic."""
+
+    group: str
+    state: str
+    committed_partitions: int
+
+
+@dataclass(frozen=True)
+class TopicView:
+    """One topic as observed at ``now_ms``: its id, its partitions' views and its required groups' states."""
+
+    topic: str
+    topic_id: str
+    now_ms: int
+    partitions: tuple[PartitionView, ...]
+    required: tuple[str, ...]
+    groups: tuple[GroupState, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+
+def _result(future: Any, what: str) -> Any:
+    try:
+        return future.result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        raise Unavailable(f"{what}: {exc.args[0].str() if exc.args else exc}") from None
+    except TimeoutError:
+        raise Unavailable(f"{what}: no answer from the brokers within {ADMIN_TIMEOUT_S:g} s") from None
+
+
+def describe_topic(admin: AdminClient, topic: str) -> tuple[str, list[int]]:
+    """The topic's id and partitions; refused in one line when it does not exist or is compacted only."""
+    try:
+        described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if error is not None and error.name() == "UNKNOWN_TOPIC_OR_PART":
+            raise TopicRetentionError(f"topic {topic!r} does not exist") from None
+        raise Unavailable(f"describing topic {topic!r}: {error.str() if error else exc}") from None
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = _result(admin.describe_configs([resource])[resource], f"reading topic {topic!r}'s configuration")
+    cleanup = configs["cleanup.policy"].value if "cleanup.policy" in configs else "delete"
+    if "delete" not in {part.strip() for part in str(cleanup).split(",")}:
+        raise TopicRetentionError(f"topic {topic!r} is compacted only (cleanup.policy={cleanup}): Kafka refuses "
+                                  "DeleteRecords on it, so it cannot be under consumption retention")
+    return str(described.topic_id), sorted(p.id for p in described.partitions)
+
+
+def _offsets(admin: AdminClient, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[int, int | None]:
+    futures = admin.list_offsets({TopicPartition(topic, p): spec for p in partitions})
+    found: dict[int, int | None] = {}
+    for tp, future in futures.items():
+        offset = _result(future, f"listing offsets of {topic}[{tp.partition}]").offset
+        found[tp.partition] = None if offset < 0 else offset
+    return found
+
+
+def group_states(admin: AdminClient) -> dict[str, str]:
+    """Every consumer group the brokers list, with its state (``empty``, ``stable``, ...)."""
+    listed = _result(admin.list_consumer_groups(), "listing consumer groups")
+    return {g.group_id: (g.state.name.lower() if isinstance(g.state, ConsumerGroupState) else "unknown")
+            for g in listed.valid}
+
+
+def committed_offsets(admin: AdminClient, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
+    """``group``'s committed offset on each partition (None: it has none there)."""
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
+    answer = _result(admin.list_consumer_group_offsets(request)[group], f"reading group {group!r}'s offsets")
+    return {tp.partition: (None if tp.offset < 0 else tp.offset) for tp in answer.topic_partitions
+            if tp.topic == topic and tp.error is None}
+
+
+def spark_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
+    """How far a Spark Structured Streaming query has read ``topic``, from its checkpoint: the source offsets of
+    the last batch it committed (``offsets/N`` for the highest ``N`` with a ``commits/N``). Spark's Kafka source
+    commits nothing to Kafka (SPARK-27549 was declined), so this is the only record of its progress. None when
+    the query has committed no batch yet (it holds the topic at its start)."""
+    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+    if not (root / "offsets").is_dir():
+        raise Unavailable(f"Spark checkpoint {checkpoint}: no offsets/ log there (is it a query's checkpoint "
+                          "location, readable by this process?)")
+    done = {int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit()}
+    batches = sorted((int(p.name) for p in (root / "offsets").glob("*") if p.name.isdigit() and int(p.name) in done),
+                     reverse=True)
+    if not batches:
+        return None
+    lines = (root / "offsets" / str(batches[0])).read_text().splitlines()
+    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+        try:
+            source = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # another source's offsets need not be JSON ("-" for a source with none)
+        if isinstance(source, dict) and isinstance(source.get(topic), dict):
+            return {int(p): int(o) for p, o in source[topic].items()}
+    return None
+
+
+def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
+            groups: Mapping[str, str] | None = None, remembered: Iterable[str] = ()) -> TopicView:
+    """What the brokers say of ``policy``'s topic now: each partition's start, high watermark, the offsets
+    ``now − min`` and ``now − max`` fall at, and every required group's (and Spark query's) committed offset.
+    ``groups``: the listed groups and their states (:func:`group_states`; read here when None).
+
+    ``remembered``: groups the pattern matched before. A group Kafka no longer lists (deleted, or its offsets
+    expired) is matched by no pattern, yet must keep holding until released by hand: whoever observes a topic
+    over time passes the groups it has seen required (:attr:`TopicView.required`)."""
+    topic_id, partitions = describe_topic(admin, policy.topic)
+    listed = group_states(admin) if groups is None else groups
+    required = sorted(required_groups([*policy.groups, *remembered], policy.group_pattern, listed,
+                                      policy.released))
+    low = _offsets(admin, policy.topic, partitions, OffsetSpec.earliest())
+    high = _offsets(admin, policy.topic, partitions, OffsetSpec.latest())
+    young = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.min_ms))
+             if policy.min_ms > 0 else dict.fromkeys(partitions))
+    old = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.max_ms))
+           if policy.max_ms is not None else dict.fromkeys(partitions))
+    committed: dict[str, dict[int, int | None]] = {}
+    states = []
+    for group in required:
+        committed[group] = committed_offsets(admin, group, policy.topic, partitions)
+        states.append(GroupState(group, listed.get(group, "absent"),
+                                 sum(1 for o in committed[group].values() if o is not None)))
+    for name, checkpoint in policy.spark_checkpoints:
+        if name in policy.released:
+            continue
+        read = spark_offsets(checkpoint, policy.topic)
+        committed[SPARK_PREFIX + name] = {p: (read or {}).get(p) for p in partitions}
+        states.append(GroupState(SPARK_PREFIX + name, "spark", len(read or {})))
+    views = tuple(PartitionView(p, low[p] or 0, high[p] or 0,
+                                {group: offsets.get(p) for group, offsets in committed.items()},
+                                young_from=young[p], old_before=old[p]) for p in partitions)
+    problems = []
+    if topic_id != policy.topic_id:
+        problems.append(f"the policy is for topic id {policy.topic_id}, the topic now has id {topic_id} (deleted "
+                        "and created again?): set its policy again")
+    return TopicView(policy.topic, topic_id, now_ms, views, tuple(sorted(committed)), tuple(states), tuple(problems))
+
+
+def plan(policy: TopicRetentionPolicy, view: TopicView) -> list[PartitionDecision]:
+    """Each partition's decision; none moves when the policy is not for the topic's present life."""
+    if view.problems or not policy.active:
+        return []
+    limits = TopicLimits(policy.min_ms, policy.max_ms, policy.max_bytes)
+    return [decide_partition(limits, partition, view.required) for partition in view.partitions]
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What one ``DeleteRecords`` did: the partition's start before and after (the low watermark returned)."""
+
+    partition: int
+    before: int
+    after: int
+    decision: PartitionDecision
+
+
+def apply(admin: AdminClient, view: TopicView, decisions: Iterable[PartitionDecision]) -> list[Deleted]:
+    """``DeleteRecords`` up to each decision's start, in one request; the returned low watermarks are checked
+    to have reached it. Idempotent: a start at or behind the partition's is no request at all, and the broker
+    answers a repeated one with the start it has."""
+    moving = {d.partition: d for d in decisions if d.start is not None}
+    if not moving:
+        return []
+    lows = {p.partition: p.low for p in view.partitions}
+    futures = admin.delete_records([TopicPartition(view.topic, p, d.start) for p, d in moving.items()])
+    done = []
+    for tp, future in futures.items():
+        decision = moving[tp.partition]
+        low = _result(future, f"deleting records of {view.topic}[{tp.partition}]").low_watermark
+        if low < (decision.start or 0):
+            raise Unavailable(f"DeleteRecords on {view.topic}[{tp.partition}] left its start at {low}, not "
+                              f"{decision.start}")
+        done.append(Deleted(tp.partition, lows[tp.partition], low, decision))
+    return sorted(done, key=lambda d: d.partition)
+
+
+# --- the policies on the bus -----------------------------------------------------------------------------------
+
+
+def latest_policies(messages: Iterable[Message], codec: RecordCodec, verifier: RecordVerifier | None,
+                    on_refused: Callable[[str], None] = log.warning) -> dict[str, TopicRetentionPolicy]:
+    """The policy in force per topic among ``messages`` (the topic-retention topic, in offset order): the
+    latest ``updated_at`` of those whose signature holds (an admin's), decoded and keyed by their own topic.
+    A record refused, undecodable or keyed by another topic than it names is left out and reported."""
+    latest: dict[str, TopicRetentionPolicy] = {}
+    roles = signers_of(TopicRetentionPolicy)
+    for msg in messages:
+        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+        if msg.value() is None:
+            continue
+        if verifier is not None:
+            signer = verifier.verify(msg.topic() or "", msg.key(), msg.value(), msg.headers() or [], roles)
+            if isinstance(signer, Unauthenticated):
+                on_refused(f"topic retention policy at {where} refused: {signer}")
+                continue
+        try:
+            policy = codec.decode(msg.value() or b"", msg.topic() or "", TopicRetentionPolicy)
+        except RecordDecodeError as exc:
+            on_refused(f"topic retention policy at {where} refused: {exc}")
+            continue
+        if (msg.key() or b"").decode(errors="replace") != policy.topic:
+            on_refused(f"topic retention policy at {where} refused: keyed {msg.key()!r}, for topic {policy.topic!r}")
+            continue
+        held = latest.get(policy.topic)
+        if held is None or policy.updated_at >= held.updated_at:
+            latest[policy.topic] = policy
+    return latest

@@ -1,0 +1,192 @@
+"""Consumption retention of plain Kafka topics on the real broker, with real consumer groups: what the brokers say
+(observe), the decision per partition (plan) and DeleteRecords (apply)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from reclaim.retention.topic_decision import PartitionDecision, TopicRule
+from reclaim.schemas.base import millis_now
+from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.tools.topic_retention import (
+    TopicRetentionError,
+    apply,
+    describe_topic,
+    observe,
+    plan,
+    spark_offsets,
+)
+from reclaim.tools.topics import admin_client
+from tests.support.kafka_topics import HOUR_MS, commit, create_topic, produce, start_offset
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def admin(kafka_bootstrap: str) -> Iterator[AdminClient]:
+    yield admin_client(kafka_bootstrap)
+
+
+def _policy(admin: AdminClient, topic: str, groups: tuple[str, ...] = (), min_ms: int = 0,
+            **options: Any) -> TopicRetentionPolicy:
+    topic_id, _ = describe_topic(admin, topic)
+    return TopicRetentionPolicy(topic, topic_id, groups, min_ms, millis_now(), **options)
+
+
+def _starts(decisions: list[PartitionDecision]) -> dict[int, tuple[int | None, TopicRule, tuple[str, ...]]]:
+    return {d.partition: (d.start, d.rule, d.held_by) for d in decisions}
+
+
+def test_the_slowest_of_three_groups_holds_and_delete_records_moves_each_start_there(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic = unique_name("orders")
+    create_topic(admin, topic, 2)
+    old = millis_now() - 2 * HOUR_MS
+    for partition in (0, 1):
+        produce(kafka_bootstrap, topic, partition, [old + i for i in range(10)])
+    fast, slow, stalled = (unique_name(g) for g in ("fast", "slow", "stalled"))
+    commit(kafka_bootstrap, fast, topic, {0: 10, 1: 10})
+    commit(kafka_bootstrap, slow, topic, {0: 7, 1: 9})
+    commit(kafka_bootstrap, stalled, topic, {0: 3, 1: 10})
+    policy = _policy(admin, topic, (fast, slow, stalled), min_ms=HOUR_MS)
+    view = observe(admin, policy, millis_now())
+    assert [(p.low, p.high) for p in view.partitions] == [(0, 10), (0, 10)]
+    assert {g.group: (g.state, g.committed_partitions) for g in view.groups} == {
+        fast: ("empty", 2), slow: ("empty", 2), stalled: ("empty", 2)}
+    decisions = plan(policy, view)
+    assert _starts(decisions) == {0: (3, TopicRule.AT_BOUND, (stalled,)), 1: (9, TopicRule.AT_BOUND, (slow,))}
+    done = apply(admin, view, decisions)
+    assert [(d.partition, d.before, d.after) for d in done] == [(0, 0, 3), (1, 0, 9)]
+    assert (start_offset(admin, topic, 0), start_offset(admin, topic, 1)) == (3, 9)
+    # Again: nothing moves (forward only), and no request is made for a start already reached.
+    again = observe(admin, policy, millis_now())
+    assert [d.rule for d in plan(policy, again)] == [TopicRule.BEHIND_START, TopicRule.BEHIND_START]
+    assert apply(admin, again, plan(policy, again)) == []
+    # The stalled group moves on: the next pass follows it, and no further than the slow one.
+    commit(kafka_bootstrap, stalled, topic, {0: 8})
+    moved = observe(admin, policy, millis_now())
+    assert _starts(plan(policy, moved))[0] == (7, TopicRule.AT_BOUND, (slow,))
+
+
+def test_the_minimum_keeps_young_records_and_the_maximum_overrides_a_stalled_group(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic = unique_name("clicks")
+    create_topic(admin, topic, 1)
+    now = millis_now()
+    # Offsets 0-3 ten days old, 4-7 two hours old, 8-9 a minute old.
+    produce(kafka_bootstrap, topic, 0, [now - 240 * HOUR_MS + i for i in range(4)]
+            + [now - 2 * HOUR_MS + i for i in range(4)] + [now - 60_000 + i for i in range(2)])
+    reader, stuck = unique_name("reader"), unique_name("stuck")
+    commit(kafka_bootstrap, reader, topic, {0: 10})
+    young = _policy(admin, topic, (reader,), min_ms=HOUR_MS)
+    assert _starts(plan(young, observe(admin, young, millis_now()))) == {0: (8, TopicRule.KEPT_BY_MIN, (reader,))}
+    commit(kafka_bootstrap, stuck, topic, {0: 1})
+    held = _policy(admin, topic, (reader, stuck), min_ms=HOUR_MS)
+    assert _starts(plan(held, observe(admin, held, millis_now()))) == {0: (1, TopicRule.AT_BOUND, (stuck,))}
+    forced = _policy(admin, topic, (reader, stuck), min_ms=HOUR_MS, max_ms=168 * HOUR_MS)
+    view = observe(admin, forced, millis_now())
+    assert _starts(plan(forced, view)) == {0: (4, TopicRule.FORCED_BY_MAX_AGE, ())}
+    apply(admin, view, plan(forced, view))
+    assert start_offset(admin, topic, 0) == 4
+
+
+def test_groups_never_committed_deleted_or_added_later_hold_and_a_new_partition_is_held_at_its_start(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic = unique_name("events")
+    create_topic(admin, topic, 1)
+    produce(kafka_bootstrap, topic, 0, [millis_now() - HOUR_MS + i for i in range(6)])
+    prefix = unique_name("etl")
+    loader, gone = f"{prefix}-loader", f"{prefix}-gone"
+    commit(kafka_bootstrap, loader, topic, {0: 6})
+    commit(kafka_bootstrap, gone, topic, {0: 5})
+    never = unique_name("never")
+    policy = _policy(admin, topic, (never,), group_pattern=f"{prefix}-.*")
+    view = observe(admin, policy, millis_now())
+    assert set(view.required) == {never, loader, gone}
+    assert _starts(plan(policy, view)) == {0: (None, TopicRule.HELD_BY_NEW_GROUP, (never,))}
+    # Released by hand, the group that never committed holds nothing; the slowest of the rest does.
+    released = replace(policy, released=(never,))
+    assert _starts(plan(released, observe(admin, released, millis_now()))) == {0: (5, TopicRule.AT_BOUND, (gone,))}
+    # A group whose offsets are deleted (as Kafka expires an Empty group's) is no longer listed, so no pattern
+    # matches it; remembered as required, it holds the topic where it starts: absent, not released.
+    admin.delete_consumer_groups([gone])[gone].result(timeout=30)
+    assert gone not in observe(admin, released, millis_now()).required
+    view = observe(admin, released, millis_now(), remembered=(gone,))
+    assert {g.group: g.state for g in view.groups}[gone] == "absent"
+    assert _starts(plan(released, view)) == {0: (None, TopicRule.HELD_BY_NEW_GROUP, (gone,))}
+    # A group the pattern matches later holds from its first commit on.
+    late = f"{prefix}-late"
+    commit(kafka_bootstrap, late, topic, {0: 2})
+    both = replace(policy, released=(never, gone))
+    assert _starts(plan(both, observe(admin, both, millis_now(), remembered=(gone,)))) == {
+        0: (2, TopicRule.AT_BOUND, (late,))}
+    # A partition added to the topic: no group has committed there, so it is held at its start.
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=30)
+    produce(kafka_bootstrap, topic, 1, [millis_now() - HOUR_MS])
+    decided = _starts(plan(both, observe(admin, both, millis_now())))
+    assert decided[1] == (None, TopicRule.HELD_BY_NEW_GROUP, tuple(sorted((loader, late))))
+
+
+def test_a_compacted_topic_is_refused_and_a_policy_for_an_earlier_life_of_the_topic_does_nothing(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    compacted = unique_name("table")
+    create_topic(admin, compacted, 1, {"cleanup.policy": "compact"})
+    with pytest.raises(TopicRetentionError, match="compacted only .*DeleteRecords"):
+        describe_topic(admin, compacted)
+    both = unique_name("both")
+    create_topic(admin, both, 1, {"cleanup.policy": "compact,delete"})
+    assert describe_topic(admin, both)[1] == [0]
+    with pytest.raises(TopicRetentionError, match="does not exist"):
+        describe_topic(admin, unique_name("absent"))
+    topic = unique_name("reborn")
+    create_topic(admin, topic, 1)
+    produce(kafka_bootstrap, topic, 0, [millis_now() - HOUR_MS + i for i in range(4)])
+    group = unique_name("g")
+    commit(kafka_bootstrap, group, topic, {0: 4})
+    policy = _policy(admin, topic, (group,))
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    _wait_gone(admin, topic)
+    create_topic(admin, topic, 1)
+    produce(kafka_bootstrap, topic, 0, [millis_now() - HOUR_MS + i for i in range(4)])
+    commit(kafka_bootstrap, group, topic, {0: 4})
+    view = observe(admin, policy, millis_now())
+    assert view.problems and "deleted and created again" in view.problems[0]
+    assert plan(policy, view) == []
+
+
+def test_a_spark_query_is_a_subscriber_through_its_checkpoint(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    topic = unique_name("stream")
+    create_topic(admin, topic, 2)
+    for partition in (0, 1):
+        produce(kafka_bootstrap, topic, partition, [millis_now() - HOUR_MS + i for i in range(8)])
+    checkpoint = tmp_path / "query"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    policy = _policy(admin, topic, spark_checkpoints=(("daily", str(checkpoint)),))
+    # No batch committed: the query holds the topic at its start.
+    assert spark_offsets(str(checkpoint), topic) is None
+    assert {d.rule for d in plan(policy, observe(admin, policy, millis_now()))} == {TopicRule.HELD_BY_NEW_GROUP}
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": millis_now(), "conf": {}})
+    for batch, offsets in ((0, {"0": 2, "1": 3}), (1, {"0": 5, "1": 6})):
+        (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{json.dumps({topic: offsets})}\n")
+    (checkpoint / "commits" / "0").write_text("v1\n{\"nextBatchWatermarkMs\":0}\n")
+    # Batch 1 is planned, not committed: the query has read up to batch 0's offsets.
+    assert spark_offsets(str(checkpoint), topic) == {0: 2, 1: 3}
+    assert _starts(plan(policy, observe(admin, policy, millis_now()))) == {
+        0: (2, TopicRule.AT_BOUND, ("spark:daily",)), 1: (3, TopicRule.AT_BOUND, ("spark:daily",))}
+
+
+def _wait_gone(admin: AdminClient, topic: str) -> None:
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"topic {topic} still listed 30 s after its deletion"
+        time.sleep(0.2)
