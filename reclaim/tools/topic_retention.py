@@ -180,8 +180,8 @@ def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
     listed = group_states(admin) if groups is None else groups
     required = sorted(required_groups([*policy.groups, *remembered], policy.group_pattern, listed,
                                       policy.released))
-    low = _offsets(admin, policy.topic, partitions, OffsetSpec.earliest())
-    high = _offsets(admin, policy.topic, partitions, OffsetSpec.latest())
+    low = _offsets(admin, policy.topic, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    high = _offsets(admin, policy.topic, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     young = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.min_ms))
              if policy.min_ms > 0 else dict.fromkeys(partitions))
     old = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.max_ms))
@@ -231,15 +231,16 @@ def apply(admin: AdminClient, view: TopicView, decisions: Iterable[PartitionDeci
     to have reached it. Idempotent: a start at or behind the partition's is no request at all, and the broker
     answers a repeated one with the start it has."""
     moving = {d.partition: d for d in decisions if d.start is not None}
+    starts = {p: d.start for p, d in moving.items() if d.start is not None}
     if not moving:
         return []
     lows = {p.partition: p.low for p in view.partitions}
-    futures = admin.delete_records([TopicPartition(view.topic, p, d.start) for p, d in moving.items()])
+    futures = admin.delete_records([TopicPartition(view.topic, p, start) for p, start in starts.items()])
     done = []
     for tp, future in futures.items():
         decision = moving[tp.partition]
         low = _result(future, f"deleting records of {view.topic}[{tp.partition}]").low_watermark
-        if low < (decision.start or 0):
+        if low < starts[tp.partition]:
             raise Unavailable(f"DeleteRecords on {view.topic}[{tp.partition}] left its start at {low}, not "
                               f"{decision.start}")
         done.append(Deleted(tp.partition, lows[tp.partition], low, decision))
@@ -253,7 +254,8 @@ def latest_policies(messages: Iterable[Message], codec: RecordCodec, verifier: R
                     on_refused: Callable[[str], None] = log.warning) -> dict[str, TopicRetentionPolicy]:
     """The policy in force per topic among ``messages`` (the topic-retention topic, in offset order): the
     latest ``updated_at`` of those whose signature holds (an admin's), decoded and keyed by their own topic.
-    A record refused, undecodable or keyed by another topic than it names is left out and reported."""
+    A record refused (the verifier logs and counts it), undecodable or keyed by another topic than it names is
+    left out; ``on_refused`` hears of the last two."""
     latest: dict[str, TopicRetentionPolicy] = {}
     roles = signers_of(TopicRetentionPolicy)
     for msg in messages:
@@ -263,8 +265,7 @@ def latest_policies(messages: Iterable[Message], codec: RecordCodec, verifier: R
         if verifier is not None:
             signer = verifier.verify(msg.topic() or "", msg.key(), msg.value(), msg.headers() or [], roles)
             if isinstance(signer, Unauthenticated):
-                on_refused(f"topic retention policy at {where} refused: {signer}")
-                continue
+                continue  # counted and logged by the verifier
         try:
             policy = codec.decode(msg.value() or b"", msg.topic() or "", TopicRetentionPolicy)
         except RecordDecodeError as exc:
