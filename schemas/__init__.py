@@ -32,7 +32,13 @@ from reclaim.schemas.streams import (
     TruncationReason,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberChangeType, SubscriberCut
-from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.schemas.topic_retention import (
+    GroupCommit,
+    TopicCut,
+    TopicPartitionState,
+    TopicRetentionPolicy,
+    TopicTruncation,
+)
 from reclaim.schemas.topology import (
     SealedSegment,
     StreamTopology,
@@ -73,7 +79,11 @@ __all__ = [
     "SubscriberChange",
     "SubscriberChangeType",
     "SubscriberCut",
+    "GroupCommit",
+    "TopicCut",
+    "TopicPartitionState",
     "TopicRetentionPolicy",
+    "TopicTruncation",
     "TopologyEpoch",
     "TopologySegment",
     "TopologyState",

@@ -26,7 +26,13 @@ from reclaim.schemas.streams import (
     TruncationEvent,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
-from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.schemas.topic_retention import (
+    GroupCommit,
+    TopicCut,
+    TopicPartitionState,
+    TopicRetentionPolicy,
+    TopicTruncation,
+)
 from reclaim.schemas.topology import SealedSegment, StreamTopology, TopologyEpoch, TopologySegment
 
 RECORD_TYPES: tuple[type[AvroRecord], ...] = (
@@ -47,6 +53,10 @@ RECORD_TYPES: tuple[type[AvroRecord], ...] = (
     StreamTopology,
     RetentionReject,
     TopicRetentionPolicy,
+    TopicPartitionState,
+    GroupCommit,
+    TopicCut,
+    TopicTruncation,
 )
 """Every record type of reclaim, top-level and nested; each can be encoded on its own."""
 

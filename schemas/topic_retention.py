@@ -11,15 +11,18 @@ from reclaim.schemas.avro_schema import RecordSchema
 from reclaim.schemas.base import (
     AvroRecord,
     check_millis,
+    get_array,
     get_bool,
     get_long,
     get_millis,
     get_opt_long,
     get_opt_str,
+    get_record,
     get_str,
     get_str_array,
     get_str_map,
 )
+from reclaim.schemas.streams import StreamCut
 
 DEFAULT_STALE_AFTER_MS = 24 * 3600 * 1000
 """A required group Empty for a day is reported stale (Kafka expires an Empty group's offsets after
@@ -109,3 +112,108 @@ class TopicRetentionPolicy(AvroRecord):
             active=get_bool(data, "active") if "active" in data else True,
             updated_at=get_millis(data, "updated_at"),
         )
+
+
+@dataclass(frozen=True)
+class TopicPartitionState(AvroRecord):
+    """One partition as its brokers answered: start, end (high watermark), and where the policy's time limits
+    fall (``offsetsForTimes``), with its size when known."""
+
+    SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.TopicPartitionState")
+
+    partition: int
+    start: int
+    end: int
+    young_from: int | None = None
+    old_before: int | None = None
+    size_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.partition < 2**31 or not 0 <= self.start <= self.end:
+            raise ValueError(f"partition {self.partition}: start {self.start} and end {self.end} are not "
+                             "0 <= start <= end")
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"partition": self.partition, "start": self.start, "end": self.end, "young_from": self.young_from,
+                "old_before": self.old_before, "size_bytes": self.size_bytes}
+
+    @classmethod
+    def _from_avro(cls, data: Mapping[str, Any]) -> Self:
+        return cls(get_long(data, "partition"), get_long(data, "start"), get_long(data, "end"),
+                   get_opt_long(data, "young_from"), get_opt_long(data, "old_before"), get_opt_long(data, "size_bytes"))
+
+
+@dataclass(frozen=True)
+class GroupCommit(AvroRecord):
+    """A required group's committed offsets on one topic, as a cut (partition number as segment id); a Spark query
+    named through its checkpoint is ``spark:NAME``."""
+
+    SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.GroupCommit")
+
+    group: str
+    state: str
+    committed: StreamCut
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"group": self.group, "state": self.state, "committed": self.committed.to_avro()}
+
+    @classmethod
+    def _from_avro(cls, data: Mapping[str, Any]) -> Self:
+        return cls(get_str(data, "group"), get_str(data, "state"), get_record(data, "committed", StreamCut))
+
+
+@dataclass(frozen=True)
+class TopicCut(AvroRecord):
+    """What the topic poller saw of a topic under consumption retention at ``observed_at``: its partitions and its
+    required groups' cuts. Signed by the topic-retention role; the retention job decides on the latest."""
+
+    SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.TopicCut")
+
+    topic: str
+    topic_id: str
+    observed_at: int
+    partitions: tuple[TopicPartitionState, ...]
+    groups: tuple[GroupCommit, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_millis("observed_at", self.observed_at)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"topic": self.topic, "topic_id": self.topic_id, "observed_at": self.observed_at,
+                "partitions": [p.to_avro() for p in self.partitions], "groups": [g.to_avro() for g in self.groups]}
+
+    @classmethod
+    def _from_avro(cls, data: Mapping[str, Any]) -> Self:
+        return cls(get_str(data, "topic"), get_str(data, "topic_id"), get_millis(data, "observed_at"),
+                   tuple(TopicPartitionState.from_avro(p) for p in get_array(data, "partitions")),
+                   tuple(GroupCommit.from_avro(g) for g in get_array(data, "groups")))
+
+
+@dataclass(frozen=True)
+class TopicTruncation(AvroRecord):
+    """The retention job's decision: delete ``topic``'s records below ``starts`` (partition to new start offset)
+    with DeleteRecords. ``why`` says, per partition, the rule and the groups that held it; the topic's id and the
+    policy's version bind it to one life of the topic and one policy."""
+
+    SCHEMA: ClassVar[RecordSchema] = RecordSchema.load("reclaim.TopicTruncation")
+
+    topic: str
+    topic_id: str
+    starts: StreamCut
+    decided_at: int
+    policy_updated_at: int
+    why: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_millis("decided_at", self.decided_at)
+        check_millis("policy_updated_at", self.policy_updated_at)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"topic": self.topic, "topic_id": self.topic_id, "starts": self.starts.to_avro(),
+                "why": dict(self.why), "decided_at": self.decided_at, "policy_updated_at": self.policy_updated_at}
+
+    @classmethod
+    def _from_avro(cls, data: Mapping[str, Any]) -> Self:
+        return cls(get_str(data, "topic"), get_str(data, "topic_id"), get_record(data, "starts", StreamCut),
+                   get_millis(data, "decided_at"), get_millis(data, "policy_updated_at"),
+                   tuple(sorted(get_str_map(data, "why").items())))

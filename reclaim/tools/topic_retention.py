@@ -35,6 +35,7 @@ from reclaim.retention.topic_decision import (
     decide_partition,
     required_groups,
 )
+from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
 from reclaim.schemas.topic_retention import TopicRetentionPolicy
@@ -46,9 +47,6 @@ log = logging.getLogger(__name__)
 ADMIN_TIMEOUT_S = 30.0
 NO_OFFSET = -1001
 """librdkafka's OFFSET_INVALID: a group with no committed offset on the partition."""
-
-SPARK_PREFIX = "spark:"
-"""How a Spark query required through its checkpoint shows among the groups: ``spark:<name>``."""
 
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
