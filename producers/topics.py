@@ -26,6 +26,8 @@ class TopicNames:
     retention_rejects: str
     retention_wakeups: str
     topic_retention: str
+    topic_cuts: str
+    topic_truncation: str
 
     @classmethod
     def for_prefix(cls, prefix: str = "reclaim.", retry_delays: tuple[int, ...] = (10, 60, 600)) -> TopicNames:
@@ -45,6 +47,8 @@ class TopicNames:
             retention_rejects=f"{prefix}retention-rejects",
             retention_wakeups=f"{prefix}retention-wakeups",
             topic_retention=f"{prefix}topic-retention",
+            topic_cuts=f"{prefix}topic-cuts",
+            topic_truncation=f"{prefix}topic-truncation",
         )
 
     @property

@@ -52,7 +52,8 @@ from reclaim.security.errors import KeyringError
 
 log = logging.getLogger(__name__)
 
-ROLES = ("controller", "worker", "truncation-applier", "retention-job", "subscriber", "operator", "admin")
+ROLES = ("controller", "worker", "truncation-applier", "retention-job", "subscriber", "operator", "admin",
+         "topic-retention")
 """The roles a reclaim principal has: the same names as ``reclaim acls --role``."""
 
 MIN_SECRET_BYTES = 32

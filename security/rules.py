@@ -15,7 +15,7 @@ from reclaim.schemas.streams import (
     TruncationReason,
 )
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
-from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy, TopicTruncation
 from reclaim.schemas.topology import StreamTopology
 from reclaim.security.signing import Rejection, Signer, Unauthenticated
 
@@ -28,7 +28,11 @@ SIGNERS: dict[type[AvroRecord], frozenset[str]] = {
     SubscriberCut: frozenset({"subscriber"}),
     SubscriberChange: frozenset({"subscriber", "admin"}),
     StreamConfig: frozenset({"admin"}),
+    # Plain Kafka topics: the admin sets a policy, the topic poller signs what it saw of the groups, the
+    # retention job decides the DeleteRecords.
     TopicRetentionPolicy: frozenset({"admin"}),
+    TopicCut: frozenset({"topic-retention"}),
+    TopicTruncation: frozenset({"retention-job"}),
     StreamCutRecord: frozenset({"controller"}),
     StreamTopology: frozenset({"controller"}),
 }

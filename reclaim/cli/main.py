@@ -27,7 +27,7 @@ from reclaim.services import client_security
 from reclaim.settings import Settings
 
 #: The command modules under reclaim.cli, in the order ``reclaim --help`` lists them.
-COMMANDS = ("local", "topics", "worker", "deletions", "dlq", "audit", "streams", "offload", "offloader",
+COMMANDS = ("local", "topics", "topic_poller", "worker", "deletions", "dlq", "audit", "streams", "offload", "offloader",
             "truncation_applier", "retention_job", "acls", "keys", "config", "demo", "completion")
 
 ENV_HELP = f"""\

@@ -38,7 +38,8 @@ from reclaim.retention.topic_decision import (
 from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
-from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.schemas.streams import StreamCut
+from reclaim.schemas.topic_retention import GroupCommit, TopicCut, TopicPartitionState, TopicRetentionPolicy
 from reclaim.security.rules import signers_of
 from reclaim.security.signing import RecordVerifier, Unauthenticated
 
@@ -171,13 +172,15 @@ def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
     ``now − min`` and ``now − max`` fall at, and every required group's (and Spark query's) committed offset.
     ``groups``: the listed groups and their states (:func:`group_states`; read here when None).
 
+    A group the pattern matches is required once it has committed on the topic (a group of the same naming that
+    reads other topics holds nothing here); a group named is required whether or not it has.
     ``remembered``: groups the pattern matched before. A group Kafka no longer lists (deleted, or its offsets
     expired) is matched by no pattern, yet must keep holding until released by hand: whoever observes a topic
     over time passes the groups it has seen required (:attr:`TopicView.required`)."""
     topic_id, partitions = describe_topic(admin, policy.topic)
     listed = group_states(admin) if groups is None else groups
-    required = sorted(required_groups([*policy.groups, *remembered], policy.group_pattern, listed,
-                                      policy.released))
+    named = set(policy.groups) | set(remembered)
+    matched = required_groups((), policy.group_pattern, listed) if policy.group_pattern is not None else set()
     low = _offsets(admin, policy.topic, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     high = _offsets(admin, policy.topic, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     young = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.min_ms))
@@ -186,16 +189,19 @@ def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
            if policy.max_ms is not None else dict.fromkeys(partitions))
     committed: dict[str, dict[int, int | None]] = {}
     states = []
-    for group in required:
-        committed[group] = committed_offsets(admin, group, policy.topic, partitions)
-        states.append(GroupState(group, listed.get(group, "absent"),
-                                 sum(1 for o in committed[group].values() if o is not None)))
+    for group in sorted((named | matched) - set(policy.released)):
+        offsets = committed_offsets(admin, group, policy.topic, partitions)
+        read = sum(1 for o in offsets.values() if o is not None)
+        if group not in named and not read:
+            continue  # the pattern matches a group of another topic: a subscriber only once it commits here
+        committed[group] = offsets
+        states.append(GroupState(group, listed.get(group, "absent"), read))
     for name, checkpoint in policy.spark_checkpoints:
         if name in policy.released:
             continue
-        read = spark_offsets(checkpoint, policy.topic)
-        committed[SPARK_PREFIX + name] = {p: (read or {}).get(p) for p in partitions}
-        states.append(GroupState(SPARK_PREFIX + name, "spark", len(read or {})))
+        read_by_query = spark_offsets(checkpoint, policy.topic)
+        committed[SPARK_PREFIX + name] = {p: (read_by_query or {}).get(p) for p in partitions}
+        states.append(GroupState(SPARK_PREFIX + name, "spark", len(read_by_query or {})))
     views = tuple(PartitionView(p, low[p] or 0, high[p] or 0,
                                 {group: offsets.get(p) for group, offsets in committed.items()},
                                 young_from=young[p], old_before=old[p]) for p in partitions)
@@ -204,6 +210,18 @@ def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
         problems.append(f"the policy is for topic id {policy.topic_id}, the topic now has id {topic_id} (deleted "
                         "and created again?): set its policy again")
     return TopicView(policy.topic, topic_id, now_ms, views, tuple(sorted(committed)), tuple(states), tuple(problems))
+
+
+def cut_of(view: TopicView) -> TopicCut:
+    """``view`` as the record the poller publishes for the retention job: each partition's state, and each
+    required group's committed offsets as a cut (a partition where it has none is left out of it)."""
+    states = {g.group: g.state for g in view.groups}
+    partitions = tuple(TopicPartitionState(p.partition, p.low, p.high, p.young_from, p.old_before, p.size_bytes)
+                       for p in view.partitions)
+    groups = tuple(GroupCommit(group, states.get(group, "absent"), StreamCut.from_mapping(
+        {p.partition: offset for p in view.partitions if (offset := p.committed.get(group)) is not None}))
+        for group in view.required)
+    return TopicCut(view.topic, view.topic_id, view.now_ms, partitions, groups)
 
 
 def plan(policy: TopicRetentionPolicy, view: TopicView) -> list[PartitionDecision]:

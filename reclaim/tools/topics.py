@@ -51,6 +51,10 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.stream_config, parts, COMPACTED),
         # Plain Kafka topics' consumption retention policies, keyed by topic: one partition, read whole.
         TopicSpec(names.topic_retention, 1, COMPACTED),
+        # What the topic poller saw of each such topic, keyed by topic: the job needs only the latest.
+        TopicSpec(names.topic_cuts, parts, COMPACTED),
+        # DeleteRecords decisions for the Kafka-topic applier.
+        TopicSpec(names.topic_truncation, parts, deleting),
         # The controller republishes a stream's whole topology on every change, keyed by stream.
         TopicSpec(names.stream_topology, parts, COMPACTED),
         # The retention set keeps every recorded cut of a stream, so it is not compacted.

@@ -1,0 +1,64 @@
+"""``reclaim topic-poller``: the topic poller (:mod:`reclaim.services.topic_poller`) as a process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from contextlib import ExitStack
+
+from reclaim.cli.common import Common, duration, metrics_flags
+from reclaim.logs import log_as_service
+from reclaim.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_DESCRIPTION = """\
+Observe every Kafka topic under consumption retention (reclaim topics retain) until SIGTERM or SIGINT: every
+--every, its partitions' start and end, where its policy's time limits fall, and its required groups' committed
+offsets (and Spark queries' checkpoints), published on the topic-cuts topic when they changed, signed with
+the topic-retention key of the keyring (RECLAIM_KEYRING). The retention job decides on them; the Kafka-topic
+applier deletes. One poller is enough for a cluster: its passes are a few Admin API requests per topic."""
+
+
+def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.localstack.procs import exit_status, stop_on_signals
+    from reclaim.producers.producer import RecordProducer
+    from reclaim.producers.publisher import ConfirmedPublisher
+    from reclaim.services import preflight, runtime
+    from reclaim.services.topic_poller import PolicyFollower, TopicPoller
+    from reclaim.tools.topics import admin_client
+
+    runtime.require_record_auth(settings, "the topic poller")
+    log_as_service()
+    names = runtime.topic_names(settings)
+    address = preflight.broker(settings)
+    preflight.require_topics(address, [names.topic_retention, names.topic_cuts])
+    signer = runtime.record_signer(settings, "topic-retention")
+    stop = stop_on_signals("finishing the pass in hand", log.info)
+    if settings.metrics_port is not None:
+        preflight.serve_metrics(settings.metrics_port, args.metrics_addr)
+    with ExitStack() as stack:
+        follower = PolicyFollower(address, names.topic_retention, runtime.codec(settings),
+                                  runtime.record_verifier(settings))
+        stack.callback(follower.close)
+        publisher = ConfirmedPublisher(RecordProducer(address, "idempotent-producer"), runtime.codec(settings),
+                                       signer=signer)
+        stack.callback(publisher.close)
+        poller = TopicPoller(admin_client(address), follower.refresh, publisher, names.topic_cuts,
+                             heartbeat_s=args.heartbeat)
+        log.info("topic poller: a pass every %g s, cuts on %s%s", args.every, names.topic_cuts,
+                 "" if signer is None else f", signed by topic-retention/{signer.key.id}")
+        poller.run(stop, args.every)
+    return exit_status(0, stop)
+
+
+def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
+    poller = sub.add_parser("topic-poller", help="observe Kafka topics under consumption retention, as a service",
+                            description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    poller.add_argument("--every", type=duration(positive=True), default=10.0, metavar="DURATION",
+                        help="time between two passes (default 10s)")
+    poller.add_argument("--heartbeat", type=duration(positive=True), default=60.0, metavar="DURATION",
+                        help="publish a topic's cut at least this often, changed or not (default 60s)")
+    metrics_flags(poller)
+    common(poller)
+    poller.set_defaults(run=cmd_topic_poller)
