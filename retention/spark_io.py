@@ -17,6 +17,7 @@ from reclaim.schemas.codec import RecordCodec, build_codec
 from reclaim.schemas.rejects import RejectKind, RetentionReject
 from reclaim.schemas.streams import StreamConfig, StreamCutRecord, TruncationEvent
 from reclaim.schemas.subscribers import SubscriberChange, SubscriberCut
+from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy, TopicTruncation
 from reclaim.schemas.topology import StreamTopology
 from reclaim.security.signing import RecordSigner
 
@@ -50,6 +51,13 @@ DECIDED = "decided"
 DataFrames = Iterable[pd.DataFrame]
 StreamRecord = StreamTopology | StreamConfig | SubscriberChange | SubscriberCut | StreamCutRecord
 STREAM_RECORDS = (StreamTopology, StreamConfig, SubscriberChange, SubscriberCut, StreamCutRecord)
+TopicRecord = TopicRetentionPolicy | TopicCut
+TOPIC_RECORDS = (TopicRetentionPolicy, TopicCut)
+"""A plain Kafka topic's inputs (consumption retention of topics): its policy, then what the poller saw of it."""
+
+TOPIC_ENTRY = "#"
+"""What a Kafka topic's entry in a bucket is named by before its topic name: a stream's name is its key up to the
+first '#', so no stream's entry can be named so."""
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,22 @@ class RetentionTopics:
     wakeups: str | None = None
     """Where the job writes a record when it starts and reads it back (``WAKE_BUCKET``): Spark runs no batch after
     a restart until some input arrives, so without one a stream's time limit waits for the next input."""
+    topic_policies: str | None = None
+    topic_cuts: str | None = None
+    topic_truncation: str | None = None
+    """Consumption retention of plain Kafka topics: the policies and the poller's cuts the job reads, and where it
+    writes its DeleteRecords decisions (None: the job decides for streams only)."""
 
     @classmethod
     def from_names(cls, names: TopicNames) -> RetentionTopics:
         return cls(names.stream_topology, names.stream_config, names.subscribers, names.subscriber_cuts,
-                   names.stream_cuts, names.truncation, names.retention_rejects, names.retention_wakeups)
+                   names.stream_cuts, names.truncation, names.retention_rejects, names.retention_wakeups,
+                   names.topic_retention, names.topic_cuts, names.topic_truncation)
+
+    @property
+    def for_topics(self) -> bool:
+        """Whether the job decides for plain Kafka topics too."""
+        return self.topic_policies is not None and self.topic_cuts is not None and self.topic_truncation is not None
 
     @property
     def subscribed(self) -> tuple[str, ...]:
@@ -82,13 +101,21 @@ class RetentionTopics:
         return self.inputs if self.wakeups is None else (*self.inputs, self.wakeups)
 
     @property
-    def inputs(self) -> tuple[str, ...]:
-        """The input topics, in rank order."""
+    def stream_inputs(self) -> tuple[str, ...]:
         return (self.stream_topology, self.stream_config, self.subscribers, self.subscriber_cuts, self.stream_cuts)
+
+    @property
+    def topic_inputs(self) -> tuple[str, ...]:
+        return (str(self.topic_policies), str(self.topic_cuts)) if self.for_topics else ()
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The input topics, in rank order: the streams', then the plain Kafka topics'."""
+        return (*self.stream_inputs, *self.topic_inputs)
 
     def input_types(self) -> dict[str, type[AvroRecord]]:
         """The record type each input topic carries."""
-        return dict(zip(self.inputs, STREAM_RECORDS, strict=True))
+        return dict(zip(self.inputs, (*STREAM_RECORDS, *TOPIC_RECORDS)[:len(self.inputs)], strict=True))
 
     def rank(self, topic: str) -> int:
         """The position of ``topic`` in the apply order."""
@@ -121,10 +148,11 @@ def input_columns(topics: RetentionTopics, buckets: int) -> list[str]:
             "topic", "partition", "offset", "key", "value", *signature_columns()]
 
 
-def decode_input(codec: RecordCodec, expected: type[AvroRecord], topic: str, value: bytes) -> StreamRecord:
+def decode_input(codec: RecordCodec, expected: type[AvroRecord], topic: str, value: bytes
+                 ) -> StreamRecord | TopicRecord:
     """Decode one input value as the record type of its topic; raises ``RecordDecodeError``."""
     record = codec.decode(value, topic, expected)
-    assert isinstance(record, STREAM_RECORDS), f"{topic} carries {type(record).__name__}"
+    assert isinstance(record, (*STREAM_RECORDS, *TOPIC_RECORDS)), f"{topic} carries {type(record).__name__}"
     return record
 
 
@@ -141,6 +169,16 @@ def truncation_row(codec: RecordCodec, topics: RetentionTopics, event: Truncatio
     key, value = event.stream.encode(), codec.encode(event, topics.truncation)
     key_id, signature = signed(signer, topics.truncation, key, value)
     return {"topic": topics.truncation, "key": key, "value": value, "outcome": TRUNCATION, "reject_kind": None,
+            "key_id": key_id, "signature": signature}
+
+
+def topic_truncation_row(codec: RecordCodec, topics: RetentionTopics, decision: TopicTruncation,
+                         signer: RecordSigner | None = None) -> dict[str, Any]:
+    """An output row carrying ``decision`` to the topic-truncation topic, keyed by its topic, signed by ``signer``."""
+    target = str(topics.topic_truncation)
+    key, value = decision.topic.encode(), codec.encode(decision, target)
+    key_id, signature = signed(signer, target, key, value)
+    return {"topic": target, "key": key, "value": value, "outcome": TRUNCATION, "reject_kind": None,
             "key_id": key_id, "signature": signature}
 
 

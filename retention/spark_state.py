@@ -14,6 +14,7 @@ from reclaim.retention.policy import check_policy
 from reclaim.retention.spark_auth import JobKeys, check_subject, job_auth, unauthenticated, verify_input
 from reclaim.retention.spark_compat import StateOffsetsFix
 from reclaim.retention.spark_io import (
+    TOPIC_ENTRY,
     UNDECODABLE_BUCKET,
     WAKE_BUCKET,
     RetentionTopics,
@@ -22,14 +23,17 @@ from reclaim.retention.spark_io import (
     decode_input,
     output_frame,
     reject_row,
+    topic_truncation_row,
     truncation_row,
     undecodable,
 )
 from reclaim.retention.stream_state import Rejection, StreamRetentionState
+from reclaim.retention.topic_state import TopicRetentionState
 from reclaim.schemas.base import LONG_MAX, AvroRecord
 from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.errors import RecordDecodeError
 from reclaim.schemas.rejects import RetentionReject
+from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier, Signer, Unauthenticated
 
 if TYPE_CHECKING:
@@ -87,12 +91,22 @@ def stream_retention_step(topics: RetentionTopics, registry_url: str | None, ree
             return
         entries = decode_bucket(state.get[0]) if state.exists else {}
         by_stream: dict[str, list[_Row]] = {}
+        topic_inputs = set(topics.topic_inputs)
         for row in [] if state.hasTimedOut else _rows(frames):
-            by_stream.setdefault(row.stream, []).append(row)
+            name = TOPIC_ENTRY + str(row.stream) if str(row.topic) in topic_inputs else row.stream
+            by_stream.setdefault(name, []).append(row)
         due = {name for name, entry in entries.items()
                if entry.next_change_ms is not None and entry.next_change_ms <= now_ms}
         out: list[dict[str, Any]] = []
         for stream in sorted(by_stream.keys() | due):
+            if stream.startswith(TOPIC_ENTRY):
+                kept = entries.get(stream)
+                topic_state = TopicRetentionState.from_bytes(kept.state) if kept is not None \
+                    else TopicRetentionState(stream.removeprefix(TOPIC_ENTRY))
+                out += _apply_topic(codec, topics, topic_state, by_stream.get(stream, []), now_ms, verifier)
+                out += _decide_topic(codec, topics, topic_state, now_ms, signer)
+                entries[stream] = BucketEntry(None, topic_state.to_bytes())
+                continue
             retention = _kept_state(stream, entries.get(stream))
             out += _apply_all(codec, topics, retention, by_stream.get(stream, []), now_ms, verifier)
             out += _decide(codec, topics, retention, now_ms, signer)
@@ -143,6 +157,48 @@ def _decide(codec: RecordCodec, topics: RetentionTopics, retention: StreamRetent
     return [truncation_row(codec, topics, event, signer), decided_row()]
 
 
+def _apply_topic(codec: RecordCodec, topics: RetentionTopics, retention: TopicRetentionState, rows: Iterable[Any],
+                 now_ms: int, verifier: RecordVerifier | None = None) -> list[dict[str, Any]]:
+    """Apply each row's record (a policy, or the poller's cut) to a Kafka topic's state; the reject rows of the
+    records it refused: not signed by the admin (a policy) or the topic-retention key (a cut), no record, a
+    record of another topic than its key names, or a cut of another life of the topic."""
+    types = topics.input_types()
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        topic = str(row.topic)
+        signer = _verify(verifier, types, row)
+        if isinstance(signer, Unauthenticated):
+            out.append(reject_row(codec, topics, unauthenticated(signer, row, now_ms, retention.topic)))
+            continue
+        try:
+            record = decode_input(codec, types[topic], topic, bytes(row.value or b""))
+        except RecordDecodeError as exc:
+            out.append(reject_row(codec, topics, undecodable(row, str(exc), now_ms, retention.topic)))
+            continue
+        if not isinstance(record, TopicRetentionPolicy | TopicCut) or record.topic != retention.topic:
+            why = f"keyed as topic {retention.topic!r} but names {getattr(record, 'topic', None)!r}"
+            out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.topic)))
+            continue
+        refused = retention.apply(record, now_ms)
+        if refused is not None:
+            log.info("topic %s: rejected %s@%s:%s (%s): %s", refused.topic, row.topic, row.partition, row.offset,
+                     refused.kind.name, refused.reason)
+            out.append(reject_row(codec, topics, RetentionReject(refused.topic, None, refused.kind, refused.reason,
+                                                                 topic, int(row.partition), int(row.offset), now_ms)))
+    return out
+
+
+def _decide_topic(codec: RecordCodec, topics: RetentionTopics, retention: TopicRetentionState, now_ms: int,
+                  signer: RecordSigner | None = None) -> list[dict[str, Any]]:
+    """The topic's decision now: its DeleteRecords row (signed by ``signer``) if a partition's start moves on, and
+    the marker that it was decided."""
+    decision = retention.decide(now_ms)
+    if decision is None:
+        return [decided_row()]
+    log.info("topic %s: delete records below %s", decision.topic, decision.starts.as_dict())
+    return [topic_truncation_row(codec, topics, decision, signer), decided_row()]
+
+
 class _Row(NamedTuple):
     kafka_ts: int
     rank: int
@@ -187,8 +243,8 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
         except RecordDecodeError as exc:
             out.append(reject_row(codec, topics, undecodable(row, str(exc), now_ms, retention.stream)))
             continue
-        if record.stream != retention.stream:
-            why = f"keyed as stream {retention.stream!r} but names stream {record.stream!r}"
+        if isinstance(record, TopicRetentionPolicy | TopicCut) or record.stream != retention.stream:
+            why = f"keyed as stream {retention.stream!r} but names stream {getattr(record, 'stream', None)!r}"
             out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.stream)))
             continue
         refusal = None if verifier is None or signer is None else check_subject(verifier, topic, signer, record)

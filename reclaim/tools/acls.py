@@ -35,7 +35,8 @@ ROLES: dict[str, str] = {
                   "streams record); set-policy and truncate are the admin's, signed with its key",
     "worker": "phase 2: the deletion topic and its retry tiers as one group, retries and dead letters",
     "truncation-applier": "applies truncation events; through its controller also phase 1, topology and recorded cuts",
-    "retention-job": "the Spark retention job: reads the five retention inputs, writes truncations and rejects",
+    "retention-job": "the Spark retention job: reads the retention inputs (streams' and plain topics'), writes "
+                     "truncations, DeleteRecords decisions and rejects",
     "subscriber": "a subscriber: its registration and its truncation cuts",
     "operator": "the dead-letter tools (dlq list/stats/replay/purge), audit --repair, deletions inflight and "
                 "deletions stalled --resend",
@@ -114,6 +115,9 @@ def _retention_job(n: Names) -> list[Grant]:
         *_topics("READ", inputs, "the job's Kafka source reads the retention inputs"),
         *_topics("WRITE", [t.truncation], "the job writes truncation events"),
         *_topics("WRITE", [t.retention_rejects], "the job writes the inputs it refuses"),
+        *_topics("READ", [t.topic_retention, t.topic_cuts], "the job reads plain Kafka topics' consumption "
+                                                            "retention policies and the topic poller's cuts"),
+        *_topics("WRITE", [t.topic_truncation], "the job writes DeleteRecords decisions for plain Kafka topics"),
         *_topics("READ", [t.retention_wakeups], "the job's Kafka source reads its wake-ups"),
         *_topics("WRITE", [t.retention_wakeups], "the job writes a wake-up when it starts, so that Spark runs a "
                                                  "batch (and the time limits' timers) without waiting for input"),

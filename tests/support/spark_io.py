@@ -25,7 +25,7 @@ REEVALUATE_MS = 30_000
 def key_of(record: AvroRecord) -> str:
     """How reclaim's producers key an input record: by stream, subscriber records by ``stream#subscriber``."""
     subscriber = getattr(record, "subscriber", None)
-    stream = str(getattr(record, "stream"))  # noqa: B009 - every input record has one
+    stream = str(getattr(record, "stream", None) or getattr(record, "topic"))  # noqa: B009 - a topic's records
     return stream if subscriber is None else f"{stream}#{subscriber}"
 
 
