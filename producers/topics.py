@@ -28,6 +28,7 @@ class TopicNames:
     topic_retention: str
     topic_cuts: str
     topic_truncation: str
+    topic_truncation_dlq: str
 
     @classmethod
     def for_prefix(cls, prefix: str = "reclaim.", retry_delays: tuple[int, ...] = (10, 60, 600)) -> TopicNames:
@@ -49,6 +50,7 @@ class TopicNames:
             topic_retention=f"{prefix}topic-retention",
             topic_cuts=f"{prefix}topic-cuts",
             topic_truncation=f"{prefix}topic-truncation",
+            topic_truncation_dlq=f"{prefix}topic-truncation.dlq",
         )
 
     @property

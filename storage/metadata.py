@@ -206,6 +206,26 @@ class LeaseRecord:
     version: int = 0
 
 
+@dataclass(frozen=True)
+class TopicTruncationEntry:
+    """One DeleteRecords the Kafka-topic applier did: a partition of ``topic`` (of id ``topic_id``) whose start
+    moved from ``old_start`` to ``new_start``, decided at ``decided_at`` (epoch ms) by ``why`` (the rule and the
+    groups that held it), signed by ``signer``, applied at ``applied_at`` (seconds since the epoch) from the
+    record at ``source``. ``bytes_freed``: None when the broker does not say."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    old_start: int
+    new_start: int
+    decided_at: int
+    applied_at: float
+    why: str
+    signer: str
+    source: str
+    bytes_freed: int | None = None
+
+
 class MetadataTransaction(Protocol):
     """One atomic unit over several keys; every ``put`` is a compare-and-set on versions.
 
@@ -238,6 +258,7 @@ class MetadataTransaction(Protocol):
     def get_lease(self, name: str) -> LeaseRecord | None: ...
     def put_lease(self, record: LeaseRecord, *, expected_version: int | None = None) -> LeaseRecord: ...
     def delete_lease(self, name: str, *, expected_version: int) -> bool: ...
+    def journal_topic_truncation(self, entry: TopicTruncationEntry) -> bool: ...
     def on_commit(self, callback: Callable[[], None]) -> None: ...
 
 
@@ -269,6 +290,7 @@ class MetadataStore(Protocol):
     def offloads_after(self, after: str, limit: int) -> list[OffloadRecord]: ...
     def offload_policies(self) -> list[OffloadPolicy]: ...
     def leases(self, prefix: str) -> list[LeaseRecord]: ...
+    def topic_truncations(self, topic: str) -> list[TopicTruncationEntry]: ...
     def close(self) -> None: ...
 
 

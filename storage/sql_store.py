@@ -28,6 +28,7 @@ from reclaim.storage.metadata import (
     OffloadState,
     SegmentRecord,
     SegmentStatus,
+    TopicTruncationEntry,
 )
 from reclaim.storage.metrics import METADATA_TRANSACTIONS
 from reclaim.storage.sql_base import Database, Migration, Outcome, Queries, StoreBase, Transaction, distinct
@@ -113,6 +114,23 @@ CREATE TABLE leases (
     name TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, owner TEXT NOT NULL, epoch BIGINT NOT NULL,
     expires_at DOUBLE PRECISION NOT NULL)
 """}),
+    # The journal of the Kafka-topic applier (docs/concepts/kafka-topics.md): one row per partition whose start a
+    # DeleteRecords moved. A decision applied twice journals once (the key is the move itself).
+    Migration(4, {
+        "sqlite": """
+CREATE TABLE IF NOT EXISTS topic_truncations (
+    topic TEXT NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL, new_start INTEGER NOT NULL,
+    old_start INTEGER NOT NULL, decided_at INTEGER NOT NULL, applied_at REAL NOT NULL, why TEXT NOT NULL,
+    signer TEXT NOT NULL, source TEXT NOT NULL, bytes_freed INTEGER,
+    PRIMARY KEY (topic, topic_id, partition, new_start))
+""",
+        "postgresql": """
+CREATE TABLE topic_truncations (
+    topic TEXT COLLATE "C" NOT NULL, topic_id TEXT COLLATE "C" NOT NULL, partition BIGINT NOT NULL,
+    new_start BIGINT NOT NULL, old_start BIGINT NOT NULL, decided_at BIGINT NOT NULL,
+    applied_at DOUBLE PRECISION NOT NULL, why TEXT NOT NULL, signer TEXT NOT NULL, source TEXT NOT NULL,
+    bytes_freed BIGINT, PRIMARY KEY (topic, topic_id, partition, new_start))
+"""}),
 )
 
 _SEGMENT_COLUMNS = ("name", "version", "stream", "status", "start_offset", "length", "first_chunk",
@@ -125,6 +143,8 @@ _OFFLOAD_COLUMNS = ("copy", "version", "chunk", "segment", "tags", "source", "ta
                     "created_at", "deadline", "switched_at", "mark_id")
 _POLICY_COLUMNS = ("stream", "version", "target", "after_bytes", "after_s", "release_after_s")
 _LEASE_COLUMNS = ("name", "version", "owner", "epoch", "expires_at")
+_TOPIC_TRUNCATION_COLUMNS = ("topic", "topic_id", "partition", "old_start", "new_start", "decided_at", "applied_at",
+                             "why", "signer", "source", "bytes_freed")
 #: How a column's JSON text is made in one of SQLite's JSON rows (``select_in``): locations as stored (valid
 #: JSON, or null, which no row may hold and so is refused when read), times with every digit (SQLite's printf
 #: stops at 16 significant digits unless given its ``!`` flag).
@@ -315,6 +335,15 @@ class _Reader(Queries):
                "ORDER BY name")
         return [_lease_from_row(row) for row in self._conn.execute(sql, (prefix, prefix))]
 
+    def topic_truncations(self, topic: str) -> list[TopicTruncationEntry]:
+        sql = (f"SELECT {', '.join(_TOPIC_TRUNCATION_COLUMNS)} FROM topic_truncations WHERE topic = ? "
+               "ORDER BY applied_at, partition, new_start")
+        return [TopicTruncationEntry(str(topic), str(topic_id), int(partition), int(old), int(new), int(decided),
+                                     float(applied), str(why), str(signer), str(source),
+                                     None if freed is None else int(freed))
+                for topic, topic_id, partition, old, new, decided, applied, why, signer, source, freed
+                in self._conn.execute(sql, (topic,))]
+
     def binding_names(self) -> set[str]:
         rows = self._conn.execute(_BINDING_NAMES[self._conn.engine])
         return {str(row[0]) for row in rows if row[0] is not None}
@@ -423,6 +452,13 @@ class SQLTransaction(_Reader, Transaction):
     def delete_offload_policy(self, stream: str) -> bool:
         return bool(self._conn.execute("DELETE FROM offload_policies WHERE stream = ?", (stream,)).rowcount)
 
+    def journal_topic_truncation(self, entry: TopicTruncationEntry) -> bool:
+        """Journal one partition's DeleteRecords; False when that same move is journaled already."""
+        sql = (f"INSERT INTO topic_truncations ({', '.join(_TOPIC_TRUNCATION_COLUMNS)}) VALUES "
+               f"({', '.join('?' * len(_TOPIC_TRUNCATION_COLUMNS))}) ON CONFLICT DO NOTHING")
+        values = [getattr(entry, column) for column in _TOPIC_TRUNCATION_COLUMNS]
+        return bool(self._conn.execute(sql, values).rowcount)
+
     def put_lease(self, record: LeaseRecord, *, expected_version: int | None = None) -> LeaseRecord:
         expected = record.version if expected_version is None else expected_version
         values = {"name": record.name, "owner": record.owner, "epoch": record.epoch,
@@ -504,6 +540,10 @@ class SQLMetadataStore(StoreBase[_Reader, SQLTransaction]):
     def leases(self, prefix: str) -> list[LeaseRecord]:
         """Every lease whose name starts with ``prefix``, expired or not, in name order."""
         return self._read(lambda r: r.leases(prefix))
+
+    def topic_truncations(self, topic: str) -> list[TopicTruncationEntry]:
+        """The Kafka-topic applier's journal of ``topic``, oldest first."""
+        return self._read(lambda r: r.topic_truncations(topic))
 
     def remove_chunks(self, names: Iterable[str]) -> list[str]:
         """Remove inactive chunk rows (after their storage delete) in one transaction; returns the removed."""

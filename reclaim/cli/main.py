@@ -27,8 +27,9 @@ from reclaim.services import client_security
 from reclaim.settings import Settings
 
 #: The command modules under reclaim.cli, in the order ``reclaim --help`` lists them.
-COMMANDS = ("local", "topics", "topic_poller", "worker", "deletions", "dlq", "audit", "streams", "offload", "offloader",
-            "truncation_applier", "retention_job", "acls", "keys", "config", "demo", "completion")
+COMMANDS = ("local", "topics", "topic_poller", "topic_applier", "worker", "deletions", "dlq", "audit", "streams",
+            "offload", "offloader", "truncation_applier", "retention_job", "acls", "keys", "config", "demo",
+            "completion")
 
 ENV_HELP = f"""\
 Every flag has an environment variable RECLAIM_<NAME> (e.g. RECLAIM_BOOTSTRAP, RECLAIM_STATE_DIR,

@@ -4,10 +4,13 @@ retention for plain Kafka topics (:mod:`reclaim.tools.topic_retention`, docs/con
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+from contextlib import ExitStack
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from reclaim.cli.common import Common, add_verb, byte_size, duration, json_flag, print_json
+from reclaim.cli.common import Common, add_verb, byte_size, duration, json_flag, print_json, store_flags
 from reclaim.exits import ExitCode, UsageError
 from reclaim.services import preflight, runtime
 from reclaim.settings import Settings
@@ -36,7 +39,8 @@ _RETENTION = """\
 list     the topics under consumption retention and their policies
 show     a topic's policy, its required groups' states and each partition's offsets
 plan     what would be deleted now, per partition, and why (a dry run: nothing is deleted)
-release  release a group (--group) from holding the topic, or the whole topic from consumption retention"""
+release  release a group (--group) from holding the topic, or the whole topic from consumption retention
+history  every DeleteRecords the Kafka-topic applier did on the topic, from its journal"""
 
 
 def cmd_retain(args: argparse.Namespace, settings: Settings) -> int:
@@ -79,6 +83,8 @@ def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.retention_action != "list":
         check_topic_name(args.topic)
+    if args.retention_action == "history":
+        return _history(args, settings)
     policies = read_policies(settings)
     if args.retention_action == "list":
         return _list(args, policies)
@@ -184,6 +190,24 @@ def _release(args: argparse.Namespace, settings: Settings, policy: TopicRetentio
     return ExitCode.OK
 
 
+def _history(args: argparse.Namespace, settings: Settings) -> int:
+    from reclaim.cli.audit import open_to_read
+
+    with ExitStack() as stack:
+        store, _ = open_to_read(settings, stack)
+        entries = store.topic_truncations(args.topic)
+    if args.json:
+        print_json([dataclasses.asdict(entry) for entry in entries])
+        return ExitCode.OK
+    if not entries:
+        print(f"topic {args.topic}: no DeleteRecords journaled")
+    for entry in entries:
+        when = datetime.fromtimestamp(entry.applied_at, UTC).isoformat(timespec="seconds")
+        print(f"{when} {entry.topic}[{entry.partition}] {entry.old_start} -> {entry.new_start} "
+              f"({entry.new_start - entry.old_start} records): {entry.why or '-'}; signed by {entry.signer}")
+    return ExitCode.OK
+
+
 def _decision_dict(decision: PartitionDecision, view: TopicView) -> dict[str, Any]:
     start = next(p.low for p in view.partitions if p.partition == decision.partition)
     return {"partition": decision.partition, "start": start, "to": decision.start,
@@ -199,8 +223,6 @@ def _policy_dict(policy: TopicRetentionPolicy) -> dict[str, Any]:
 
 
 def _replace(policy: TopicRetentionPolicy, **changes: Any) -> TopicRetentionPolicy:
-    import dataclasses
-
     return dataclasses.replace(policy, **changes)
 
 
@@ -304,9 +326,14 @@ def register_verbs(verbs: argparse._SubParsersAction, common: Common) -> None:  
                        ["reclaim topics retention release orders --group old-etl",
                         "reclaim topics retention release orders"])
     release.add_argument("--group", action="append", metavar="GROUP", help="the group to release; repeatable")
-    for parser in (show, planned, release):
+    history = add_verb(sub, "history", "the DeleteRecords done on the topic, from the journal",
+                       "Every partition whose start the Kafka-topic applier moved: when, from where to where, why "
+                       "(the rule and the groups that held it) and whose key signed the decision.",
+                       ["reclaim topics retention history orders", "reclaim topics retention history orders --json"])
+    store_flags(history)
+    for parser in (show, planned, release, history):
         parser.add_argument("topic", help="the Kafka topic")
-    for parser in (listing, show, planned, release):
+    for parser in (listing, show, planned, release, history):
         if parser is not release:
             json_flag(parser, "print the result as JSON")
         common(parser)

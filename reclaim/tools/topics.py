@@ -55,6 +55,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.topic_cuts, parts, COMPACTED),
         # DeleteRecords decisions for the Kafka-topic applier.
         TopicSpec(names.topic_truncation, parts, deleting),
+        TopicSpec(names.topic_truncation_dlq, 1, dead),
         # The controller republishes a stream's whole topology on every change, keyed by stream.
         TopicSpec(names.stream_topology, parts, COMPACTED),
         # The retention set keeps every recorded cut of a stream, so it is not compacted.

@@ -24,6 +24,7 @@ from reclaim.storage.metadata import (
     OffloadPolicy,
     SegmentRecord,
     SegmentStatus,
+    TopicTruncationEntry,
 )
 from reclaim.storage.sql_store import SQLiteMetadataStore, SQLMetadataStore, open_metadata_store
 
@@ -286,3 +287,16 @@ def test_offload_policies_and_leases_are_compare_and_set_rows(store: SQLMetadata
         assert txn.delete_offload_policy("scope/b") and not txn.delete_offload_policy("scope/b")
     assert [lease.name for lease in store.leases("offloader/")] == ["offloader/member/h:1:x"]
     assert [p.stream for p in store.offload_policies()] == ["scope/a"]
+
+
+def test_the_topic_truncation_journal_keeps_each_move_once_in_the_order_applied(store: SQLMetadataStore) -> None:
+    first = TopicTruncationEntry("orders", "id-1", 0, 0, 40, 1_700_000_000_000, 100.5, "AT_BOUND held by billing",
+                                 "retention-job/job-1", "t.topic-truncation[0]@3")
+    second = replace(first, partition=1, new_start=30, applied_at=101.25, bytes_freed=4096)
+    with store.transaction() as txn:
+        assert txn.journal_topic_truncation(first)
+        assert txn.journal_topic_truncation(second)
+    with store.transaction() as txn:
+        assert not txn.journal_topic_truncation(replace(first, applied_at=200.0))  # the same move again
+    assert store.topic_truncations("orders") == [first, second]
+    assert store.topic_truncations("payments") == []

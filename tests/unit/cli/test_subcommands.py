@@ -19,7 +19,7 @@ from tests.support.cli import clean_env, one_line_error, run_reclaim
 GROUPS = {
     "local": ["up", "down", "status"],
     "topics": ["create", "describe", "retain", "retention"],
-    "topics retention": ["list", "show", "plan", "release"],
+    "topics retention": ["list", "show", "plan", "release", "history"],
     "deletions": ["inflight", "stalled"],
     "dlq": ["list", "show", "stats", "replay", "purge"],
     "streams": ["create", "set-policy", "cut", "record", "truncate", "history", "write"],
