@@ -23,7 +23,8 @@ def cmd_acls(args: argparse.Namespace, settings: Settings) -> int:
     from rich.table import Table
 
     principal = check_principal(args.acl_principal)
-    grants = plan(args.role, Names.from_settings(settings))  # refusals come before the broker is contacted
+    names = Names.from_settings(settings, args.retained_topic or (), args.retained_group or ())
+    grants = plan(args.role, names)  # refusals come before the broker is contacted
     rows = binding_rows(principal, grants)
     if args.action == "apply":
         admin = _admin(settings)
@@ -67,6 +68,11 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
         verb.add_argument("--group-id", help="the workers' consumer group (RECLAIM_GROUP_ID, default reclaim-deletion)")
         verb.add_argument("--truncation-group-id",
                           help="the truncation applier's consumer group (default reclaim-truncation)")
+        verb.add_argument("--retained-topic", action="append", metavar="NAME",
+                          help="topic-retention: a Kafka topic under consumption retention (NAME* for a prefix); "
+                               "repeatable")
+        verb.add_argument("--retained-group", action="append", metavar="NAME",
+                          help="topic-retention: a consumer group that holds one (NAME* for a prefix); repeatable")
         json_flag(verb, "print the bindings as JSON")
         common(verb)
         verb.set_defaults(run=cmd_acls)

@@ -41,6 +41,8 @@ ROLES: dict[str, str] = {
     "operator": "the dead-letter tools (dlq list/stats/replay/purge), audit --repair, deletions inflight and "
                 "deletions stalled --resend",
     "admin": "topics create/describe, manual truncation: everything on the topic prefix",
+    "topic-retention": "the topic poller and the Kafka-topic applier: Describe on the retained topics and their "
+                       "groups, Delete (DeleteRecords) on the topics (--retained-topic, --retained-group)",
 }
 PRINCIPAL = re.compile(r"User:(?!\*$)\S+")
 
@@ -65,11 +67,16 @@ class Names:
     prefix: str
     group_id: str = "reclaim-deletion"
     truncation_group_id: str = "reclaim-truncation"
+    retained_topics: tuple[str, ...] = ()
+    retained_groups: tuple[str, ...] = ()
+    """Plain Kafka topics under consumption retention and their required groups (``name*``: every name that
+    starts with ``name``), for the topic-retention role."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Names:
+    def from_settings(cls, settings: Settings, retained_topics: Iterable[str] = (),
+                      retained_groups: Iterable[str] = ()) -> Names:
         return cls(TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays), settings.topic_prefix,
-                   settings.group_id, settings.truncation_group_id)
+                   settings.group_id, settings.truncation_group_id, tuple(retained_topics), tuple(retained_groups))
 
 
 def _topics(operation: str, topics: Iterable[str], why: str) -> list[Grant]:
@@ -142,6 +149,34 @@ def _operator(n: Names) -> list[Grant]:
     ]
 
 
+def _named(resource: str, names: Iterable[str], operation: str, why: str) -> list[Grant]:
+    """Grants on names given by hand: ``name*`` is every name that starts with ``name`` (PREFIXED)."""
+    return [Grant(resource, "PREFIXED", name[:-1], operation, why) if name.endswith("*") and len(name) > 1
+            else Grant(resource, "LITERAL", name, operation, why) for name in names]
+
+
+def _topic_retention(n: Names) -> list[Grant]:
+    from reclaim.services.topic_applier import TopicApplierConfig
+    from reclaim.services.topic_poller import POLLER_GROUP
+
+    if not n.retained_topics:
+        raise UsageError("the topic-retention role needs the topics it retains: --retained-topic NAME (repeatable; "
+                         "NAME* for every topic that starts with NAME)")
+    t = n.topics
+    return [
+        *_topics("READ", [t.topic_retention], "the poller and the applier read the consumption retention policies"),
+        _group(POLLER_GROUP, "DESCRIBE", "the policy reader's group id (assigned partitions, no join, no commit)"),
+        *_named("TOPIC", n.retained_topics, "DESCRIBE", "the poller reads the topics' partitions and offsets"),
+        *_named("TOPIC", n.retained_topics, "DESCRIBE_CONFIGS", "a compacted-only topic is refused"),
+        *_named("GROUP", n.retained_groups, "DESCRIBE", "the poller reads the required groups' committed offsets"),
+        *_topics("WRITE", [t.topic_cuts], "the poller publishes what it saw of each topic"),
+        *_topics("READ", [t.topic_truncation], "the applier consumes the job's DeleteRecords decisions"),
+        _group(TopicApplierConfig.group_id, "READ", "the applier's consumer group (join, commit offsets)"),
+        *_named("TOPIC", n.retained_topics, "DELETE", "the applier deletes records (DeleteRecords)"),
+        *_topics("WRITE", [t.topic_truncation_dlq], "a decision that keeps failing is dead-lettered"),
+    ]
+
+
 def _admin(n: Names) -> list[Grant]:
     return [Grant("TOPIC", "PREFIXED", n.prefix, "ALL",
                   "topics create/describe (CREATE, DESCRIBE_CONFIGS, ALTER_CONFIGS) of every topic the prefix and "
@@ -160,6 +195,7 @@ _PLANS = {
     ],
     "operator": _operator,
     "admin": _admin,
+    "topic-retention": _topic_retention,
 }
 
 

@@ -83,7 +83,7 @@ def granted(secure_kafka: SecureBroker) -> Granted:
     for spec in topic_specs(settings):
         seed.produce(spec.name, key=b"seed", value=b"seed")
     assert seed.flush(15) == 0
-    names = Names.from_settings(settings)
+    names = Names.from_settings(settings, (f"user-{tag}",), (f"group-{tag}",))
     principals: dict[str, dict[str, str]] = {}
     for role in ROLES:
         principal = f"User:{role}-{tag}"

@@ -11,7 +11,7 @@ from reclaim.exits import UsageError
 from reclaim.producers.topics import TopicNames
 from reclaim.tools.acls import ROLES, Grant, Names, binding_rows, bindings, check_principal, plan
 
-NAMES = Names(TopicNames.for_prefix("p.", (1, 2)), "p.", "workers", "appliers")
+NAMES = Names(TopicNames.for_prefix("p.", (1, 2)), "p.", "workers", "appliers", ("orders",), ("billing",))
 
 
 def _ops(role: str) -> set[tuple[str, str, str, str]]:
@@ -48,7 +48,7 @@ def test_readers_and_groups() -> None:
     assert ("GROUP", "LITERAL", "appliers", "READ") in _ops("truncation-applier")
     assert {name for _, _, name, op in _ops("retention-job") if op == "READ"} == {
         "p.stream-topology", "p.stream-config", "p.subscribers", "p.subscriber-cuts", "p.stream-cuts",
-        "p.retention-wakeups"}
+        "p.retention-wakeups", "p.topic-retention", "p.topic-cuts"}
     assert {(name, op) for res, _, name, op in _ops("operator") if res == "GROUP"} == {
         ("reclaim-dlq-reader", "DESCRIBE"), ("workers", "DESCRIBE")}
     assert ("TOPIC", "LITERAL", "p.ledger-deletion.dlq", "DELETE") in _ops("operator")
@@ -85,3 +85,16 @@ def test_cli_plan_table_json_and_one_line_refusals(capsys: pytest.CaptureFixture
         assert main(["acls", "plan", *argv]) == 64
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("reclaim: error: ")
+
+
+def test_the_topic_retention_role_is_granted_on_the_topics_and_groups_it_retains() -> None:
+    names = Names(TopicNames.for_prefix("p."), "p.", retained_topics=("orders", "clicks-*"),
+                  retained_groups=("etl-*",))
+    grants = {(g.resource, g.pattern, g.name, g.operation) for g in plan("topic-retention", names)}
+    assert {("TOPIC", "LITERAL", "orders", "DELETE"), ("TOPIC", "PREFIXED", "clicks-", "DELETE"),
+            ("TOPIC", "PREFIXED", "clicks-", "DESCRIBE_CONFIGS"), ("GROUP", "PREFIXED", "etl-", "DESCRIBE"),
+            ("TOPIC", "LITERAL", "p.topic-cuts", "WRITE"), ("TOPIC", "LITERAL", "p.topic-truncation", "READ"),
+            ("GROUP", "LITERAL", "reclaim-topic-truncation", "READ")} <= grants
+    assert not any(op in ("ALL", "ALTER") or name == "" for _, _, name, op in grants)
+    with pytest.raises(UsageError, match="--retained-topic NAME"):
+        plan("topic-retention", Names(TopicNames.for_prefix("p."), "p."))
