@@ -325,3 +325,43 @@ def test_reclaim_topics_create_over_sasl_ssl_as_the_admin_role_and_refused_as_an
     refused_run = _reclaim_as(granted.principals["subscriber"], tmp_path, "topics", "create", *prefix)
     assert refused_run.returncode == 2
     assert refused_run.stderr.count("\n") == 1 and "authoriz" in refused_run.stderr.lower(), refused_run.stderr
+
+
+def test_topic_retention_observes_and_deletes_records_of_the_topics_it_retains_only(
+        granted: Granted, secure_kafka: SecureBroker) -> None:
+    from reclaim.schemas.base import millis_now
+    from reclaim.schemas.streams import StreamCut
+    from reclaim.schemas.topic_retention import TopicRetentionPolicy, TopicTruncation
+    from reclaim.services.topic_applier import DeleteFailed, TopicApplierConfig, delete_records
+    from reclaim.services.topic_poller import POLLER_GROUP
+    from reclaim.tools.topic_retention import describe_topic, observe
+    from tests.support.kafka_topics import create_topic, start_offset
+
+    props, t = granted.principals["topic-retention"], granted.topics
+    [topic], [group] = granted.names.retained_topics, granted.names.retained_groups
+    owner = AdminClient({**secure_kafka.admin_properties(), "logger": _QUIET})
+    create_topic(owner, topic, 1)
+    seed = Producer({**secure_kafka.admin_properties(), "logger": _QUIET})
+    for index in range(6):
+        seed.produce(topic, value=f"r{index}".encode(), partition=0)
+    assert seed.flush(15) == 0
+    committer = Consumer({**secure_kafka.admin_properties(), "group.id": group, "logger": _QUIET})
+    committer.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    committer.close()
+
+    admin = granted_admin(props)
+    topic_id, _ = describe_topic(admin, topic)
+    view = observe(admin, TopicRetentionPolicy(topic, topic_id, (group,), 0, millis_now()), millis_now())
+    assert [(p.low, p.high, dict(p.committed)) for p in view.partitions] == [(0, 6, {group: 4})]
+    assert delete_records(admin, TopicTruncation(topic, topic_id, StreamCut.from_mapping({0: 4}), millis_now(),
+                                                 millis_now())) == {0: (0, 4)}
+    read, errors = assign_read(props, t.topic_retention, POLLER_GROUP)
+    assert read >= 1 and not errors
+    assert produce(props, t.topic_cuts) is None and produce(props, t.topic_truncation_dlq) is None
+    assert consume(props, [t.topic_truncation], TopicApplierConfig.group_id) == {t.topic_truncation}
+    # Not the policies (the admin's), not the decisions (the job's), not another topic's records.
+    for denied in (t.topic_retention, t.topic_truncation, t.deletion):
+        assert refused(produce(props, denied)), denied
+    with pytest.raises(DeleteFailed):  # the topic is not even described to it: "no leaders found"
+        delete_records(admin, TopicTruncation(t.dlq, "x", StreamCut.from_mapping({0: 1}), millis_now(), millis_now()))
+    assert start_offset(owner, t.dlq, 0) == 0
