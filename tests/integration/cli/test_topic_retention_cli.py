@@ -145,8 +145,8 @@ def test_the_topic_poller_publishes_signed_cuts_when_the_groups_move_and_stops_o
     elsewhere = unique_name("elsewhere")
     create_topic(admin, elsewhere, 1)
     commit(kafka_bootstrap, other, elsewhere, {0: 0})  # matches, but reads another topic: holds nothing here
-    run_reclaim("topics", "retain", topic, "--group-pattern", f"{prefix_groups}-.*", "--min", "1h", env=env,
-                check=True, timeout=120)
+    run_reclaim("topics", "retain", topic, "--group-pattern", f"{prefix_groups}-.*", "--min", "1h",
+                "--stale-after", "1s", env=env, check=True, timeout=120)
     names = TopicNames.for_prefix(prefix)
     port = free_port()
     poller = subprocess.Popen([sys.executable, "-m", "reclaim", "topic-poller", "--every", "0.5", "--metrics-port",
@@ -159,6 +159,10 @@ def test_the_topic_poller_publishes_signed_cuts_when_the_groups_move_and_stops_o
         assert all(p.young_from is None for p in first.partitions)  # nothing is younger than an hour
         wait_for("the held-back records counted", lambda: metric(
             port, "reclaim_topic_retention_held_records", topic=topic) == 12)
+        # The loader's consumers are down (its group is Empty): past --stale-after it is stale, and still holds.
+        wait_for("the Empty group reported stale", lambda: metric(
+            port, "reclaim_topic_retention_stale_groups", topic=topic) == 1)
+        assert metric(port, "reclaim_topic_retention_stalest_group_seconds", topic=topic) >= 1
         assert len(_cuts(kafka_bootstrap, names.topic_cuts, keyring)) == 1  # unchanged: not published again
         commit(kafka_bootstrap, loader, topic, {0: 9})
         wait_for("a cut after the commit", lambda: len(_cuts(kafka_bootstrap, names.topic_cuts, keyring)) == 2)

@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import reclaim.consumers.truncation_applier  # noqa: F401 - registers reclaim_truncations
 import reclaim.retention.spark_metrics  # noqa: F401 - registers reclaim_retention_*
 import reclaim.services.health  # noqa: F401 - registers reclaim_dependency_up
+import reclaim.services.topic_applier  # noqa: F401 - registers reclaim_topic_truncations_total
+import reclaim.services.topic_poller  # noqa: F401 - registers reclaim_topic_retention_*
 from reclaim.deletion import metrics
 from reclaim.storage import metrics as storage_metrics
 from reclaim.storage.metrics import snake
