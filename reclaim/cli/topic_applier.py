@@ -27,7 +27,7 @@ def cmd_topic_applier(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.localstack.procs import exit_status, stop_on_signals
     from reclaim.services import preflight, runtime
     from reclaim.services.topic_applier import TopicApplier, TopicApplierConfig
-    from reclaim.services.topic_poller import PolicyFollower
+    from reclaim.tools.topic_retention import PolicyFollower
     from reclaim.tools.topics import admin_client
 
     runtime.require_record_auth(settings, "the Kafka-topic applier")

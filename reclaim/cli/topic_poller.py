@@ -25,7 +25,8 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.producers.producer import RecordProducer
     from reclaim.producers.publisher import ConfirmedPublisher
     from reclaim.services import preflight, runtime
-    from reclaim.services.topic_poller import PolicyFollower, TopicPoller
+    from reclaim.services.topic_poller import TopicPoller
+    from reclaim.tools.topic_retention import PolicyFollower
     from reclaim.tools.topics import admin_client
 
     runtime.require_record_auth(settings, "the topic poller")

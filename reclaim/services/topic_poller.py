@@ -14,36 +14,27 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client import Counter, Gauge
 
 from reclaim.exits import Unavailable
-from reclaim.producers.config import kafka_config
 from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.base import millis_now
-from reclaim.schemas.codec import RecordCodec
 from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
-from reclaim.security.signing import RecordVerifier
 from reclaim.tools.topic_retention import (
     TopicRetentionError,
     TopicView,
     cut_of,
     group_states,
-    latest_policies,
     observe,
     plan,
 )
 
 log = logging.getLogger(__name__)
-
-POLLER_GROUP = "reclaim-topic-poller"
-"""The group id of the consumer following the policies (assigned, never joined, nothing committed)."""
 
 POLLS = Counter("reclaim_topic_retention_polls_total", "Passes of the topic poller over the topics under "
                 "consumption retention")
@@ -59,43 +50,6 @@ STALE_GROUPS = Gauge("reclaim_topic_retention_stale_groups", "Required groups Em
                      "the policy's stale-after: they still hold the topic until released", ["topic"])
 
 _IDLE_STATES = frozenset({"empty", "absent", "dead"})
-
-
-class PolicyFollower:
-    """Follows the topic-retention topic from its start with one consumer (assigned, never joined): each
-    :meth:`refresh` reads what arrived since and returns the policy in force per topic, signatures checked."""
-
-    def __init__(self, address: str, topic: str, codec: RecordCodec, verifier: RecordVerifier | None) -> None:
-        self.topic, self.codec, self.verifier = topic, codec, verifier
-        self.errors: list[KafkaError] = []
-        self.consumer = Consumer(kafka_config(address, "consumer", {
-            "group.id": POLLER_GROUP, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "error_cb": self.errors.append}))
-        self.consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
-        self.policies: dict[str, TopicRetentionPolicy] = {}
-
-    def refresh(self, timeout_s: float = 10.0) -> dict[str, TopicRetentionPolicy]:
-        """The policies, once every record up to the topic's end now has been read."""
-        _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s, cached=False)
-        deadline = time.monotonic() + timeout_s
-        while self._position() < high:
-            messages = self.consumer.consume(500, 0.2)
-            real = [m for m in messages if m.error() is None]
-            for newer in latest_policies(real, self.codec, self.verifier).values():
-                held = self.policies.get(newer.topic)
-                if held is None or newer.updated_at >= held.updated_at:
-                    self.policies[newer.topic] = newer
-            if time.monotonic() > deadline:
-                cause = f" ({self.errors[-1].str()})" if self.errors else ""
-                raise Unavailable(f"reading the policies on {self.topic} stalled for {timeout_s:g} s{cause}")
-        return dict(self.policies)
-
-    def _position(self) -> int:
-        [position] = self.consumer.position([TopicPartition(self.topic, 0)])
-        return max(position.offset, 0)
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 @dataclass

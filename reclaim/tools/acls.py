@@ -157,7 +157,7 @@ def _named(resource: str, names: Iterable[str], operation: str, why: str) -> lis
 
 def _topic_retention(n: Names) -> list[Grant]:
     from reclaim.services.topic_applier import TopicApplierConfig
-    from reclaim.services.topic_poller import POLLER_GROUP
+    from reclaim.tools.topic_retention import POLLER_GROUP
 
     if not n.retained_topics:
         raise UsageError("the topic-retention role needs the topics it retains: --retained-topic NAME (repeatable; "

@@ -12,14 +12,17 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
+    Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     Message,
     TopicCollection,
@@ -28,6 +31,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from reclaim.exits import Unavailable, UsageError
+from reclaim.producers.config import kafka_config
 from reclaim.retention.topic_decision import (
     PartitionDecision,
     PartitionView,
@@ -294,3 +298,44 @@ def latest_policies(messages: Iterable[Message], codec: RecordCodec, verifier: R
         if held is None or policy.updated_at >= held.updated_at:
             latest[policy.topic] = policy
     return latest
+
+
+POLLER_GROUP = "reclaim-topic-poller"
+"""The group id of the consumer following the policies (assigned, never joined, nothing committed)."""
+
+
+class PolicyFollower:
+    """Follows the topic-retention topic from its start with one consumer (assigned, never joined): each
+    :meth:`refresh` reads what arrived since and returns the policy in force per topic, signatures checked."""
+
+    def __init__(self, address: str, topic: str, codec: RecordCodec, verifier: RecordVerifier | None) -> None:
+        self.topic, self.codec, self.verifier = topic, codec, verifier
+        self.errors: list[KafkaError] = []
+        self.consumer = Consumer(kafka_config(address, "consumer", {
+            "group.id": POLLER_GROUP, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "error_cb": self.errors.append}))
+        self.consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+        self.policies: dict[str, TopicRetentionPolicy] = {}
+
+    def refresh(self, timeout_s: float = 10.0) -> dict[str, TopicRetentionPolicy]:
+        """The policies, once every record up to the topic's end now has been read."""
+        _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s, cached=False)
+        deadline = time.monotonic() + timeout_s
+        while self._position() < high:
+            messages = self.consumer.consume(500, 0.2)
+            real = [m for m in messages if m.error() is None]
+            for newer in latest_policies(real, self.codec, self.verifier).values():
+                held = self.policies.get(newer.topic)
+                if held is None or newer.updated_at >= held.updated_at:
+                    self.policies[newer.topic] = newer
+            if time.monotonic() > deadline:
+                cause = f" ({self.errors[-1].str()})" if self.errors else ""
+                raise Unavailable(f"reading the policies on {self.topic} stalled for {timeout_s:g} s{cause}")
+        return dict(self.policies)
+
+    def _position(self) -> int:
+        [position] = self.consumer.position([TopicPartition(self.topic, 0)])
+        return max(position.offset, 0)
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -50,12 +50,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.s3_servers(
 DASHBOARD = DEPLOY / "grafana" / "reclaim.json"
 #: The scrape jobs, as deploy/prometheus/prometheus.yml names them (the alert rules match on them).
 JOB, RETENTION_JOB, APPLIER_JOB = "reclaim-worker", "reclaim-retention-job", "reclaim-truncation-applier"
-OFFLOADER_JOB = "reclaim-offloader"
+OFFLOADER_JOB, POLLER_JOB, TOPIC_APPLIER_JOB = "reclaim-offloader", "reclaim-topic-poller", "reclaim-topic-applier"
 #: Each section's job variable: a panel's queries filter on its section's only.
 WORKER, RETENTION, APPLIER, OFFLOADER = "$job", "$retention_job", "$applier_job", "$offloader_job"
+POLLER, TOPIC_APPLIER = "$topic_poller_job", "$topic_applier_job"
+SECTIONS = (WORKER, RETENTION, APPLIER, OFFLOADER, POLLER, TOPIC_APPLIER)
 #: What Grafana puts in place of the dashboard's variables: the job variables' "All" value, and a rate
 #: window of several scrapes (the test Prometheus scrapes every second).
-VARIABLES = {WORKER: ".+", RETENTION: ".+", APPLIER: ".+", OFFLOADER: ".+", "$__rate_interval": "15s"}
+VARIABLES = {**dict.fromkeys(SECTIONS, ".+"), "$__rate_interval": "15s"}
 
 
 def dashboard() -> dict[str, Any]:
@@ -65,7 +67,7 @@ def dashboard() -> dict[str, Any]:
 
 def job_variable(expr: str) -> str | None:
     """The job variable a query filters on (None: none, or more than one)."""
-    used = [name for name in (WORKER, RETENTION, APPLIER, OFFLOADER) if re.search(re.escape(name) + r"\b", expr)]
+    used = [name for name in SECTIONS if re.search(re.escape(name) + r"\b", expr)]
     return used[0] if len(used) == 1 else None
 
 
@@ -169,11 +171,14 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
     filtering on its section's job variable, metric names reclaim exports."""
     data = dashboard()
     variables = {v["name"]: v for v in data["templating"]["list"]}
-    assert list(variables) == ["datasource", "job", "retention_job", "applier_job", "offloader_job"]
-    assert [variables[name]["query"]["query"] for name in ("job", "retention_job", "applier_job", "offloader_job")] \
+    jobs = ["job", "retention_job", "applier_job", "offloader_job", "topic_poller_job", "topic_applier_job"]
+    assert list(variables) == ["datasource", *jobs]
+    assert [variables[name]["query"]["query"] for name in jobs] \
         == ["label_values(reclaim_dependency_up, job)", "label_values(reclaim_retention_input_rows_total, job)",
             "label_values(reclaim_truncation_applier_last_poll_timestamp_seconds, job)",
-            "label_values(reclaim_offload_last_progress_timestamp_seconds, job)"]
+            "label_values(reclaim_offload_last_progress_timestamp_seconds, job)",
+            "label_values(reclaim_topic_retention_polls_total, job)",
+            "label_values(reclaim_topic_truncations_total, job)"]
     ids = [p["id"] for p in data["panels"]]
     assert len(ids) == len(set(ids))
     queried = [p for p in data["panels"] if p["type"] != "row"]
@@ -183,14 +188,14 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
     # The rows in order, and no panel of one section placed under another's row.
     rows = [(p["title"], p["gridPos"]["y"]) for p in data["panels"] if p["type"] == "row"]
     assert [title for title, _ in rows] == ["Overview", "Deletions", "Retries and dead letters", "Latency",
-                                            "Retention job", "Truncation applier", "Offloader"]
-    retention_y, applier_y, offloader_y = rows[4][1], rows[5][1], rows[6][1]
+                                            "Retention job", "Truncation applier", "Offloader", "Kafka topics"]
+    retention_y, applier_y, offloader_y, topics_y = rows[4][1], rows[5][1], rows[6][1], rows[7][1]
     for panel in queried:
         section = {job_variable(t["expr"]) for t in panel["targets"]}
         y = panel["gridPos"]["y"]
-        expected = (WORKER if y < retention_y else RETENTION if y < applier_y else APPLIER if y < offloader_y
-                    else OFFLOADER)
-        assert section == {expected}, panel["title"]
+        expected = ({WORKER} if y < retention_y else {RETENTION} if y < applier_y else {APPLIER} if y < offloader_y
+                    else {OFFLOADER} if y < topics_y else {POLLER, TOPIC_APPLIER})
+        assert len(section) == 1 and section <= expected, panel["title"]
     assert metric_names(WORKER) == {
         "reclaim_estimated_inflight_deletions", "reclaim_ledgers_deleted_total", "reclaim_deletion_dlq_sent_total",
         "reclaim_dependency_up", "reclaim_deletion_messages_received_total", "reclaim_deletion_messages_acked_total",
@@ -212,6 +217,10 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
     assert metric_names(OFFLOADER) == {
         "reclaim_offload_last_progress_timestamp_seconds", "reclaim_offload_steps_total", "reclaim_offload_due_bytes",
         "reclaim_offload_streams_held", "reclaim_offload_bytes_total", "reclaim_offload_pass_failures_total"}
+    assert metric_names(POLLER) == {
+        "reclaim_topic_retention_stale_groups", "reclaim_topic_retention_held_records",
+        "reclaim_topic_retention_stalest_group_seconds"}
+    assert metric_names(TOPIC_APPLIER) == {"reclaim_topic_records_deleted_total", "reclaim_topic_truncations_total"}
 
 
 def test_every_dashboard_query_answers_from_a_real_worker(
@@ -442,3 +451,57 @@ def test_every_offloader_query_answers_from_a_real_offloader(
     assert variable_jobs(prometheus, "offloader_job") == [OFFLOADER_JOB]
     assert variable_jobs(prometheus, "job") == [] and variable_jobs(prometheus, "applier_job") == []
     assert rules_evaluated(prometheus) == [("reclaim", {"ok"}), ("reclaim-retention", {"ok"})]
+
+
+def test_every_kafka_topic_query_answers_from_a_real_poller_and_applier(
+        kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], start_reclaim: StartReclaim,
+        start_prometheus: Callable[[dict[str, list[str]]], PrometheusServer], tmp_path: Path,
+        unique_name: Callable[[str], str]) -> None:
+    from reclaim.producers.producer import RecordProducer
+    from reclaim.producers.publisher import ConfirmedPublisher
+    from reclaim.schemas import build_codec, millis_now
+    from reclaim.schemas.streams import StreamCut
+    from reclaim.schemas.topic_retention import TopicTruncation
+    from reclaim.tools.topic_retention import describe_topic
+    from reclaim.tools.topics import admin_client
+    from tests.support.cli import run_reclaim
+    from tests.support.kafka_topics import HOUR_MS, commit, create_topic, produce, start_offset
+
+    names = kafka_topics()
+    env = clean_env(tmp_path, RECLAIM_BOOTSTRAP=kafka_bootstrap, RECLAIM_RECORD_AUTH="off",
+                    RECLAIM_TOPIC_PREFIX=names.deletion.removesuffix("ledger-deletion"))
+    admin = admin_client(kafka_bootstrap)
+    topic, group = unique_name("orders"), unique_name("billing")
+    create_topic(admin, topic, 1)
+    produce(kafka_bootstrap, topic, 0, [millis_now() - 2 * HOUR_MS + i for i in range(10)])
+    commit(kafka_bootstrap, group, topic, {0: 6})
+    run_reclaim("topics", "retain", topic, "--groups", group, "--min", "1h", "--stale-after", "1s", env=env,
+                check=True, timeout=120)
+    poller = start_reclaim(env, "topic-poller", "--every", "0.5")
+    applier = start_reclaim(env, "topic-applier")
+    # The job's decision, as it would write it (record authentication is off here: no signature).
+    policy_at = max(json.loads(run_reclaim("topics", "retention", "list", "--json", env=env, check=True,
+                                           timeout=120).stdout)[0]["updated_at"], 0)
+    topic_id, _ = describe_topic(admin, topic)
+    publisher = ConfirmedPublisher(RecordProducer(kafka_bootstrap, "idempotent-producer"), build_codec())
+    try:
+        publisher.publish(names.topic_truncation, TopicTruncation(topic, topic_id, StreamCut.from_mapping({0: 6}),
+                                                                  millis_now(), policy_at), topic)
+    finally:
+        publisher.close()
+    wait_for(lambda: start_offset(admin, topic, 0) == 6, "the decision applied")
+    prometheus = start_prometheus({POLLER_JOB: [f"127.0.0.1:{poller}"], TOPIC_APPLIER_JOB: [f"127.0.0.1:{applier}"]})
+
+    def one(expr: str) -> float | None:
+        found = answers(prometheus, expr)
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    every_query_answers(prometheus, POLLER)
+    every_query_answers(prometheus, TOPIC_APPLIER)
+    wait_for(lambda: one("sum(reclaim_topic_retention_stale_groups)") == 1, "the Empty group stale")
+    assert one(f'sum(reclaim_topic_records_deleted_total{{topic="{topic}"}})') == 6
+    assert one('sum(reclaim_topic_truncations_total{outcome="deleted"})') == 1
+    assert variable_jobs(prometheus, "topic_poller_job") == [POLLER_JOB]
+    assert variable_jobs(prometheus, "topic_applier_job") == [TOPIC_APPLIER_JOB]
+    firing = wait_for(lambda: answers(prometheus, 'ALERTS{alertstate="firing"}'), "the stale group's alert firing")
+    assert [(a["alertname"], a.get("topic")) for a in map(json.loads, firing)] == [("ReclaimTopicGroupStale", topic)]

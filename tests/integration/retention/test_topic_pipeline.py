@@ -24,10 +24,10 @@ from reclaim.schemas.topic_retention import TopicRetentionPolicy, TopicTruncatio
 from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
 from reclaim.services.topic_applier import TopicApplier, TopicApplierConfig, TopicOutcome
-from reclaim.services.topic_poller import PolicyFollower, TopicPoller
+from reclaim.services.topic_poller import TopicPoller
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.dlq.reader import read_all
-from reclaim.tools.topic_retention import describe_topic
+from reclaim.tools.topic_retention import PolicyFollower, describe_topic
 from reclaim.tools.topics import admin_client
 from tests.support.kafka_topics import HOUR_MS, commit, create_topic, produce, start_offset
 

@@ -333,8 +333,7 @@ def test_topic_retention_observes_and_deletes_records_of_the_topics_it_retains_o
     from reclaim.schemas.streams import StreamCut
     from reclaim.schemas.topic_retention import TopicRetentionPolicy, TopicTruncation
     from reclaim.services.topic_applier import DeleteFailed, TopicApplierConfig, delete_records
-    from reclaim.services.topic_poller import POLLER_GROUP
-    from reclaim.tools.topic_retention import describe_topic, observe
+    from reclaim.tools.topic_retention import POLLER_GROUP, describe_topic, observe
     from tests.support.kafka_topics import create_topic, start_offset
 
     props, t = granted.principals["topic-retention"], granted.topics
