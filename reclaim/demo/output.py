@@ -21,7 +21,7 @@ from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.sql_store import SQLMetadataStore
 
 DEMO_ROLES = (("controller", None), ("admin", None), ("retention-job", None), ("subscriber", "fast"),
-              ("subscriber", "slow"))
+              ("subscriber", "slow"), ("topic-retention", None))
 """The keys of the demo's keyring: every part that signs, and each of its subscribers."""
 DEMO_STREAMS = ("demo/events", "demo/events-*")
 """The streams the demo's subscribers are granted: the retention part's (``demo/events-<hex>``, one a run)."""

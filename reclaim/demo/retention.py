@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 from reclaim.demo.output import demo_settings, drain, say, step
+from reclaim.demo.topics import show_topic_retention
 from reclaim.demo.walkthrough import Retention, consumption, max_limit
 from reclaim.retention.spark_session import build_spark_session
 from reclaim.services import runtime
@@ -37,6 +38,8 @@ def show_retention(settings: Settings, bootstrap: str, log_file: Path | None = N
             if not result.clean:
                 raise AssertionError(f"audit not clean: {result}")
             retention.applier.close()
+        # The same job decides for plain Kafka topics: its checkpoint goes on.
+        show_topic_retention(settings, bootstrap, spark, retention.job)
     finally:
         bindings.close()
         store.close()

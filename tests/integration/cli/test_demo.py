@@ -48,6 +48,11 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "readable now: {'0.#epoch.0': 960, '1.#epoch.0': 960} bytes (what slow has not read yet)" in out
     assert "readable now: {'0.#epoch.0': 256, '1.#epoch.0': 256} bytes: slow's unread data" in out
     assert "audit: 2 live chunks, 0 pending, 0 orphans, 0 missing" in out
+    # A Kafka topic: deleted behind the slow group, then a maximum age overrides it.
+    assert "partition starts now {0: 8, 1: 5}: deleted behind the slow group, not before" in out
+    assert "partition starts now {0: 20, 1: 20}: every record older than two hours deleted" in out
+    assert out.count("topic applier: deleted") == 2
+    assert "(FORCED_BY_MAX_AGE), signed by retention-job/demo-retention-job" in out
     # The story on stdout, the full log in a file named first; the terminal gets no info lines.
     log_file = tmp_path / "state" / "demo.log"
     assert f"the full log of every part: {log_file}" in out.splitlines()[1]

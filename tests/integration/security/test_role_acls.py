@@ -361,6 +361,11 @@ def test_topic_retention_observes_and_deletes_records_of_the_topics_it_retains_o
     # Not the policies (the admin's), not the decisions (the job's), not another topic's records.
     for denied in (t.topic_retention, t.topic_truncation, t.deletion):
         assert refused(produce(props, denied)), denied
+    other = f"{topic}-not-retained"
+    create_topic(owner, other, 1)
+    for index in range(3):
+        seed.produce(other, value=f"r{index}".encode(), partition=0)
+    assert seed.flush(15) == 0
     with pytest.raises(DeleteFailed):  # the topic is not even described to it: "no leaders found"
-        delete_records(admin, TopicTruncation(t.dlq, "x", StreamCut.from_mapping({0: 1}), millis_now(), millis_now()))
-    assert start_offset(owner, t.dlq, 0) == 0
+        delete_records(admin, TopicTruncation(other, "x", StreamCut.from_mapping({0: 2}), millis_now(), millis_now()))
+    assert start_offset(owner, other, 0) == 0
