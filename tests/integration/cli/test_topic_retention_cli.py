@@ -57,7 +57,8 @@ def test_retain_list_show_plan_and_release_a_topic_signed_by_the_admin(
             ([topic], "retain needs the groups"),
             ([topic, "--groups", fast, "--min", "2h", "--max", "1h"], "--max (3600 s) must not be below --min"),
             ([topic, "--group-pattern", "etl-(", "--min", "1h"], "is not a regular expression"),
-            ([topic, "--groups", fast, "--spark-query", "daily"], "--spark-query takes NAME=CHECKPOINT_LOCATION")):
+            ([topic, "--groups", fast, "--spark-query", "daily"], "--spark-query takes NAME=CHECKPOINT_LOCATION"),
+            ([topic, "--groups", fast, "--max-bytes", "1GiB"], "--max-bytes is not supported yet")):
         refused = run_reclaim("topics", "retain", *args, env=env, timeout=120)
         assert expected in one_line_error(refused, 64), (args, refused.stderr)
     listed = run_reclaim("topics", "retention", "list", env=env, check=True, timeout=120)
