@@ -26,7 +26,7 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.producers.publisher import ConfirmedPublisher
     from reclaim.services import preflight, runtime
     from reclaim.services.topic_poller import TopicPoller
-    from reclaim.tools.topic_retention import PolicyFollower
+    from reclaim.tools.topic_retention import Checkpoints, PolicyFollower
     from reclaim.tools.topics import admin_client
 
     runtime.require_record_auth(settings, "the topic poller")
@@ -45,8 +45,11 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
         publisher = ConfirmedPublisher(RecordProducer(address, "idempotent-producer"), runtime.codec(settings),
                                        signer=signer)
         stack.callback(publisher.close)
+        s3 = runtime.s3_binding(settings)
+        if s3 is not None:
+            stack.callback(s3.close)
         poller = TopicPoller(admin_client(address), follower.refresh, publisher, names.topic_cuts,
-                             heartbeat_s=args.heartbeat)
+                             heartbeat_s=args.heartbeat, checkpoints=Checkpoints(None if s3 is None else s3.client))
         log.info("topic poller: a pass every %g s, cuts on %s%s", args.every, names.topic_cuts,
                  "" if signer is None else f", signed by topic-retention/{signer.key.id}")
         poller.run(stop, args.every)

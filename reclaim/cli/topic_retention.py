@@ -98,10 +98,16 @@ def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
     if args.retention_action == "release":
         return _release(args, settings, policy)
     from reclaim.schemas.base import millis_now
-    from reclaim.tools.topic_retention import observe, plan
+    from reclaim.tools.topic_retention import Checkpoints, observe, plan
 
     admin = _admin(settings)
-    view = _refusing(lambda: observe(admin, policy, millis_now()))
+    s3 = runtime.s3_binding(settings)
+    checkpoints = Checkpoints(None if s3 is None else s3.client)
+    try:
+        view = _refusing(lambda: observe(admin, policy, millis_now(), checkpoints=checkpoints))
+    finally:
+        if s3 is not None:
+            s3.close()
     decisions = plan(policy, view)
     if args.retention_action == "show":
         return _show(args, policy, view, decisions)
@@ -294,7 +300,8 @@ def register_verbs(verbs: argparse._SubParsersAction, common: Common) -> None:  
                         help="every group whose whole name matches is required too (e.g. 'etl-.*')")
     retain.add_argument("--spark-query", action="append", metavar="NAME=CHECKPOINT",
                         help="a Spark Structured Streaming query required too, read from its checkpoint location "
-                             "(its offsets log; Spark commits nothing to Kafka); repeatable")
+                             "(a path, or s3a://bucket/prefix through the S3 endpoint; Spark commits nothing to "
+                             "Kafka); repeatable")
     retain.add_argument("--min", type=duration(0.0), default=0.0, metavar="DURATION",
                         help=f"records younger than this always stay: {EXAMPLES} (default 0)")
     retain.add_argument("--max", type=duration(0.0), metavar="DURATION",

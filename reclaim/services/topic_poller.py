@@ -26,6 +26,7 @@ from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
 from reclaim.tools.topic_retention import (
+    Checkpoints,
     TopicRetentionError,
     TopicView,
     cut_of,
@@ -67,8 +68,9 @@ class TopicPoller:
 
     def __init__(self, admin: AdminClient, policies: Callable[[], dict[str, TopicRetentionPolicy]],
                  publisher: ConfirmedPublisher, cuts_topic: str, heartbeat_s: float = 60.0,
-                 clock: Callable[[], int] = millis_now) -> None:
+                 clock: Callable[[], int] = millis_now, checkpoints: Checkpoints | None = None) -> None:
         self.admin, self.policies, self.publisher, self.cuts_topic = admin, policies, publisher, cuts_topic
+        self.checkpoints = checkpoints or Checkpoints()
         self.heartbeat_ms = int(heartbeat_s * 1000)
         self.clock = clock
         self.remembered: dict[str, set[str]] = {}
@@ -87,7 +89,7 @@ class TopicPoller:
         for topic, policy in sorted(active.items()):
             now = self.clock()
             try:
-                view = observe(self.admin, policy, now, groups, self.remembered.get(topic, ()))
+                view = observe(self.admin, policy, now, groups, self.remembered.get(topic, ()), self.checkpoints)
             except (TopicRetentionError, Unavailable) as exc:
                 POLL_FAILURES.labels(topic).inc()
                 report.failed[topic] = str(exc)

@@ -145,22 +145,60 @@ def committed_offsets(admin: AdminClient, group: str, topic: str, partitions: li
             if tp.topic == topic and tp.error is None}
 
 
-def spark_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
-    """How far a Spark Structured Streaming query has read ``topic``, from its checkpoint: the source offsets of
-    the last batch it committed (``offsets/N`` for the highest ``N`` with a ``commits/N``). Spark's Kafka source
-    commits nothing to Kafka (SPARK-27549 was declined), so this is the only record of its progress. None when
-    the query has committed no batch yet (it holds the topic at its start)."""
-    root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
-    if not (root / "offsets").is_dir():
-        raise Unavailable(f"Spark checkpoint {checkpoint}: no offsets/ log there (is it a query's checkpoint "
-                          "location, readable by this process?)")
-    done = {int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit()}
-    batches = sorted((int(p.name) for p in (root / "offsets").glob("*") if p.name.isdigit() and int(p.name) in done),
-                     reverse=True)
-    if not batches:
-        return None
-    lines = (root / "offsets" / str(batches[0])).read_text().splitlines()
-    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+class Checkpoints:
+    """Reads Spark Structured Streaming checkpoints: a local (or mounted) path, or ``s3a://bucket/prefix`` (also
+    ``s3://``) through ``s3`` (a boto3 S3 client; None: S3 locations are refused with one line)."""
+
+    def __init__(self, s3: Any | None = None) -> None:
+        self.s3 = s3
+
+    def offsets(self, checkpoint: str, topic: str) -> dict[int, int] | None:
+        """How far the query at ``checkpoint`` has read ``topic``: the source offsets of the last batch it
+        committed (``offsets/N`` for the highest ``N`` with a ``commits/N``). Spark's Kafka source commits nothing
+        to Kafka (SPARK-27549 was declined), so this is the only record of its progress. None when the query has
+        committed no batch yet (it holds the topic at its start)."""
+        listing, read = self._s3(checkpoint) if checkpoint.startswith(("s3a://", "s3://")) else self._local(checkpoint)
+        offsets, commits = listing("offsets"), listing("commits")
+        if offsets is None:
+            raise Unavailable(f"Spark checkpoint {checkpoint}: no offsets/ log there (is it a query's checkpoint "
+                              "location, readable by this process?)")
+        done = sorted(offsets & (commits or set()), reverse=True)
+        if not done:
+            return None
+        return _source_offsets(read(f"offsets/{done[0]}"), topic)
+
+    @staticmethod
+    def _local(checkpoint: str) -> tuple[Callable[[str], set[int] | None], Callable[[str], str]]:
+        root = Path(checkpoint.removeprefix("file://").removeprefix("file:"))
+
+        def listing(folder: str) -> set[int] | None:
+            where = root / folder
+            return {int(p.name) for p in where.iterdir() if p.name.isdigit()} if where.is_dir() else None
+
+        return listing, lambda name: (root / name).read_text()
+
+    def _s3(self, checkpoint: str) -> tuple[Callable[[str], set[int] | None], Callable[[str], str]]:
+        if self.s3 is None:
+            raise Unavailable(f"Spark checkpoint {checkpoint} is on S3 and no S3 endpoint is configured "
+                              "(RECLAIM_S3_ENDPOINT and its credentials)")
+        s3 = self.s3
+        bucket, _, prefix = checkpoint.split("://", 1)[1].partition("/")
+        prefix = prefix.rstrip("/")
+
+        def listing(folder: str) -> set[int] | None:
+            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/{folder}/")
+            names = [item["Key"].rsplit("/", 1)[-1] for page in pages for item in page.get("Contents", [])]
+            return {int(name) for name in names if name.isdigit()} if names else None
+
+        def read(name: str) -> str:
+            return str(s3.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read().decode())
+
+        return listing, read
+
+
+def _source_offsets(text: str, topic: str) -> dict[int, int] | None:
+    """``topic``'s offsets in one ``offsets/N`` file: "v1", the batch's metadata, then one line per source."""
+    for line in text.splitlines()[2:]:
         try:
             source = json.loads(line)
         except json.JSONDecodeError:
@@ -170,8 +208,14 @@ def spark_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
     return None
 
 
+def spark_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
+    """:meth:`Checkpoints.offsets` of a local (or mounted) checkpoint."""
+    return Checkpoints().offsets(checkpoint, topic)
+
+
 def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
-            groups: Mapping[str, str] | None = None, remembered: Iterable[str] = ()) -> TopicView:
+            groups: Mapping[str, str] | None = None, remembered: Iterable[str] = (),
+            checkpoints: Checkpoints | None = None) -> TopicView:
     """What the brokers say of ``policy``'s topic now: each partition's start, high watermark, the offsets
     ``now − min`` and ``now − max`` fall at, and every required group's (and Spark query's) committed offset.
     ``groups``: the listed groups and their states (:func:`group_states`; read here when None).
@@ -203,7 +247,7 @@ def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
     for name, checkpoint in policy.spark_checkpoints:
         if name in policy.released:
             continue
-        read_by_query = spark_offsets(checkpoint, policy.topic)
+        read_by_query = (checkpoints or Checkpoints()).offsets(checkpoint, policy.topic)
         committed[SPARK_PREFIX + name] = {p: (read_by_query or {}).get(p) for p in partitions}
         states.append(GroupState(SPARK_PREFIX + name, "spark", len(read_by_query or {})))
     views = tuple(PartitionView(p, low[p] or 0, high[p] or 0,

@@ -13,10 +13,14 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from reclaim.exits import Unavailable
+from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.retention.topic_decision import PartitionDecision, TopicRule
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.tools.topic_retention import (
+    Checkpoints,
     TopicRetentionError,
     apply,
     describe_topic,
@@ -190,3 +194,29 @@ def _wait_gone(admin: AdminClient, topic: str) -> None:
     while topic in admin.list_topics(timeout=10).topics:
         assert time.monotonic() < deadline, f"topic {topic} still listed 30 s after its deletion"
         time.sleep(0.2)
+
+
+@pytest.mark.s3_servers("moto")
+def test_a_spark_query_checkpointed_on_s3_is_read_through_the_s3_endpoint(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str], s3_endpoint: S3Endpoint,
+        s3_bucket: str) -> None:
+    topic = unique_name("stream")
+    create_topic(admin, topic, 1)
+    produce(kafka_bootstrap, topic, 0, [millis_now() - HOUR_MS + i for i in range(8)])
+    client = S3ChunkStorage(s3_endpoint.binding_settings(s3_bucket)).client
+    location = f"s3a://{s3_bucket}/checkpoints/{unique_name('query')}"
+    prefix = location.split("/", 3)[3]
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": millis_now(), "conf": {}})
+    for batch, offset in ((0, 3), (1, 6)):
+        client.put_object(Bucket=s3_bucket, Key=f"{prefix}/offsets/{batch}",
+                          Body=f"v1\n{meta}\n{json.dumps({topic: {'0': offset}})}\n".encode())
+    client.put_object(Bucket=s3_bucket, Key=f"{prefix}/commits/0", Body=b"v1\n{}\n")
+    checkpoints = Checkpoints(client)
+    assert checkpoints.offsets(location, topic) == {0: 3}
+    policy = _policy(admin, topic, spark_checkpoints=(("hourly", location),))
+    assert _starts(plan(policy, observe(admin, policy, millis_now(), checkpoints=checkpoints))) == {
+        0: (3, TopicRule.AT_BOUND, ("spark:hourly",))}
+    with pytest.raises(Unavailable, match="no S3 endpoint is configured"):
+        Checkpoints().offsets(location, topic)
+    with pytest.raises(Unavailable, match="no offsets/ log there"):
+        checkpoints.offsets(f"s3a://{s3_bucket}/checkpoints/none", topic)
