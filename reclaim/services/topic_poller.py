@@ -25,15 +25,7 @@ from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
-from reclaim.tools.topic_retention import (
-    Checkpoints,
-    TopicRetentionError,
-    TopicView,
-    cut_of,
-    group_states,
-    observe,
-    plan,
-)
+from reclaim.tools.topic_retention import Checkpoints, TopicView, cut_of, observe_all, plan
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +55,8 @@ class PollReport:
 
 
 class TopicPoller:
-    """Observes every topic under an active policy each pass and publishes its cut when it changed, or
+    """Observes every topic under an active policy each pass (:func:`~reclaim.tools.topic_retention.observe_all`:
+    a few requests for all of them, one per required group) and publishes a topic's cut when it changed, or
     ``heartbeat_s`` after the last one (so the job's view of time limits stays fresh)."""
 
     def __init__(self, admin: AdminClient, policies: Callable[[], dict[str, TopicRetentionPolicy]],
@@ -85,15 +78,21 @@ class TopicPoller:
         if not active:
             POLLS.inc()
             return report
-        groups = group_states(self.admin)
-        for topic, policy in sorted(active.items()):
-            now = self.clock()
-            try:
-                view = observe(self.admin, policy, now, groups, self.remembered.get(topic, ()), self.checkpoints)
-            except (TopicRetentionError, Unavailable) as exc:
+        now = self.clock()
+        try:
+            seen = observe_all(self.admin, active.values(), now, remembered=self.remembered,
+                               checkpoints=self.checkpoints)
+        except Unavailable as exc:  # the brokers did not answer: every topic waits for the next pass
+            for topic in active:
                 POLL_FAILURES.labels(topic).inc()
                 report.failed[topic] = str(exc)
-                log.warning("topic %s not observed: %s", topic, exc)
+            raise
+        for topic, policy in sorted(active.items()):
+            view = seen[topic]
+            if isinstance(view, Exception):
+                POLL_FAILURES.labels(topic).inc()
+                report.failed[topic] = str(view)
+                log.warning("topic %s not observed: %s", topic, view)
                 continue
             if view.problems:
                 report.failed[topic] = view.problems[0]

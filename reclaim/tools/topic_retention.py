@@ -103,30 +103,58 @@ def _result(future: Any, what: str) -> Any:
         raise Unavailable(f"{what}: no answer from the brokers within {ADMIN_TIMEOUT_S:g} s") from None
 
 
-def describe_topic(admin: AdminClient, topic: str) -> tuple[str, list[int]]:
+Described = tuple[str, list[int]]
+"""A topic's id and partitions."""
+
+
+def describe_topics(admin: AdminClient, topics: Iterable[str]) -> dict[str, Described | TopicRetentionError]:
+    """Each topic's id and partitions, in two requests for all of them; a topic that does not exist or is
+    compacted only is a :class:`TopicRetentionError` in its place. The brokers not answering is
+    :class:`~reclaim.exits.Unavailable`."""
+    wanted = sorted(set(topics))
+    if not wanted:
+        return {}
+    found: dict[str, Described | TopicRetentionError] = {}
+    for topic, future in admin.describe_topics(TopicCollection(wanted)).items():
+        try:
+            described = future.result(timeout=ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if error is not None and error.name() == "UNKNOWN_TOPIC_OR_PART":
+                found[topic] = TopicRetentionError(f"topic {topic!r} does not exist")
+                continue
+            raise Unavailable(f"describing topic {topic!r}: {error.str() if error else exc}") from None
+        except TimeoutError:
+            raise Unavailable(f"describing topic {topic!r}: no answer within {ADMIN_TIMEOUT_S:g} s") from None
+        found[topic] = (str(described.topic_id), sorted(p.id for p in described.partitions))
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted if not isinstance(found[t], Exception)]
+    for resource, future in (admin.describe_configs(resources) if resources else {}).items():
+        configs = _result(future, f"reading topic {resource.name!r}'s configuration")
+        cleanup = configs["cleanup.policy"].value if "cleanup.policy" in configs else "delete"
+        if "delete" not in {part.strip() for part in str(cleanup).split(",")}:
+            found[resource.name] = TopicRetentionError(
+                f"topic {resource.name!r} is compacted only (cleanup.policy={cleanup}): Kafka refuses DeleteRecords "
+                "on it, so it cannot be under consumption retention")
+    return found
+
+
+def describe_topic(admin: AdminClient, topic: str) -> Described:
     """The topic's id and partitions; refused in one line when it does not exist or is compacted only."""
-    try:
-        described = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        if error is not None and error.name() == "UNKNOWN_TOPIC_OR_PART":
-            raise TopicRetentionError(f"topic {topic!r} does not exist") from None
-        raise Unavailable(f"describing topic {topic!r}: {error.str() if error else exc}") from None
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    configs = _result(admin.describe_configs([resource])[resource], f"reading topic {topic!r}'s configuration")
-    cleanup = configs["cleanup.policy"].value if "cleanup.policy" in configs else "delete"
-    if "delete" not in {part.strip() for part in str(cleanup).split(",")}:
-        raise TopicRetentionError(f"topic {topic!r} is compacted only (cleanup.policy={cleanup}): Kafka refuses "
-                                  "DeleteRecords on it, so it cannot be under consumption retention")
-    return str(described.topic_id), sorted(p.id for p in described.partitions)
+    described = describe_topics(admin, [topic])[topic]
+    if isinstance(described, TopicRetentionError):
+        raise described
+    return described
 
 
-def _offsets(admin: AdminClient, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[int, int | None]:
-    futures = admin.list_offsets({TopicPartition(topic, p): spec for p in partitions})
-    found: dict[int, int | None] = {}
-    for tp, future in futures.items():
-        offset = _result(future, f"listing offsets of {topic}[{tp.partition}]").offset
-        found[tp.partition] = None if offset < 0 else offset
+def _offsets(admin: AdminClient, specs: Mapping[TopicPartition, OffsetSpec]) -> dict[tuple[str, int], int | None]:
+    """Each partition's offset for its spec, in one request for all (None: no such offset, e.g. no record that
+    young)."""
+    if not specs:
+        return {}
+    found: dict[tuple[str, int], int | None] = {}
+    for tp, future in admin.list_offsets(dict(specs)).items():
+        offset = _result(future, f"listing offsets of {tp.topic}[{tp.partition}]").offset
+        found[(tp.topic, tp.partition)] = None if offset < 0 else offset
     return found
 
 
@@ -137,12 +165,12 @@ def group_states(admin: AdminClient) -> dict[str, str]:
             for g in listed.valid}
 
 
-def committed_offsets(admin: AdminClient, group: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
-    """``group``'s committed offset on each partition (None: it has none there)."""
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
-    answer = _result(admin.list_consumer_group_offsets(request)[group], f"reading group {group!r}'s offsets")
-    return {tp.partition: (None if tp.offset < 0 else tp.offset) for tp in answer.topic_partitions
-            if tp.topic == topic and tp.error is None}
+def group_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
+    """Every offset ``group`` has committed, on any topic, in one request."""
+    answer = _result(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
+                     f"reading group {group!r}'s offsets")
+    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions or []
+            if tp.error is None and tp.offset >= 0}
 
 
 class Checkpoints:
@@ -216,48 +244,78 @@ def spark_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
 def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
             groups: Mapping[str, str] | None = None, remembered: Iterable[str] = (),
             checkpoints: Checkpoints | None = None) -> TopicView:
-    """What the brokers say of ``policy``'s topic now: each partition's start, high watermark, the offsets
-    ``now − min`` and ``now − max`` fall at, and every required group's (and Spark query's) committed offset.
-    ``groups``: the listed groups and their states (:func:`group_states`; read here when None).
+    """:func:`observe_all` of one policy; a topic that cannot be observed raises its error."""
+    seen = observe_all(admin, [policy], now_ms, groups, {policy.topic: remembered}, checkpoints)[policy.topic]
+    if isinstance(seen, Exception):
+        raise seen
+    return seen
 
-    A group the pattern matches is required once it has committed on the topic (a group of the same naming that
-    reads other topics holds nothing here); a group named is required whether or not it has.
-    ``remembered``: groups the pattern matched before. A group Kafka no longer lists (deleted, or its offsets
-    expired) is matched by no pattern, yet must keep holding until released by hand: whoever observes a topic
-    over time passes the groups it has seen required (:attr:`TopicView.required`)."""
-    topic_id, partitions = describe_topic(admin, policy.topic)
+
+def observe_all(admin: AdminClient, policies: Iterable[TopicRetentionPolicy], now_ms: int,
+                groups: Mapping[str, str] | None = None, remembered: Mapping[str, Iterable[str]] | None = None,
+                checkpoints: Checkpoints | None = None) -> dict[str, TopicView | Exception]:
+    """What the brokers say of each policy's topic now, in a few requests for all of them: each partition's start,
+    high watermark, the offsets ``now − min`` and ``now − max`` fall at (one ``ListOffsets`` each, over every
+    topic), and every required group's committed offsets (one ``OffsetFetch`` per group, over every topic), and
+    each Spark query's. A topic that cannot be observed (absent, compacted only, its query's checkpoint
+    unreadable) has its error in its place.
+
+    ``groups``: the listed groups and their states (:func:`group_states`; read here when None). A group the
+    pattern matches is required once it has committed on the topic (a group of the same naming that reads other
+    topics holds nothing there); a group named is required whether or not it has. ``remembered``: per topic, the
+    groups its pattern matched before. A group Kafka no longer lists (deleted, or its offsets expired) is
+    matched by no pattern, yet must keep holding until released by hand: whoever observes a topic over time
+    passes the groups it has seen required (:attr:`TopicView.required`)."""
+    chosen = {p.topic: p for p in policies}
+    described = describe_topics(admin, chosen)
     listed = group_states(admin) if groups is None else groups
-    named = set(policy.groups) | set(remembered)
-    matched = required_groups((), policy.group_pattern, listed) if policy.group_pattern is not None else set()
-    low = _offsets(admin, policy.topic, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-    high = _offsets(admin, policy.topic, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    young = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.min_ms))
-             if policy.min_ms > 0 else dict.fromkeys(partitions))
-    old = (_offsets(admin, policy.topic, partitions, OffsetSpec.for_timestamp(now_ms - policy.max_ms))
-           if policy.max_ms is not None else dict.fromkeys(partitions))
-    committed: dict[str, dict[int, int | None]] = {}
-    states = []
-    for group in sorted((named | matched) - set(policy.released)):
-        offsets = committed_offsets(admin, group, policy.topic, partitions)
-        read = sum(1 for o in offsets.values() if o is not None)
-        if group not in named and not read:
-            continue  # the pattern matches a group of another topic: a subscriber only once it commits here
-        committed[group] = offsets
-        states.append(GroupState(group, listed.get(group, "absent"), read))
-    for name, checkpoint in policy.spark_checkpoints:
-        if name in policy.released:
+    remembered = remembered or {}
+    views: dict[str, TopicView | Exception] = {t: d for t, d in described.items() if isinstance(d, Exception)}
+    live = {t: d for t, d in described.items() if not isinstance(d, Exception)}
+    every = [TopicPartition(t, p) for t, (_, partitions) in live.items() for p in partitions]
+    low = _offsets(admin, {tp: OffsetSpec.earliest() for tp in every})  # type: ignore[no-untyped-call]
+    high = _offsets(admin, {tp: OffsetSpec.latest() for tp in every})  # type: ignore[no-untyped-call]
+    young = _offsets(admin, {tp: OffsetSpec.for_timestamp(now_ms - chosen[tp.topic].min_ms) for tp in every
+                             if chosen[tp.topic].min_ms > 0})
+    old = _offsets(admin, {tp: OffsetSpec.for_timestamp(now_ms - (chosen[tp.topic].max_ms or 0)) for tp in every
+                           if chosen[tp.topic].max_ms is not None})
+    candidates: dict[str, set[str]] = {}
+    for topic in live:
+        policy = chosen[topic]
+        matched = required_groups((), policy.group_pattern, listed) if policy.group_pattern is not None else set()
+        candidates[topic] = ({*policy.groups, *remembered.get(topic, ())} | matched) - set(policy.released)
+    offsets = {group: group_offsets(admin, group) for group in sorted(set().union(*candidates.values()))}
+    for topic, (topic_id, partitions) in live.items():
+        policy = chosen[topic]
+        named = {*policy.groups, *remembered.get(topic, ())}
+        committed: dict[str, dict[int, int | None]] = {}
+        states = []
+        for group in sorted(candidates[topic]):
+            mine = {p: offsets[group].get((topic, p)) for p in partitions}
+            read = sum(1 for o in mine.values() if o is not None)
+            if group not in named and not read:
+                continue  # the pattern matches a group of another topic: a subscriber only once it commits here
+            committed[group] = mine
+            states.append(GroupState(group, listed.get(group, "absent"), read))
+        try:
+            for name, checkpoint in policy.spark_checkpoints:
+                if name not in policy.released:
+                    by_query = (checkpoints or Checkpoints()).offsets(checkpoint, topic) or {}
+                    committed[SPARK_PREFIX + name] = {p: by_query.get(p) for p in partitions}
+                    states.append(GroupState(SPARK_PREFIX + name, "spark", len(by_query)))
+        except Unavailable as exc:
+            views[topic] = exc
             continue
-        read_by_query = (checkpoints or Checkpoints()).offsets(checkpoint, policy.topic)
-        committed[SPARK_PREFIX + name] = {p: (read_by_query or {}).get(p) for p in partitions}
-        states.append(GroupState(SPARK_PREFIX + name, "spark", len(read_by_query or {})))
-    views = tuple(PartitionView(p, low[p] or 0, high[p] or 0,
-                                {group: offsets.get(p) for group, offsets in committed.items()},
-                                young_from=young[p], old_before=old[p]) for p in partitions)
-    problems = []
-    if topic_id != policy.topic_id:
-        problems.append(f"the policy is for topic id {policy.topic_id}, the topic now has id {topic_id} (deleted "
-                        "and created again?): set its policy again")
-    return TopicView(policy.topic, topic_id, now_ms, views, tuple(sorted(committed)), tuple(states), tuple(problems))
+        partition_views = tuple(PartitionView(
+            p, low[(topic, p)] or 0, high[(topic, p)] or 0, {g: o.get(p) for g, o in committed.items()},
+            young_from=young.get((topic, p)), old_before=old.get((topic, p))) for p in partitions)
+        problems = []
+        if topic_id != policy.topic_id:
+            problems.append(f"the policy is for topic id {policy.topic_id}, the topic now has id {topic_id} (deleted "
+                            "and created again?): set its policy again")
+        views[topic] = TopicView(topic, topic_id, now_ms, partition_views, tuple(sorted(committed)), tuple(states),
+                                 tuple(problems))
+    return views
 
 
 def cut_of(view: TopicView) -> TopicCut:
