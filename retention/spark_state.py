@@ -18,6 +18,8 @@ from reclaim.retention.spark_io import (
     UNDECODABLE_BUCKET,
     WAKE_BUCKET,
     RetentionTopics,
+    StreamRecord,
+    TopicRecord,
     cached_codec,
     decided_row,
     decode_input,
@@ -162,19 +164,13 @@ def _apply_topic(codec: RecordCodec, topics: RetentionTopics, retention: TopicRe
     """Apply each row's record (a policy, or the poller's cut) to a Kafka topic's state; the reject rows of the
     records it refused: not signed by the admin (a policy) or the topic-retention key (a cut), no record, a
     record of another topic than its key names, or a cut of another life of the topic."""
-    types = topics.input_types()
     out: list[dict[str, Any]] = []
     for row in rows:
-        topic = str(row.topic)
-        signer = _verify(verifier, types, row)
-        if isinstance(signer, Unauthenticated):
-            out.append(reject_row(codec, topics, unauthenticated(signer, row, now_ms, retention.topic)))
+        read = _read_row(codec, topics, verifier, row, now_ms, retention.topic)
+        if isinstance(read, dict):
+            out.append(read)
             continue
-        try:
-            record = decode_input(codec, types[topic], topic, bytes(row.value or b""))
-        except RecordDecodeError as exc:
-            out.append(reject_row(codec, topics, undecodable(row, str(exc), now_ms, retention.topic)))
-            continue
+        _, record = read
         if not isinstance(record, TopicRetentionPolicy | TopicCut) or record.topic != retention.topic:
             why = f"keyed as topic {retention.topic!r} but names {getattr(record, 'topic', None)!r}"
             out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.topic)))
@@ -183,8 +179,9 @@ def _apply_topic(codec: RecordCodec, topics: RetentionTopics, retention: TopicRe
         if refused is not None:
             log.info("topic %s: rejected %s@%s:%s (%s): %s", refused.topic, row.topic, row.partition, row.offset,
                      refused.kind.name, refused.reason)
-            out.append(reject_row(codec, topics, RetentionReject(refused.topic, None, refused.kind, refused.reason,
-                                                                 topic, int(row.partition), int(row.offset), now_ms)))
+            reject = RetentionReject(refused.topic, None, refused.kind, refused.reason, str(row.topic),
+                                     int(row.partition), int(row.offset), now_ms)
+            out.append(reject_row(codec, topics, reject))
     return out
 
 
@@ -230,19 +227,14 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
     With a ``verifier`` a row's signature is checked before anything else, and a subscriber's record
     must be signed with that subscriber's own key, granted the stream (or an admin's, for a change).
     """
-    types = topics.input_types()
     out: list[dict[str, Any]] = []
     for row in rows:
         topic = str(row.topic)
-        signer = _verify(verifier, types, row)
-        if isinstance(signer, Unauthenticated):
-            out.append(reject_row(codec, topics, unauthenticated(signer, row, now_ms, retention.stream)))
+        read = _read_row(codec, topics, verifier, row, now_ms, retention.stream)
+        if isinstance(read, dict):
+            out.append(read)
             continue
-        try:
-            record = decode_input(codec, types[topic], topic, bytes(row.value or b""))
-        except RecordDecodeError as exc:
-            out.append(reject_row(codec, topics, undecodable(row, str(exc), now_ms, retention.stream)))
-            continue
+        signer, record = read
         if isinstance(record, TopicRetentionPolicy | TopicCut) or record.stream != retention.stream:
             why = f"keyed as stream {retention.stream!r} but names stream {getattr(record, 'stream', None)!r}"
             out.append(reject_row(codec, topics, undecodable(row, why, now_ms, retention.stream)))
@@ -259,6 +251,21 @@ def _apply_all(codec: RecordCodec, topics: RetentionTopics, retention: StreamRet
         if rejection is not None:
             out.append(reject_row(codec, topics, _reject(rejection, row, now_ms)))
     return out
+
+
+def _read_row(codec: RecordCodec, topics: RetentionTopics, verifier: RecordVerifier | None, row: Any, now_ms: int,
+              name: str) -> tuple[Signer | None, StreamRecord | TopicRecord] | dict[str, Any]:
+    """Who signed ``row`` and its record (of its topic's type); or the reject row (about ``name``, its stream or
+    topic) of a record not signed by a role allowed to write it, or that is no record of that type."""
+    types = topics.input_types()
+    signer = _verify(verifier, types, row)
+    if isinstance(signer, Unauthenticated):
+        return reject_row(codec, topics, unauthenticated(signer, row, now_ms, name))
+    topic = str(row.topic)
+    try:
+        return signer, decode_input(codec, types[topic], topic, bytes(row.value or b""))
+    except RecordDecodeError as exc:
+        return reject_row(codec, topics, undecodable(row, str(exc), now_ms, name))
 
 
 def _verify(verifier: RecordVerifier | None, types: dict[str, type[AvroRecord]], row: Any
