@@ -79,9 +79,6 @@ def cmd_retain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
-    if args.retention_action is None:
-        args.reached.print_help()
-        return ExitCode.USAGE
     from reclaim.tools.topic_retention import check_topic_name
 
     if args.retention_action != "list":
@@ -319,7 +316,7 @@ def register_verbs(verbs: argparse._SubParsersAction, common: Common) -> None:  
     common(retention, listed=False)
     json_flag(retention)
     sub = retention.add_subparsers(dest="retention_action", metavar="VERB", title="verbs")
-    retention.set_defaults(run=cmd_retention, retention_action=None)
+    retention.set_defaults(retention_action=None)  # no verb: its help, exit 0, as every group
     listing = add_verb(sub, "list", "the topics under consumption retention",
                        "Every topic under consumption retention and its policy, as the topic-retention topic holds "
                        "them (signatures checked).", ["reclaim topics retention list", "reclaim topics retention list "
