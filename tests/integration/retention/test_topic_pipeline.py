@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from reclaim.exits import Unavailable
+from reclaim.localstack.s3_server import S3Endpoint
 from reclaim.producers.producer import RecordProducer
 from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.producers.topics import TopicNames
@@ -25,9 +27,10 @@ from reclaim.security.keyring import Algorithm, Keyring, new_key
 from reclaim.security.signing import AuthMode, RecordSigner, RecordVerifier
 from reclaim.services.topic_applier import TopicApplier, TopicApplierConfig, TopicOutcome
 from reclaim.services.topic_poller import TopicPoller
+from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.dlq.reader import read_all
-from reclaim.tools.topic_retention import PolicyFollower, describe_topic
+from reclaim.tools.topic_retention import Checkpoints, PolicyFollower, describe_topic, observe, plan
 from reclaim.tools.topics import admin_client
 from tests.support.kafka_topics import HOUR_MS, commit, create_topic, produce, start_offset
 
@@ -166,3 +169,29 @@ def test_a_forged_decision_and_one_made_under_an_older_policy_delete_nothing(
     assert pipeline.apply() == [TopicOutcome.REFUSED]
     assert start_offset(admin, topic, 0) == 0
     assert pipeline.applier.store.topic_truncations(topic) == []
+
+
+def test_a_real_structured_streaming_query_holds_the_topic_through_its_s3a_checkpoint(
+        spark: SparkSession, kafka_bootstrap: str, spark_checkpoint: str, minio_s3: S3Endpoint,
+        unique_name: Callable[[str], str]) -> None:
+    admin = admin_client(kafka_bootstrap)
+    topic = unique_name("events")
+    create_topic(admin, topic, 2)
+    for partition in (0, 1):
+        produce(kafka_bootstrap, topic, partition, [millis_now() - HOUR_MS + i for i in range(10)])
+    bucket = spark_checkpoint.removeprefix("s3a://").split("/", 1)[0]
+    checkpoints = Checkpoints(S3ChunkStorage(minio_s3.binding_settings(bucket)).client)
+    policy = TopicRetentionPolicy(topic, describe_topic(admin, topic)[0], (), 0, millis_now(),
+                                  spark_checkpoints=(("etl", spark_checkpoint),))
+    # A query that has run no batch yet holds the topic at its start (its checkpoint has no offsets log yet).
+    with pytest.raises(Unavailable, match="no offsets/ log there"):
+        checkpoints.offsets(spark_checkpoint, topic)
+    # The query reads what is there now (Spark's Kafka source, its own offsets: nothing committed to Kafka).
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .writeStream.format("noop").option("checkpointLocation", spark_checkpoint)
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(RUN_TIMEOUT_S) is not False
+    assert checkpoints.offsets(spark_checkpoint, topic) == {0: 10, 1: 10}
+    decided = plan(policy, observe(admin, policy, millis_now(), checkpoints=checkpoints))
+    assert [(d.start, d.held_by) for d in decided] == [(10, ("spark:etl",)), (10, ("spark:etl",))]
