@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from reclaim.errors import ReclaimError
 from reclaim.producers.producer import DeliveryTracker, RecordProducer
@@ -44,15 +45,26 @@ class ConfirmedPublisher:
 
     def publish(self, topic: str, record: AvroRecord, key: str) -> None:
         """Send ``record`` to ``topic`` under ``key``; raise :class:`PublishError` unless confirmed."""
+        failed = self.publish_each(topic, [(record, key)])
+        if failed:
+            raise PublishError(f"{type(record).__name__} {key!r}", topic, failed[0])
+
+    def publish_each(self, topic: str, records: Sequence[tuple[AvroRecord, str]]) -> dict[int, str]:
+        """Send every ``(record, key)`` to ``topic`` at once and wait for their delivery reports: why each
+        one not confirmed was not, by its index (empty when every one was). One refused record (too large,
+        say) stops none of the others; a fatal error of the producer is raised
+        (:class:`~reclaim.producers.producer.FatalKafkaError`)."""
         tracker = DeliveryTracker()
-        value, raw_key = self.codec.encode(record, topic), key.encode()
-        headers = None if self.signer is None else self.signer.headers(topic, raw_key, value)
-        self.producer.send(topic, value, key=raw_key, headers=headers, on_delivery=tracker.callback(0))
-        if self.producer.wait(tracker, self.timeout_s):
-            failure = tracker.failed.get(0)
-            detail = str(failure) if failure is not None else f"no delivery report within {self.timeout_s}s"
-            raise PublishError(f"{type(record).__name__} {key!r}", topic, detail)
-        log.debug("published topic=%s key=%s type=%s", topic, key, type(record).__name__)
+        for index, (record, key) in enumerate(records):
+            value, raw_key = self.codec.encode(record, topic), key.encode()
+            headers = None if self.signer is None else self.signer.headers(topic, raw_key, value)
+            self.producer.send(topic, value, key=raw_key, headers=headers, on_delivery=tracker.callback(index))
+        unconfirmed = self.producer.wait(tracker, self.timeout_s) if records else set()
+        for index, (record, key) in enumerate(records):
+            if index not in unconfirmed:
+                log.debug("published topic=%s key=%s type=%s", topic, key, type(record).__name__)
+        return {index: str(tracker.failed[index]) if index in tracker.failed
+                else f"no delivery report within {self.timeout_s}s" for index in sorted(unconfirmed)}
 
     def close(self) -> None:
         self.producer.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -20,7 +21,8 @@ same active policy it was decided under (an admin's, on the topic-retention topi
 the id it was decided for. Each partition moved is journaled in the metadata store (`reclaim topics
 retention history TOPIC`). A broker that does not answer is retried in place; a DeleteRecords that keeps
 failing goes to the topic-truncation dead-letter topic with its reason. Run one or more: they share the
-decisions as one consumer group."""
+decisions as one consumer group. With --once it applies the decisions on the topic now, prints how each
+ended and exits."""
 
 
 def cmd_topic_applier(args: argparse.Namespace, settings: Settings) -> int:
@@ -47,6 +49,14 @@ def cmd_topic_applier(args: argparse.Namespace, settings: Settings) -> int:
         config = TopicApplierConfig(address, names.topic_truncation, names.topic_truncation_dlq)
         applier = TopicApplier(config, admin_client(address), store, runtime.codec(settings), follower.refresh,
                                verifier)
+        if args.once:
+            try:
+                outcomes = Counter(outcome.name.lower().replace("_", " ") for outcome in applier.catch_up())
+            finally:
+                applier.close()
+            print(f"{sum(outcomes.values())} decision(s) applied" + "".join(
+                f", {count} {outcome}" for outcome, count in sorted(outcomes.items())))
+            return 0
         log.info("Kafka-topic applier: decisions from %s, dead letters to %s", config.topic, config.dlq)
         applier.run(stop)
     return exit_status(0, stop)
@@ -55,6 +65,8 @@ def cmd_topic_applier(args: argparse.Namespace, settings: Settings) -> int:
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
     applier = sub.add_parser("topic-applier", help="apply DeleteRecords decisions to Kafka topics, as a service",
                              description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    applier.add_argument("--once", action="store_true",
+                         help="apply the decisions on the topic now, then exit")
     applier.add_argument("--metadata-path", type=Path,
                          help="SQLite metadata store, where the journal is kept (default <state-dir>/metadata.db)")
     applier.add_argument("--metadata-url", help=METADATA_URL_HELP)

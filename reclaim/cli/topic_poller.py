@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 from reclaim.cli.common import Common, duration, metrics_flags
+from reclaim.exits import ExitCode
 from reclaim.logs import log_as_service
 from reclaim.settings import Settings
+
+if TYPE_CHECKING:
+    from reclaim.services.topic_poller import TopicPoller
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +23,9 @@ Observe every Kafka topic under consumption retention (reclaim topics retain) un
 --every, its partitions' start and end, where its policy's time limits fall, and its required groups' committed
 offsets (and Spark queries' checkpoints), published on the topic-cuts topic when they changed, signed with
 the topic-retention key of the keyring (RECLAIM_KEYRING). The retention job decides on them; the Kafka-topic
-applier deletes. One poller is enough for a cluster: its passes are a few Admin API requests per topic."""
+applier deletes. One poller is enough for a cluster: its passes are a few Admin API requests per topic.
+With --once it makes one pass (every topic's cut published), prints what it did and exits: 2 when a topic
+could not be observed."""
 
 
 def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
@@ -50,10 +58,26 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
             stack.callback(s3.close)
         poller = TopicPoller(admin_client(address), follower.refresh, publisher, names.topic_cuts,
                              heartbeat_s=args.heartbeat, checkpoints=Checkpoints(None if s3 is None else s3.client))
+        if args.once:
+            return _one_pass(poller)
         log.info("topic poller: a pass every %g s, cuts on %s%s", args.every, names.topic_cuts,
                  "" if signer is None else f", signed by topic-retention/{signer.key.id}")
         poller.run(stop, args.every)
     return exit_status(0, stop)
+
+
+def _one_pass(poller: TopicPoller) -> int:
+    report = poller.tick()
+    for cut in report.published:
+        groups = ", ".join(f"{g.group} {g.committed.as_dict()}" for g in cut.groups) or "no required group"
+        print(f"{cut.topic}: cut published ({groups})")
+    for topic in report.unchanged:
+        print(f"{topic}: unchanged")
+    for topic, reason in sorted(report.failed.items()):
+        print(f"{topic}: not observed: {reason}", file=sys.stderr)
+    if not (report.published or report.unchanged or report.failed):
+        print("no topic under consumption retention (reclaim topics retain TOPIC ...)")
+    return ExitCode.UNAVAILABLE if report.failed else ExitCode.OK
 
 
 def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: ignore[type-arg]
@@ -61,6 +85,7 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
                             description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     poller.add_argument("--every", type=duration(positive=True), default=10.0, metavar="DURATION",
                         help="time between two passes (default 10s)")
+    poller.add_argument("--once", action="store_true", help="one pass, then exit")
     poller.add_argument("--heartbeat", type=duration(positive=True), default=60.0, metavar="DURATION",
                         help="publish a topic's cut at least this often, changed or not (default 60s)")
     metrics_flags(poller)

@@ -21,7 +21,7 @@ from reclaim.localstack.kafka_security import (
 )
 from reclaim.localstack.procs import StackError, pid_runs, stop_pid
 from reclaim.localstack.s3_server import S3Endpoint, answers, ensure_bucket, start_s3
-from reclaim.security.keyring import Algorithm, Keyring, new_key
+from reclaim.security.keyring import Algorithm, Keyring, load_keyring, new_key
 from reclaim.settings import AWS_S3, Settings
 from reclaim.storage.filesystem import FileSystemChunkStorage
 
@@ -175,20 +175,28 @@ def up(settings: Settings, secure: bool = False) -> StackState:
 
 #: The keyring `up` makes for the local stack (kept across `down` and `up`): the config it writes names it.
 LOCAL_KEYRING = "keyring.toml"
-LOCAL_ROLES = ("controller", "admin", "retention-job")
+LOCAL_ROLES = ("controller", "admin", "retention-job", "topic-retention")
 """The signing roles of the local stack's keyring; a subscriber's key is added with `reclaim keys new`."""
 
 
 def local_keyring(state_dir: Path) -> Path:
     """The local stack's keyring, made on first use (mode 0600): every signing role's key in one file, as one
     user plays every role, so that the tour runs with record authentication on. A deployment gives each
-    process only its own keys and the public halves of those it verifies (docs/operations/security.md)."""
+    process only its own keys and the public halves of those it verifies (docs/operations/security.md). A
+    keyring made by an earlier reclaim gets a key for each role it lacks."""
     path = state_dir / LOCAL_KEYRING
     if not path.exists():
         keys = [new_key(f"local-{role}", role, Algorithm.ED25519) for role in LOCAL_ROLES]
         keys.append(new_key("local-controller.deletes", "controller", Algorithm.HMAC_SHA256))
         write_private(path, Keyring(keys).to_toml())
         log.info("keyring for the local stack made: %s", path)
+        return path
+    held = load_keyring(path)
+    missing = [role for role in LOCAL_ROLES if held.signing_key(role) is None and held.get(f"local-{role}") is None]
+    if missing:
+        added = [new_key(f"local-{role}", role, Algorithm.ED25519) for role in missing]
+        write_private(path, Keyring([*held, *added]).to_toml())
+        log.info("keyring for the local stack %s: keys added for %s", path, ", ".join(missing))
     return path
 
 

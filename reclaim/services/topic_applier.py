@@ -238,6 +238,30 @@ class TopicApplier:
             self.sleep(self.config.retry_backoff_s)
         return outcomes
 
+    def catch_up(self, timeout_s: float = 120.0) -> list[TopicOutcome]:
+        """Apply every decision on the topic now (its offsets are read first), then return their outcomes: what
+        ``--once`` does. Raises :class:`~reclaim.exits.Unavailable` when they are not all final within
+        ``timeout_s`` (the brokers not answering, or another applier of the group holding partitions)."""
+        topic = self.config.topic
+        _, partitions = describe_topic(self.admin, topic)
+        wanted = [TopicPartition(topic, p) for p in partitions]
+        lows, ends = (
+            {tp.partition: int(_answer(future, topic, tp.partition).offset)
+             for tp, future in self.admin.list_offsets({tp: spec for tp in wanted}).items()}
+            for spec in (OffsetSpec.earliest(), OffsetSpec.latest()))  # type: ignore[no-untyped-call]
+        behind = {p for p in partitions if ends[p] > lows[p]}
+        done = self.consumer.committed([TopicPartition(topic, p) for p in behind], timeout=ADMIN_TIMEOUT_S)
+        outcomes: list[TopicOutcome] = []
+        deadline = time.monotonic() + timeout_s
+        while behind := behind - {tp.partition for tp in done if tp.offset >= ends[tp.partition]}:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"decisions on {topic} partitions {sorted(behind)} not all applied within "
+                                  f"{timeout_s:g} s (another applier of the group holds them, or the brokers did "
+                                  "not answer)")
+            outcomes += self.run_once()
+            done = self.consumer.position([TopicPartition(topic, p) for p in behind])
+        return outcomes
+
     def run(self, stop: threading.Event) -> None:
         try:
             while not stop.is_set():

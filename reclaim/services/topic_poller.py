@@ -108,10 +108,17 @@ class TopicPoller:
                     and now - last.observed_at < self.heartbeat_ms:
                 report.unchanged.append(topic)
                 continue
-            self.publisher.publish(self.cuts_topic, cut, topic)
-            CUTS.labels(topic).inc()
-            self.last[topic] = cut
             report.published.append(cut)
+        refused = self.publisher.publish_each(self.cuts_topic, [(cut, cut.topic) for cut in report.published])
+        for index, cut in enumerate(report.published):
+            if index in refused:  # not remembered as sent: the next pass sends it again
+                POLL_FAILURES.labels(cut.topic).inc()
+                report.failed[cut.topic] = f"its cut not confirmed on {self.cuts_topic}: {refused[index]}"
+                log.warning("topic %s: %s", cut.topic, report.failed[cut.topic])
+                continue
+            CUTS.labels(cut.topic).inc()
+            self.last[cut.topic] = cut
+        report.published = [cut for index, cut in enumerate(report.published) if index not in refused]
         POLLS.inc()
         return report
 

@@ -22,6 +22,7 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
@@ -417,11 +418,17 @@ class PolicyFollower:
             "group.id": POLLER_GROUP, "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "error_cb": self.errors.append}))
         self.consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+        # The topic's end is asked on a connection of its own: on the consumer's, the request would wait behind
+        # its fetch, which the broker holds up to fetch.wait.max.ms (500 ms) when no record is new.
+        self.admin = AdminClient(kafka_config(address, "admin"))
         self.policies: dict[str, TopicRetentionPolicy] = {}
 
     def refresh(self, timeout_s: float = 10.0) -> dict[str, TopicRetentionPolicy]:
         """The policies, once every record up to the topic's end now has been read."""
-        _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s, cached=False)
+        wanted = {TopicPartition(self.topic, 0): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        [end] = self.admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
+                                        request_timeout=timeout_s).values()  # what the consumer can reach
+        high = int(_result(end, f"reading the end of {self.topic}").offset)
         deadline = time.monotonic() + timeout_s
         while self._position() < high:
             messages = self.consumer.consume(500, 0.2)

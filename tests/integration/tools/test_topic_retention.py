@@ -15,14 +15,20 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from reclaim.exits import Unavailable
 from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.producers.producer import RecordProducer
+from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.retention.topic_decision import PartitionDecision, TopicRule
+from reclaim.schemas import build_codec
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.services.topic_poller import TopicPoller
 from reclaim.storage.s3 import S3ChunkStorage
+from reclaim.tools.dlq.reader import read_all
 from reclaim.tools.topic_retention import (
     Checkpoints,
     TopicRetentionError,
     apply,
+    cut_of,
     describe_topic,
     observe,
     plan,
@@ -220,3 +226,33 @@ def test_a_spark_query_checkpointed_on_s3_is_read_through_the_s3_endpoint(
         Checkpoints().offsets(location, topic)
     with pytest.raises(Unavailable, match="no offsets/ log there"):
         checkpoints.offsets(f"s3a://{s3_bucket}/checkpoints/none", topic)
+
+
+def test_a_cut_the_broker_refuses_is_reported_for_its_topic_and_the_other_topics_cuts_are_published(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    # A real broker refusing one record: the cuts topic's max.message.bytes below one topic's cut (a topic of many
+    # partitions and groups), above the other's.
+    small, large, cuts = unique_name("small"), unique_name("large"), unique_name("cuts")
+    create_topic(admin, small, 1)
+    create_topic(admin, large, 40)
+    groups = tuple(unique_name(f"group-{i}") for i in range(3))
+    for group in groups:
+        commit(kafka_bootstrap, group, large, dict.fromkeys(range(40), 0))
+    policies = {small: _policy(admin, small, groups[:1]), large: _policy(admin, large, groups)}
+    codec = build_codec()
+    sizes = {t: len(codec.encode(cut_of(observe(admin, p, millis_now())), cuts)) for t, p in policies.items()}
+    assert sizes[small] + 400 < sizes[large], sizes
+    create_topic(admin, cuts, 1, {"max.message.bytes": str(sizes[small] + 200)})
+    producer = RecordProducer(kafka_bootstrap, "idempotent-producer")
+    try:
+        poller = TopicPoller(admin, lambda: policies, ConfirmedPublisher(producer, codec, timeout_s=20), cuts)
+        report = poller.tick()
+        assert [cut.topic for cut in report.published] == [small]
+        assert list(report.failed) == [large] and "not confirmed" in report.failed[large], report.failed
+        assert set(poller.last) == {small}  # the large one is sent again next pass; the small one is not
+        again = poller.tick()
+        assert again.unchanged == [small] and list(again.failed) == [large]
+    finally:
+        producer.close()
+    messages, _ = read_all(kafka_bootstrap, cuts)
+    assert [m.key() for m in messages] == [small.encode()]

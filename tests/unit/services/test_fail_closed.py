@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from reclaim.localstack.kafka_security import write_private
 from reclaim.localstack.stack import LOCAL_ROLES, StackState, local_config_text, local_keyring
-from reclaim.security.keyring import load_keyring
+from reclaim.security.keyring import Keyring, load_keyring
 from reclaim.services import runtime
 from reclaim.services.runtime import AUTH_MODE
 from reclaim.settings import Settings
@@ -52,3 +53,14 @@ def test_the_local_stack_gets_a_keyring_of_its_own_once_and_its_config_names_it(
                        s3_bucket="tier2")
     config = tomllib.loads(local_config_text(Settings(state_dir=state_dir, s3_bucket="tier2"), state))
     assert config["keyring"] == str(path)
+
+
+def test_a_local_keyring_made_before_a_role_existed_gets_a_key_for_it_and_keeps_its_own(tmp_path: Path) -> None:
+    path = local_keyring(tmp_path)
+    older = Keyring(key for key in load_keyring(path) if key.role != "topic-retention")
+    write_private(path, older.to_toml())
+    local_keyring(tmp_path)
+    keys = load_keyring(path)
+    assert {key.role for key in keys if key.can_sign} == set(LOCAL_ROLES)
+    assert all(keys.get(key.id) == key for key in older)  # every key it had, unchanged
+    assert path.stat().st_mode & 0o777 == 0o600
