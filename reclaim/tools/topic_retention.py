@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,15 +147,25 @@ def describe_topic(admin: AdminClient, topic: str) -> Described:
     return described
 
 
+CHUNK = 500
+"""Partitions asked per ListOffsets or OffsetFetch request. librdkafka's handling of one answer grows with the square
+of its partitions: a group's offsets on 10,000 partitions take 0.2 s in one request, 0.02 s in requests of 500
+(``benchmarks/topic_retention.py``). Every request is sent before any answer is awaited."""
+
+
+def _chunks(items: Sequence[TopicPartition]) -> list[Sequence[TopicPartition]]:
+    return [items[at:at + CHUNK] for at in range(0, len(items), CHUNK)]
+
+
 def _offsets(admin: AdminClient, specs: Mapping[TopicPartition, OffsetSpec]) -> dict[tuple[str, int], int | None]:
-    """Each partition's offset for its spec, in one request for all (None: no such offset, e.g. no record that
-    young)."""
-    if not specs:
-        return {}
+    """Each partition's offset for its spec (None: no such offset, e.g. no record that young)."""
+    every = list(specs)
+    futures = [admin.list_offsets({tp: specs[tp] for tp in chunk}) for chunk in _chunks(every)]
     found: dict[tuple[str, int], int | None] = {}
-    for tp, future in admin.list_offsets(dict(specs)).items():
-        offset = _result(future, f"listing offsets of {tp.topic}[{tp.partition}]").offset
-        found[(tp.topic, tp.partition)] = None if offset < 0 else offset
+    for answer in futures:
+        for tp, future in answer.items():
+            offset = _result(future, f"listing offsets of {tp.topic}[{tp.partition}]").offset
+            found[(tp.topic, tp.partition)] = None if offset < 0 else offset
     return found
 
 
@@ -166,12 +176,18 @@ def group_states(admin: AdminClient) -> dict[str, str]:
             for g in listed.valid}
 
 
-def group_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
-    """Every offset ``group`` has committed, on any topic, in one request."""
-    answer = _result(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group],
-                     f"reading group {group!r}'s offsets")
-    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions or []
-            if tp.error is None and tp.offset >= 0}
+def group_offsets(admin: AdminClient, wanted: Mapping[str, Sequence[TopicPartition]]
+                  ) -> dict[str, dict[tuple[str, int], int]]:
+    """Each group's committed offsets on the partitions wanted of it (a partition it has not committed on is left
+    out)."""
+    futures = [(group, admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, list(chunk))])[group])
+               for group, partitions in wanted.items() for chunk in _chunks(partitions)]
+    found: dict[str, dict[tuple[str, int], int]] = {group: {} for group in wanted}
+    for group, future in futures:
+        answer = _result(future, f"reading group {group!r}'s offsets")
+        found[group].update({(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions or []
+                             if tp.error is None and tp.offset >= 0})
+    return found
 
 
 class Checkpoints:
@@ -256,9 +272,9 @@ def observe_all(admin: AdminClient, policies: Iterable[TopicRetentionPolicy], no
                 groups: Mapping[str, str] | None = None, remembered: Mapping[str, Iterable[str]] | None = None,
                 checkpoints: Checkpoints | None = None) -> dict[str, TopicView | Exception]:
     """What the brokers say of each policy's topic now, in a few requests for all of them: each partition's start,
-    high watermark, the offsets ``now − min`` and ``now − max`` fall at (one ``ListOffsets`` each, over every
-    topic), and every required group's committed offsets (one ``OffsetFetch`` per group, over every topic), and
-    each Spark query's. A topic that cannot be observed (absent, compacted only, its query's checkpoint
+    high watermark, the offsets ``now − min`` and ``now − max`` fall at (``ListOffsets`` over every topic), and
+    every required group's committed offsets (``OffsetFetch`` per group over its topics; both in requests of
+    :data:`CHUNK` partitions), and each Spark query's. A topic that cannot be observed (absent, compacted only, its query's checkpoint
     unreadable) has its error in its place.
 
     ``groups``: the listed groups and their states (:func:`group_states`; read here when None). A group the
@@ -285,7 +301,9 @@ def observe_all(admin: AdminClient, policies: Iterable[TopicRetentionPolicy], no
         policy = chosen[topic]
         matched = required_groups((), policy.group_pattern, listed) if policy.group_pattern is not None else set()
         candidates[topic] = ({*policy.groups, *remembered.get(topic, ())} | matched) - set(policy.released)
-    offsets = {group: group_offsets(admin, group) for group in sorted(set().union(*candidates.values()))}
+    offsets = group_offsets(admin, {group: [TopicPartition(t, p) for t, (_, partitions) in live.items()
+                                            if group in candidates[t] for p in partitions]
+                                    for group in sorted(set().union(*candidates.values()))})
     for topic, (topic_id, partitions) in live.items():
         policy = chosen[topic]
         named = {*policy.groups, *remembered.get(topic, ())}
