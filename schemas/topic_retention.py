@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from reclaim.durations import human
 from reclaim.schemas.avro_schema import RecordSchema
 from reclaim.schemas.base import (
     AvroRecord,
@@ -80,9 +81,9 @@ class TopicRetentionPolicy(AvroRecord):
         """One line: who holds the topic and the limits."""
         held = [*self.groups, *([f"groups matching {self.group_pattern!r}"] if self.group_pattern else []),
                 *(f"Spark query {name}" for name, _ in self.spark_checkpoints)]
-        limits = [f"min {self.min_ms} ms"]
+        limits = [f"min {human(self.min_ms / 1000)}"]
         if self.max_ms is not None:
-            limits.append(f"max {self.max_ms} ms")
+            limits.append(f"max {human(self.max_ms / 1000)}")
         if self.max_bytes is not None:
             limits.append(f"max {self.max_bytes} bytes per partition")
         released = f"; released: {', '.join(self.released)}" if self.released else ""

@@ -38,7 +38,8 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.tools.topics import admin_client
 
     runtime.require_record_auth(settings, "the topic poller")
-    log_as_service()
+    if not args.once:  # one pass prints what it did; a service logs each step
+        log_as_service()
     names = runtime.topic_names(settings)
     address = preflight.broker(settings)
     preflight.require_topics(address, [names.topic_retention, names.topic_cuts])

@@ -73,7 +73,8 @@ def cmd_retain(args: argparse.Namespace, settings: Settings) -> int:
     topic_id, partitions = _refusing(lambda: describe_topic(admin, topic))
     policy = _replace(draft, topic_id=topic_id)
     _publish(settings, policy, admin_key)
-    print(f"topic {topic} ({len(partitions)} partitions, id {topic_id}): consumption retention {policy.describe()}; "
+    count = f"{len(partitions)} partition{'' if len(partitions) == 1 else 's'}"
+    print(f"topic {topic} ({count}, id {topic_id}): consumption retention {policy.describe()}; "
           f"signed by {_signed_by(admin_key)}")
     return ExitCode.OK
 

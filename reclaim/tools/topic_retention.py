@@ -274,8 +274,8 @@ def observe_all(admin: AdminClient, policies: Iterable[TopicRetentionPolicy], no
     """What the brokers say of each policy's topic now, in a few requests for all of them: each partition's start,
     high watermark, the offsets ``now − min`` and ``now − max`` fall at (``ListOffsets`` over every topic), and
     every required group's committed offsets (``OffsetFetch`` per group over its topics; both in requests of
-    :data:`CHUNK` partitions), and each Spark query's. A topic that cannot be observed (absent, compacted only, its query's checkpoint
-    unreadable) has its error in its place.
+    :data:`CHUNK` partitions), and each Spark query's. A topic that cannot be observed (absent, compacted only,
+    its query's checkpoint unreadable) has its error in its place.
 
     ``groups``: the listed groups and their states (:func:`group_states`; read here when None). A group the
     pattern matches is required once it has committed on the topic (a group of the same naming that reads other
