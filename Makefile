@@ -71,11 +71,12 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet -d .site
 
-# The benchmarks that run on one machine without root, about 20 minutes on a quiet 2-core machine:
+# The benchmarks that run on one machine without root, about 30 minutes on a quiet 2-core machine:
 # deletion throughput at 5,000 objects, 3 rounds, its S3 part on MinIO (~8 min); a worker draining
 # backlogs of 10k and 100k records (~3 min); audits of 10k and 100k objects (~2 min); the retention job
 # at its full size (~5 min); offload against boto3's transfer manager, 50 chunks of 1 MiB, 3 rounds, on
-# MinIO (~1 min). The full-size runs are by hand: the deletion benchmark also on moto (its
+# MinIO (~1 min); consumption retention of 1,000 Kafka topics x 10 partitions x 20 groups (~9 min). The
+# full-size runs are by hand: the deletion benchmark also on moto (its
 # default) and on MinIO at 50,000 objects (--parts s3 --minio --objects 50000 --rounds 2, about 30 min),
 # and the worker and audit at 10k, 100k and 1M (their defaults). benchmarks/multihost.py is left out:
 # it needs root for its network namespaces. Every benchmark prints its figures and appends them to one
@@ -86,6 +87,7 @@ BENCH_AUDIT     ?= --sizes 10000,100000
 BENCH_OFFLOAD   ?= --minio
 BENCH_RETENTION ?= --streams 10000 --subscribers 10 --latency-streams 1000 --latency-subscribers 5 \
                    --latency-cuts 20 --rounds 3
+BENCH_TOPICS    ?= --topics 1000 --partitions 10 --groups 20 --rounds 3
 bench: $(STAMP)
 	$(PY) -m devtools.gotools minio  # the S3 part runs on MinIO (--minio), built from its Go module once
 	export RECLAIM_BENCH_RESULTS_FILE=$${RECLAIM_BENCH_RESULTS_FILE:-$$($(PY) -m benchmarks.results path)} && \
@@ -94,6 +96,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.audit_memory $(BENCH_AUDIT) && \
 	$(PY) -m benchmarks.retention_job $(BENCH_RETENTION) && \
 	$(PY) -m benchmarks.offload_throughput $(BENCH_OFFLOAD) && \
+	$(PY) -m benchmarks.topic_retention $(BENCH_TOPICS) && \
 	echo "results: $$RECLAIM_BENCH_RESULTS_FILE"
 
 clean:

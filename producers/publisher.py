@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from reclaim.errors import ReclaimError
 from reclaim.producers.producer import DeliveryTracker, RecordProducer
@@ -51,20 +51,35 @@ class ConfirmedPublisher:
 
     def publish_each(self, topic: str, records: Sequence[tuple[AvroRecord, str]]) -> dict[int, str]:
         """Send every ``(record, key)`` to ``topic`` at once and wait for their delivery reports: why each
-        one not confirmed was not, by its index (empty when every one was). One refused record (too large,
-        say) stops none of the others; a fatal error of the producer is raised
-        (:class:`~reclaim.producers.producer.FatalKafkaError`)."""
-        tracker = DeliveryTracker()
+        one not confirmed was not, by its index (empty when every one was). The broker refuses a whole batch for
+        one record in it too large, so a record refused beside others is sent again alone: one refused record
+        stops none of the others (one left unanswered is not: the broker is not answering). A fatal error of the
+        producer is raised (:class:`~reclaim.producers.producer.FatalKafkaError`)."""
+        failed, refused = self._send(topic, records, range(len(records)))
+        if len(records) > 1:
+            for index in sorted(refused):
+                again, _ = self._send(topic, records, [index])
+                failed.pop(index)
+                failed.update(again)
         for index, (record, key) in enumerate(records):
+            if index not in failed:
+                log.debug("published topic=%s key=%s type=%s", topic, key, type(record).__name__)
+        return failed
+
+    def _send(self, topic: str, records: Sequence[tuple[AvroRecord, str]], indexes: Iterable[int]
+              ) -> tuple[dict[int, str], set[int]]:
+        """Send the records at ``indexes``: why each unconfirmed one was not, and those the broker refused."""
+        tracker, sent = DeliveryTracker(), []
+        for index in indexes:
+            record, key = records[index]
             value, raw_key = self.codec.encode(record, topic), key.encode()
             headers = None if self.signer is None else self.signer.headers(topic, raw_key, value)
-            self.producer.send(topic, value, key=raw_key, headers=headers, on_delivery=tracker.callback(index))
-        unconfirmed = self.producer.wait(tracker, self.timeout_s) if records else set()
-        for index, (record, key) in enumerate(records):
-            if index not in unconfirmed:
-                log.debug("published topic=%s key=%s type=%s", topic, key, type(record).__name__)
-        return {index: str(tracker.failed[index]) if index in tracker.failed
-                else f"no delivery report within {self.timeout_s}s" for index in sorted(unconfirmed)}
+            self.producer.send(topic, value, key=raw_key, headers=headers, on_delivery=tracker.callback(len(sent)))
+            sent.append(index)
+        unconfirmed = self.producer.wait(tracker, self.timeout_s) if sent else set()
+        failed = {sent[at]: str(tracker.failed[at]) if at in tracker.failed
+                  else f"no delivery report within {self.timeout_s}s" for at in sorted(unconfirmed)}
+        return failed, {sent[at] for at in unconfirmed if at in tracker.failed}
 
     def close(self) -> None:
         self.producer.close()

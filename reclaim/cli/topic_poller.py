@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     poller = sub.add_parser("topic-poller", help="observe Kafka topics under consumption retention, as a service",
                             description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     poller.add_argument("--every", type=duration(positive=True), default=10.0, metavar="DURATION",
-                        help="time between two passes (default 10s)")
+                        help="a pass starts this often, or at once after a pass that took longer (default 10s)")
     poller.add_argument("--once", action="store_true", help="one pass, then exit")
     poller.add_argument("--heartbeat", type=duration(positive=True), default=60.0, metavar="DURATION",
                         help="publish a topic's cut at least this often, changed or not (default 60s)")

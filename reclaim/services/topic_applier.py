@@ -25,9 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from prometheus_client import Counter
 
@@ -40,7 +39,14 @@ from reclaim.schemas.topic_retention import TopicRetentionPolicy, TopicTruncatio
 from reclaim.security.rules import signers_of
 from reclaim.security.signing import RecordVerifier, Signer, Unauthenticated
 from reclaim.storage.metadata import MetadataStore, TopicTruncationEntry
-from reclaim.tools.topic_retention import ADMIN_TIMEOUT_S, TopicRetentionError, describe_topic
+from reclaim.tools.topic_retention import (
+    ADMIN_TIMEOUT_S,
+    DeleteFailed,
+    TopicRetentionError,
+    delete_records,
+    describe_topic,
+    result_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +75,6 @@ for _outcome in TopicOutcome:
     APPLIED.labels(_outcome.name.lower())
 
 
-class DeleteFailed(Exception):
-    """DeleteRecords failed on a partition; ``retriable`` when trying again may succeed."""
-
-    def __init__(self, message: str, retriable: bool) -> None:
-        super().__init__(message)
-        self.retriable = retriable
-
-
 @dataclass(frozen=True)
 class TopicApplierConfig:
     bootstrap: str
@@ -86,38 +84,6 @@ class TopicApplierConfig:
     poll_timeout_s: float = 1.0
     retry_backoff_s: float = 1.0
     max_attempts: int = 10
-
-
-def delete_records(admin: AdminClient, decision: TopicTruncation) -> dict[int, tuple[int, int]]:
-    """DeleteRecords up to each decided start that is ahead of its partition's; ``{partition: (before, after)}``
-    for the partitions moved (none: every one was there already)."""
-    wanted = decision.starts.as_dict()
-    futures = admin.list_offsets({TopicPartition(decision.topic, p): OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-                                  for p in wanted})
-    before = {tp.partition: _answer(future, decision.topic, tp.partition).offset for tp, future in futures.items()}
-    behind = {p: start for p, start in wanted.items() if before[p] < start}
-    if not behind:
-        return {}
-    futures = admin.delete_records([TopicPartition(decision.topic, p, start) for p, start in behind.items()])
-    moved = {}
-    for tp, future in futures.items():
-        low = _answer(future, decision.topic, tp.partition).low_watermark
-        if low < behind[tp.partition]:
-            raise DeleteFailed(f"DeleteRecords on {decision.topic}[{tp.partition}] left its start at {low}, not "
-                               f"{behind[tp.partition]}", retriable=True)
-        moved[tp.partition] = (before[tp.partition], low)
-    return moved
-
-
-def _answer(future: Any, topic: str, partition: int) -> Any:
-    try:
-        return future.result(timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        retriable = error is None or bool(error.retriable())
-        raise DeleteFailed(f"{topic}[{partition}]: {error.str() if error else exc}", retriable) from None
-    except TimeoutError:
-        raise DeleteFailed(f"{topic}[{partition}]: no answer within {ADMIN_TIMEOUT_S:g} s", True) from None
 
 
 class TopicApplier:
@@ -160,7 +126,7 @@ class TopicApplier:
             log.warning("topic truncation of %s at %s refused: %s", decision.topic, where, refusal)
             return TopicOutcome.REFUSED
         try:
-            moved = delete_records(self.admin, decision)
+            moved = delete_records(self.admin, decision.topic, decision.starts.as_dict())
         except DeleteFailed as exc:
             attempts = self.attempts[(partition, offset)] = self.attempts.get((partition, offset), 0) + 1
             if exc.retriable and attempts < self.config.max_attempts:
@@ -243,12 +209,14 @@ class TopicApplier:
         ``--once`` does. Raises :class:`~reclaim.exits.Unavailable` when they are not all final within
         ``timeout_s`` (the brokers not answering, or another applier of the group holding partitions)."""
         topic = self.config.topic
-        _, partitions = describe_topic(self.admin, topic)
+        found = self.consumer.list_topics(topic, timeout=ADMIN_TIMEOUT_S).topics.get(topic)
+        if found is None or found.error is not None:
+            raise Unavailable(f"reading the partitions of {topic}: {found.error if found else 'no answer'}")
+        partitions = sorted(found.partitions)
         wanted = [TopicPartition(topic, p) for p in partitions]
-        lows, ends = (
-            {tp.partition: int(_answer(future, topic, tp.partition).offset)
-             for tp, future in self.admin.list_offsets({tp: spec for tp in wanted}).items()}
-            for spec in (OffsetSpec.earliest(), OffsetSpec.latest()))  # type: ignore[no-untyped-call]
+        lows, ends = ({tp.partition: int(result_of(future, f"reading the offsets of {topic}").offset)
+                       for tp, future in self.admin.list_offsets({tp: spec for tp in wanted}).items()}
+                      for spec in (OffsetSpec.earliest(), OffsetSpec.latest()))  # type: ignore[no-untyped-call]
         behind = {p for p in partitions if ends[p] > lows[p]}
         done = self.consumer.committed([TopicPartition(topic, p) for p in behind], timeout=ADMIN_TIMEOUT_S)
         outcomes: list[TopicOutcome] = []

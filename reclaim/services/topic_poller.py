@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -153,12 +154,14 @@ class TopicPoller:
                 pass
 
     def run(self, stop: threading.Event, every_s: float) -> None:
-        """A pass every ``every_s`` until ``stop`` is set; a pass that fails as a whole is logged and retried."""
+        """A pass every ``every_s`` (the next at once after a pass that took longer) until ``stop`` is set; a pass
+        that fails as a whole is logged and retried."""
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 report = self.tick()
                 if report.published:
                     log.info("topic cuts published: %s", ", ".join(c.topic for c in report.published))
             except Unavailable as exc:
                 log.warning("topic poller pass failed: %s", exc)
-            stop.wait(every_s)
+            stop.wait(max(0.0, every_s - (time.monotonic() - started)))

@@ -181,7 +181,12 @@ def _admin(n: Names) -> list[Grant]:
     return [Grant("TOPIC", "PREFIXED", n.prefix, "ALL",
                   "topics create/describe (CREATE, DESCRIBE_CONFIGS, ALTER_CONFIGS) of every topic the prefix and "
                   "retry delays make; streams set-policy (stream-config) and truncate (the truncation topic, or "
-                  "phase 1 and topology through its controller): everything on the prefix")]
+                  "phase 1 and topology through its controller): everything on the prefix"),
+            *_named("TOPIC", n.retained_topics, "DESCRIBE", "topics retain names the topic's id; retention "
+                    "show and plan read its partitions and offsets (--retained-topic)"),
+            *_named("TOPIC", n.retained_topics, "DESCRIBE_CONFIGS", "topics retain refuses a compacted-only topic"),
+            *_named("GROUP", n.retained_groups, "DESCRIBE", "topics retention show and plan read the required "
+                    "groups' committed offsets (--retained-group)")]
 
 
 _PLANS = {

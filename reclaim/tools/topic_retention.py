@@ -95,7 +95,8 @@ class TopicView:
     problems: tuple[str, ...] = field(default=())
 
 
-def _result(future: Any, what: str) -> Any:
+def result_of(future: Any, what: str) -> Any:
+    """An Admin API future's result; the brokers' error or silence is :class:`~reclaim.exits.Unavailable`."""
     try:
         return future.result(timeout=ADMIN_TIMEOUT_S)
     except KafkaException as exc:
@@ -130,7 +131,7 @@ def describe_topics(admin: AdminClient, topics: Iterable[str]) -> dict[str, Desc
         found[topic] = (str(described.topic_id), sorted(p.id for p in described.partitions))
     resources = [ConfigResource(ResourceType.TOPIC, t) for t in wanted if not isinstance(found[t], Exception)]
     for resource, future in (admin.describe_configs(resources) if resources else {}).items():
-        configs = _result(future, f"reading topic {resource.name!r}'s configuration")
+        configs = result_of(future, f"reading topic {resource.name!r}'s configuration")
         cleanup = configs["cleanup.policy"].value if "cleanup.policy" in configs else "delete"
         if "delete" not in {part.strip() for part in str(cleanup).split(",")}:
             found[resource.name] = TopicRetentionError(
@@ -164,29 +165,36 @@ def _offsets(admin: AdminClient, specs: Mapping[TopicPartition, OffsetSpec]) -> 
     found: dict[tuple[str, int], int | None] = {}
     for answer in futures:
         for tp, future in answer.items():
-            offset = _result(future, f"listing offsets of {tp.topic}[{tp.partition}]").offset
+            offset = result_of(future, f"listing offsets of {tp.topic}[{tp.partition}]").offset
             found[(tp.topic, tp.partition)] = None if offset < 0 else offset
     return found
 
 
 def group_states(admin: AdminClient) -> dict[str, str]:
     """Every consumer group the brokers list, with its state (``empty``, ``stable``, ...)."""
-    listed = _result(admin.list_consumer_groups(), "listing consumer groups")
+    listed = result_of(admin.list_consumer_groups(), "listing consumer groups")
     return {g.group_id: (g.state.name.lower() if isinstance(g.state, ConsumerGroupState) else "unknown")
             for g in listed.valid}
 
 
 def group_offsets(admin: AdminClient, wanted: Mapping[str, Sequence[TopicPartition]]
-                  ) -> dict[str, dict[tuple[str, int], int]]:
+                  ) -> dict[str, dict[tuple[str, int], int] | Unavailable]:
     """Each group's committed offsets on the partitions wanted of it (a partition it has not committed on is left
-    out)."""
+    out), or why they could not be read (the group not authorized to this principal, say): a group that cannot be
+    read fails the topics that require it, not the others."""
     futures = [(group, admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, list(chunk))])[group])
                for group, partitions in wanted.items() for chunk in _chunks(partitions)]
-    found: dict[str, dict[tuple[str, int], int]] = {group: {} for group in wanted}
+    found: dict[str, dict[tuple[str, int], int] | Unavailable] = {group: {} for group in wanted}
     for group, future in futures:
-        answer = _result(future, f"reading group {group!r}'s offsets")
-        found[group].update({(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions or []
-                             if tp.error is None and tp.offset >= 0})
+        try:
+            answer = result_of(future, f"reading group {group!r}'s offsets")
+        except Unavailable as exc:
+            found[group] = exc
+            continue
+        held = found[group]
+        if not isinstance(held, Unavailable):
+            held.update({(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions or []
+                         if tp.error is None and tp.offset >= 0})
     return found
 
 
@@ -309,8 +317,14 @@ def observe_all(admin: AdminClient, policies: Iterable[TopicRetentionPolicy], no
         named = {*policy.groups, *remembered.get(topic, ())}
         committed: dict[str, dict[int, int | None]] = {}
         states = []
+        unreadable = [held for group in sorted(candidates[topic]) if isinstance(held := offsets[group], Unavailable)]
+        if unreadable:
+            views[topic] = unreadable[0]
+            continue
         for group in sorted(candidates[topic]):
-            mine = {p: offsets[group].get((topic, p)) for p in partitions}
+            held = offsets[group]
+            assert not isinstance(held, Unavailable)
+            mine = {p: held.get((topic, p)) for p in partitions}
             read = sum(1 for o in mine.values() if o is not None)
             if group not in named and not read:
                 continue  # the pattern matches a group of another topic: a subscriber only once it commits here
@@ -367,25 +381,56 @@ class Deleted:
     decision: PartitionDecision
 
 
-def apply(admin: AdminClient, view: TopicView, decisions: Iterable[PartitionDecision]) -> list[Deleted]:
-    """``DeleteRecords`` up to each decision's start, in one request; the returned low watermarks are checked
-    to have reached it. Idempotent: a start at or behind the partition's is no request at all, and the broker
-    answers a repeated one with the start it has."""
-    moving = {d.partition: d for d in decisions if d.start is not None}
-    starts = {p: d.start for p, d in moving.items() if d.start is not None}
-    if not moving:
-        return []
-    lows = {p.partition: p.low for p in view.partitions}
-    futures = admin.delete_records([TopicPartition(view.topic, p, start) for p, start in starts.items()])
-    done = []
+class DeleteFailed(Exception):
+    """DeleteRecords failed on a partition; ``retriable`` when trying again may succeed."""
+
+    def __init__(self, message: str, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+def delete_records(admin: AdminClient, topic: str, starts: Mapping[int, int]) -> dict[int, tuple[int, int]]:
+    """``DeleteRecords`` up to each start ahead of its partition's, in one request; the low watermarks returned are
+    checked to have reached it. ``{partition: (before, after)}`` for the partitions moved (none: every one was
+    there already). Idempotent: a start at or behind the partition's is no request at all, and the broker answers
+    a repeated one with the start it has. Raises :class:`DeleteFailed`."""
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+                                  for p in starts})
+    before = {tp.partition: _answer(future, topic, tp.partition).offset for tp, future in futures.items()}
+    behind = {p: start for p, start in starts.items() if before[p] < start}
+    if not behind:
+        return {}
+    futures = admin.delete_records([TopicPartition(topic, p, start) for p, start in behind.items()])
+    moved = {}
     for tp, future in futures.items():
-        decision = moving[tp.partition]
-        low = _result(future, f"deleting records of {view.topic}[{tp.partition}]").low_watermark
-        if low < starts[tp.partition]:
-            raise Unavailable(f"DeleteRecords on {view.topic}[{tp.partition}] left its start at {low}, not "
-                              f"{decision.start}")
-        done.append(Deleted(tp.partition, lows[tp.partition], low, decision))
-    return sorted(done, key=lambda d: d.partition)
+        low = _answer(future, topic, tp.partition).low_watermark
+        if low < behind[tp.partition]:
+            raise DeleteFailed(f"DeleteRecords on {topic}[{tp.partition}] left its start at {low}, not "
+                               f"{behind[tp.partition]}", retriable=True)
+        moved[tp.partition] = (before[tp.partition], low)
+    return moved
+
+
+def _answer(future: Any, topic: str, partition: int) -> Any:
+    try:
+        return future.result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        retriable = error is None or bool(error.retriable())
+        raise DeleteFailed(f"{topic}[{partition}]: {error.str() if error else exc}", retriable) from None
+    except TimeoutError:
+        raise DeleteFailed(f"{topic}[{partition}]: no answer within {ADMIN_TIMEOUT_S:g} s", True) from None
+
+
+def apply(admin: AdminClient, view: TopicView, decisions: Iterable[PartitionDecision]) -> list[Deleted]:
+    """The decisions (:func:`plan`) applied with :func:`delete_records`; a failure is
+    :class:`~reclaim.exits.Unavailable`."""
+    moving = {d.partition: d for d in decisions if d.start is not None}
+    try:
+        moved = delete_records(admin, view.topic, {p: d.start for p, d in moving.items() if d.start is not None})
+    except DeleteFailed as exc:
+        raise Unavailable(str(exc)) from None
+    return [Deleted(p, before, after, moving[p]) for p, (before, after) in sorted(moved.items())]
 
 
 # --- the policies on the bus -----------------------------------------------------------------------------------
@@ -446,7 +491,7 @@ class PolicyFollower:
         wanted = {TopicPartition(self.topic, 0): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
         [end] = self.admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
                                         request_timeout=timeout_s).values()  # what the consumer can reach
-        high = int(_result(end, f"reading the end of {self.topic}").offset)
+        high = int(result_of(end, f"reading the end of {self.topic}").offset)
         deadline = time.monotonic() + timeout_s
         while self._position() < high:
             messages = self.consumer.consume(500, 0.2)

@@ -330,10 +330,9 @@ def test_reclaim_topics_create_over_sasl_ssl_as_the_admin_role_and_refused_as_an
 def test_topic_retention_observes_and_deletes_records_of_the_topics_it_retains_only(
         granted: Granted, secure_kafka: SecureBroker) -> None:
     from reclaim.schemas.base import millis_now
-    from reclaim.schemas.streams import StreamCut
-    from reclaim.schemas.topic_retention import TopicRetentionPolicy, TopicTruncation
-    from reclaim.services.topic_applier import DeleteFailed, TopicApplierConfig, delete_records
-    from reclaim.tools.topic_retention import POLLER_GROUP, describe_topic, observe
+    from reclaim.schemas.topic_retention import TopicRetentionPolicy
+    from reclaim.services.topic_applier import TopicApplierConfig
+    from reclaim.tools.topic_retention import POLLER_GROUP, DeleteFailed, delete_records, describe_topic, observe
     from tests.support.kafka_topics import create_topic, start_offset
 
     props, t = granted.principals["topic-retention"], granted.topics
@@ -352,8 +351,7 @@ def test_topic_retention_observes_and_deletes_records_of_the_topics_it_retains_o
     topic_id, _ = describe_topic(admin, topic)
     view = observe(admin, TopicRetentionPolicy(topic, topic_id, (group,), 0, millis_now()), millis_now())
     assert [(p.low, p.high, dict(p.committed)) for p in view.partitions] == [(0, 6, {group: 4})]
-    assert delete_records(admin, TopicTruncation(topic, topic_id, StreamCut.from_mapping({0: 4}), millis_now(),
-                                                 millis_now())) == {0: (0, 4)}
+    assert delete_records(admin, topic, {0: 4}) == {0: (0, 4)}
     read, errors = assign_read(props, t.topic_retention, POLLER_GROUP)
     assert read >= 1 and not errors
     assert produce(props, t.topic_cuts) is None and produce(props, t.topic_truncation_dlq) is None
@@ -367,5 +365,5 @@ def test_topic_retention_observes_and_deletes_records_of_the_topics_it_retains_o
         seed.produce(other, value=f"r{index}".encode(), partition=0)
     assert seed.flush(15) == 0
     with pytest.raises(DeleteFailed):  # the topic is not even described to it: "no leaders found"
-        delete_records(admin, TopicTruncation(other, "x", StreamCut.from_mapping({0: 2}), millis_now(), millis_now()))
+        delete_records(admin, other, {0: 2})
     assert start_offset(owner, other, 0) == 0

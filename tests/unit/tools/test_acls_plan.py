@@ -40,7 +40,10 @@ def test_the_roles_that_write_a_deletion_or_a_truncation() -> None:
     assert writers["controller"] == {"p.ledger-deletion", "p.stream-topology", "p.stream-cuts"}
     assert writers["subscriber"] == {"p.subscribers", "p.subscriber-cuts"}
     assert writers["worker"] == {"p.ledger-deletion.retry-1s", "p.ledger-deletion.retry-2s", "p.ledger-deletion.dlq"}
-    assert _ops("admin") == {("TOPIC", "PREFIXED", "p.", "ALL")}
+    # The admin's prefix, and what it reads of the retained topics and groups to set, show and plan their policies.
+    assert _ops("admin") == {("TOPIC", "PREFIXED", "p.", "ALL"), ("TOPIC", "LITERAL", "orders", "DESCRIBE"),
+                             ("TOPIC", "LITERAL", "orders", "DESCRIBE_CONFIGS"),
+                             ("GROUP", "LITERAL", "billing", "DESCRIBE")}
 
 
 def test_readers_and_groups() -> None:
