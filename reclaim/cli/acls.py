@@ -69,10 +69,11 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
         verb.add_argument("--truncation-group-id",
                           help="the truncation applier's consumer group (default reclaim-truncation)")
         verb.add_argument("--retained-topic", action="append", metavar="NAME",
-                          help="topic-retention: a Kafka topic under consumption retention (NAME* for a prefix); "
-                               "repeatable")
+                          help="topic-retention and admin: a Kafka topic under consumption retention (NAME* for a "
+                               "prefix); repeatable")
         verb.add_argument("--retained-group", action="append", metavar="NAME",
-                          help="topic-retention: a consumer group that holds one (NAME* for a prefix); repeatable")
+                          help="topic-retention and admin: a consumer group that holds one (NAME* for a prefix); "
+                               "repeatable")
         json_flag(verb, "print the bindings as JSON")
         common(verb)
         verb.set_defaults(run=cmd_acls)

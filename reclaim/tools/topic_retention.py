@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,19 +151,29 @@ def describe_topic(admin: AdminClient, topic: str) -> Described:
 CHUNK = 500
 """Partitions asked per ListOffsets or OffsetFetch request. librdkafka's handling of one answer grows with the square
 of its partitions: a group's offsets on 10,000 partitions take 0.2 s in one request, 0.02 s in requests of 500
-(``benchmarks/topic_retention.py``). Every request is sent before any answer is awaited."""
+(``benchmarks/topic_retention.py``)."""
+
+WAVE = 8
+"""Requests sent before their answers are awaited. Hundreds in flight at once timed out on a loaded broker, and
+librdkafka 2.x then failed an assertion (``rd_kafka_enq_once_del_source_return``) and stopped the process."""
 
 
 def _chunks(items: Sequence[TopicPartition]) -> list[Sequence[TopicPartition]]:
     return [items[at:at + CHUNK] for at in range(0, len(items), CHUNK)]
 
 
+def _in_waves(calls: Sequence[Callable[[], Any]]) -> Iterator[Any]:
+    """Each call's answer (a future, or a dict of them), in order; at most :data:`WAVE` sent before the earlier are
+    awaited by the caller (the generator resumes only once the caller has used the answers it was given)."""
+    for at in range(0, len(calls), WAVE):
+        yield from [call() for call in calls[at:at + WAVE]]
+
+
 def _offsets(admin: AdminClient, specs: Mapping[TopicPartition, OffsetSpec]) -> dict[tuple[str, int], int | None]:
     """Each partition's offset for its spec (None: no such offset, e.g. no record that young)."""
-    every = list(specs)
-    futures = [admin.list_offsets({tp: specs[tp] for tp in chunk}) for chunk in _chunks(every)]
+    calls = [lambda chunk=chunk: admin.list_offsets({tp: specs[tp] for tp in chunk}) for chunk in _chunks(list(specs))]
     found: dict[tuple[str, int], int | None] = {}
-    for answer in futures:
+    for answer in _in_waves(calls):
         for tp, future in answer.items():
             offset = result_of(future, f"listing offsets of {tp.topic}[{tp.partition}]").offset
             found[(tp.topic, tp.partition)] = None if offset < 0 else offset
@@ -182,10 +192,11 @@ def group_offsets(admin: AdminClient, wanted: Mapping[str, Sequence[TopicPartiti
     """Each group's committed offsets on the partitions wanted of it (a partition it has not committed on is left
     out), or why they could not be read (the group not authorized to this principal, say): a group that cannot be
     read fails the topics that require it, not the others."""
-    futures = [(group, admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, list(chunk))])[group])
-               for group, partitions in wanted.items() for chunk in _chunks(partitions)]
+    asked = [(group, chunk) for group, partitions in wanted.items() for chunk in _chunks(partitions)]
+    calls = [lambda group=group, chunk=chunk: admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, list(chunk))])[group] for group, chunk in asked]
     found: dict[str, dict[tuple[str, int], int] | Unavailable] = {group: {} for group in wanted}
-    for group, future in futures:
+    for (group, _), future in zip(asked, _in_waves(calls), strict=True):
         try:
             answer = result_of(future, f"reading group {group!r}'s offsets")
         except Unavailable as exc:
