@@ -69,7 +69,7 @@ class ConfirmedPublisher:
     def _send(self, topic: str, records: Sequence[tuple[AvroRecord, str]], indexes: Iterable[int]
               ) -> tuple[dict[int, str], set[int]]:
         """Send the records at ``indexes``: why each unconfirmed one was not, and those the broker refused."""
-        tracker, sent = DeliveryTracker(), []
+        tracker, sent = DeliveryTracker(), list[int]()
         for index in indexes:
             record, key = records[index]
             value, raw_key = self.codec.encode(record, topic), key.encode()
