@@ -378,9 +378,11 @@ def plain_run(bootstrap: str, topics: RetentionTopics) -> float:
     return elapsed
 
 
-def check_events(label: str, found: list[Truncation], expected: set[Truncation]) -> None:
-    assert len(found) == len(expected), f"{label}: {len(found)} events for {len(expected)} streams"
-    assert set(found) == expected, f"{label}: {len(set(found) ^ expected)} events differ from the expected bound"
+def check_events(label: str, found: Sequence[object], expected: set[object], what: str = "events",
+                 per: str = "streams") -> None:
+    """One output (``what``) per stream or topic (``per``), and the set of them the one expected."""
+    assert len(found) == len(expected), f"{label}: {len(found)} {what} for {len(expected)} {per}"
+    assert set(found) == expected, f"{label}: {len(set(found) ^ expected)} {what} differ from the expected"
 
 
 @dataclass(frozen=True)
@@ -538,6 +540,14 @@ def parse_sizes(argv: Sequence[str] | None = None) -> tuple[Sizes, str | None]:
 def main() -> None:
     sizes, bootstrap = parse_sizes()
     begun, figures = time.time(), Figures()
+    on_broker_and_spark("reclaim-bench-retention", bootstrap,
+                        lambda spark, address, work: run(spark, address, sizes, work, figures))
+    record("retention_job", asdict(sizes), figures, begun)
+
+
+def on_broker_and_spark(app: str, bootstrap: str | None, body: Callable[[SparkSession, str, Path], None]) -> None:
+    """``body(spark, bootstrap, work)`` in a temporary directory ``work``, on the broker ``bootstrap`` names (one of
+    its own when None) and a local Spark session; the session and the broker started here stopped afterwards."""
     with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
         work = Path(tmp)
         started: list[int] = []
@@ -545,15 +555,14 @@ def main() -> None:
             ports = BrokerPorts(free_port(), free_port())
             started.append(start_broker(work / "kafka", Settings.from_env().cache_dir, ports).pid)
             bootstrap = ports.bootstrap
-        spark = build_spark_session("reclaim-bench-retention", Settings.from_env().cache_dir)
+        spark = build_spark_session(app, Settings.from_env().cache_dir)
         spark.sparkContext.setLogLevel("ERROR")  # stopping the continuous query interrupts a batch: not news
         try:
-            run(spark, bootstrap, sizes, work, figures)
+            body(spark, bootstrap, work)
         finally:
             spark.stop()
             for pid in started:
                 stop_pid(pid)
-    record("retention_job", asdict(sizes), figures, begun)
 
 
 def load() -> str:

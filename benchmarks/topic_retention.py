@@ -33,7 +33,6 @@ import math
 import os
 import random
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,9 +46,7 @@ from prometheus_client import REGISTRY
 from pyspark.sql import SparkSession
 
 from benchmarks.results import Figures, record, verdict
-from benchmarks.retention_job import add_batches, describe_batches, load
-from reclaim.localstack.kafka_broker import BrokerPorts, start_broker
-from reclaim.localstack.procs import free_port, stop_pid
+from benchmarks.retention_job import add_batches, check_events, describe_batches, load, on_broker_and_spark
 from reclaim.producers.config import kafka_config
 from reclaim.producers.producer import DeliveryTracker, RecordProducer
 from reclaim.producers.publisher import ConfirmedPublisher
@@ -58,7 +55,6 @@ from reclaim.retention.spark_auth import job_keys
 from reclaim.retention.spark_io import RetentionTopics
 from reclaim.retention.spark_job import RetentionJobConfig, start_retention_job
 from reclaim.retention.spark_metrics import BatchSummary
-from reclaim.retention.spark_session import build_spark_session
 from reclaim.retention.topic_state import TopicRetentionState
 from reclaim.schemas import build_codec, millis_now
 from reclaim.schemas.codec import RecordCodec
@@ -327,6 +323,7 @@ def plain_run(cluster: Cluster, into: str, codec: RecordCodec) -> tuple[float, f
     admin = AdminClient(kafka_config(cluster.bootstrap, "admin"))
     producer = RecordProducer(cluster.bootstrap, "idempotent-producer")
     signer, tracker = RecordSigner(KEYS, "retention-job"), DeliveryTracker()
+    producer.producer.list_topics(into, timeout=30)  # connected before the clock starts, as the poller's producer is
     started = time.perf_counter()
     now = millis_now()
     views = observe_all(admin, cluster.policies, now)
@@ -350,8 +347,7 @@ def plain_run(cluster: Cluster, into: str, codec: RecordCodec) -> tuple[float, f
 
 
 def check_decisions(label: str, found: list[Decision], expected: set[Decision]) -> None:
-    assert len(found) == len(expected), f"{label}: {len(found)} decisions for {len(expected)} topics"
-    assert set(found) == expected, f"{label}: {len(set(found) ^ expected)} decisions differ from the expected"
+    check_events(label, found, set(expected), "decisions", "topics")
 
 
 @dataclass(frozen=True)
@@ -470,21 +466,8 @@ def parse_sizes(argv: Sequence[str] | None = None) -> tuple[Sizes, str | None]:
 def main() -> None:
     sizes, bootstrap = parse_sizes()
     begun, figures = time.time(), Figures()
-    with tempfile.TemporaryDirectory(prefix="reclaim-bench-") as tmp:
-        work = Path(tmp)
-        started: list[int] = []
-        if not bootstrap:
-            ports = BrokerPorts(free_port(), free_port())
-            started.append(start_broker(work / "kafka", Settings.from_env().cache_dir, ports).pid)
-            bootstrap = ports.bootstrap
-        spark = build_spark_session("reclaim-bench-topic-retention", Settings.from_env().cache_dir)
-        spark.sparkContext.setLogLevel("ERROR")  # stopping the continuous query interrupts a batch: not news
-        try:
-            run(spark, bootstrap, sizes, work, figures)
-        finally:
-            spark.stop()
-            for pid in started:
-                stop_pid(pid)
+    on_broker_and_spark("reclaim-bench-topic-retention", bootstrap,
+                        lambda spark, address, work: run(spark, address, sizes, work, figures))
     record("topic_retention", asdict(sizes), figures, begun)
 
 
