@@ -57,8 +57,8 @@ class PollReport:
 
 class TopicPoller:
     """Observes every topic under an active policy each pass (:func:`~reclaim.tools.topic_retention.observe_all`:
-    a few requests for all of them, one per required group) and publishes a topic's cut when it changed, or
-    ``heartbeat_s`` after the last one (so the job's view of time limits stays fresh)."""
+    requests of 500 partitions over all of them, eight in flight at a time) and publishes a topic's cut when it
+    changed, or ``heartbeat_s`` after the last one (so the job's view of time limits stays fresh)."""
 
     def __init__(self, admin: AdminClient, policies: Callable[[], dict[str, TopicRetentionPolicy]],
                  publisher: ConfirmedPublisher, cuts_topic: str, heartbeat_s: float = 60.0,
