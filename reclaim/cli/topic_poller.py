@@ -24,6 +24,9 @@ Observe every Kafka topic under consumption retention (reclaim topics retain) un
 offsets (and Spark queries' checkpoints), published on the topic-cuts topic when they changed, signed with
 the topic-retention key of the keyring (RECLAIM_KEYRING). The retention job decides on them; the Kafka-topic
 applier deletes. One poller is enough for a cluster: its passes are a few Admin API requests per topic.
+Between passes it follows the groups' commits on __consumer_offsets (which group committed where, when it may
+read that topic) and observes a topic as soon as one of its groups moves; --no-follow-commits, or no Read on
+__consumer_offsets, leaves it to the passes.
 With --once it makes one pass (every topic's cut published), prints what it did and exits: 2 when a topic
 could not be observed."""
 
@@ -34,7 +37,8 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.producers.publisher import ConfirmedPublisher
     from reclaim.services import preflight, runtime
     from reclaim.services.topic_poller import TopicPoller
-    from reclaim.tools.topic_retention import Checkpoints, PolicyFollower
+    from reclaim.tools.group_commits import CommitWatch
+    from reclaim.tools.topic_retention import POLLER_GROUP, Checkpoints, PolicyFollower
     from reclaim.tools.topics import admin_client
 
     runtime.require_record_auth(settings, "the topic poller")
@@ -61,9 +65,14 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
                              heartbeat_s=args.heartbeat, checkpoints=Checkpoints(None if s3 is None else s3.client))
         if args.once:
             return _one_pass(poller)
-        log.info("topic poller: a pass every %g s, cuts on %s%s", args.every, names.topic_cuts,
+        watch = None
+        if args.follow_commits:
+            watch = CommitWatch(address, POLLER_GROUP, lambda topic: topic in poller.watched)
+            stack.callback(watch.close)
+        log.info("topic poller: a pass every %g s%s, cuts on %s%s", args.every,
+                 " and the groups' commits followed" if watch else "", names.topic_cuts,
                  "" if signer is None else f", signed by topic-retention/{signer.key.id}")
-        poller.run(stop, args.every)
+        poller.run(stop, args.every, watch)
     return exit_status(0, stop)
 
 
@@ -87,6 +96,9 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
     poller.add_argument("--every", type=duration(positive=True), default=10.0, metavar="DURATION",
                         help="a pass starts this often, or at once after a pass that took longer (default 10s)")
     poller.add_argument("--once", action="store_true", help="one pass, then exit")
+    poller.add_argument("--no-follow-commits", dest="follow_commits", action="store_false",
+                        help="observe topics on passes only, not as their groups commit (needs no Read on "
+                             "__consumer_offsets)")
     poller.add_argument("--heartbeat", type=duration(positive=True), default=60.0, metavar="DURATION",
                         help="publish a topic's cut at least this often, changed or not (default 60s)")
     metrics_flags(poller)

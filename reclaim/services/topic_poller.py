@@ -8,6 +8,9 @@ cluster (reading it needs a wide grant), its key and value formats are Kafka's o
 start and end, ``offsetsForTimes`` and the Spark queries' checkpoints. The poller asks the brokers through the
 Admin API for exactly those, as its own principal (Describe on the groups and the topic), and signs what it saw
 with the ``topic-retention`` key, so the job obeys no one else's offsets.
+
+What it does read of ``__consumer_offsets``, when allowed to, is a prompt: which group just committed on which
+topic (:mod:`reclaim.tools.group_commits`), so that it observes that topic at once rather than at its next pass.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from confluent_kafka.admin import AdminClient
@@ -26,6 +29,7 @@ from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
+from reclaim.tools.group_commits import CommitWatch, Moves
 from reclaim.tools.topic_retention import Checkpoints, TopicView, cut_of, observe_all, plan
 
 log = logging.getLogger(__name__)
@@ -34,6 +38,8 @@ POLLS = Counter("reclaim_topic_retention_polls_total", "Passes of the topic poll
                 "consumption retention")
 POLL_FAILURES = Counter("reclaim_topic_retention_poll_failures_total", "Topics the topic poller could not observe "
                         "in a pass (the brokers did not answer, or the topic is gone or compacted)", ["topic"])
+FOLLOWED = Counter("reclaim_topic_retention_followed_total", "Observations of the topics whose groups just committed "
+                   "(read from __consumer_offsets), between the topic poller's passes")
 CUTS = Counter("reclaim_topic_retention_cuts_total", "Topic cuts the topic poller published", ["topic"])
 HELD_RECORDS = Gauge("reclaim_topic_retention_held_records", "Records old enough to delete (past the minimum) that "
                      "a required group has not read yet: what the slowest group holds back", ["topic"])
@@ -53,12 +59,14 @@ class PollReport:
     published: list[TopicCut] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, TopicView] = field(default_factory=dict)
 
 
 class TopicPoller:
     """Observes every topic under an active policy each pass (:func:`~reclaim.tools.topic_retention.observe_all`:
-    requests of 500 partitions over all of them, eight in flight at a time) and publishes a topic's cut when it
-    changed, or ``heartbeat_s`` after the last one (so the job's view of time limits stays fresh)."""
+    requests of 500 partitions over all of them, eight in flight at a time), and between passes the topics whose
+    groups just committed (:meth:`run` with a :class:`~reclaim.tools.group_commits.CommitWatch`); publishes a topic's
+    cut when it changed, or ``heartbeat_s`` after the last one (so the job's view of time limits stays fresh)."""
 
     def __init__(self, admin: AdminClient, policies: Callable[[], dict[str, TopicRetentionPolicy]],
                  publisher: ConfirmedPublisher, cuts_topic: str, heartbeat_s: float = 60.0,
@@ -70,14 +78,23 @@ class TopicPoller:
         self.remembered: dict[str, set[str]] = {}
         self.idle_since: dict[tuple[str, str], int] = {}
         self.last: dict[str, TopicCut] = {}
+        self.watched: frozenset[str] = frozenset()
+        """The topics under an active policy at the last pass: those whose groups' commits are followed."""
 
-    def tick(self) -> PollReport:
+    def tick(self, only: Iterable[str] | None = None) -> PollReport:
+        """One pass over every topic under an active policy, or over those of ``only`` (the topics whose groups
+        just committed)."""
         report = PollReport()
         active = {topic: p for topic, p in self.policies().items() if p.active}
         for topic in set(self.last) - set(active):
             self._forget(topic)
+        if only is None:
+            self.watched = frozenset(active)
+        else:
+            active = {topic: active[topic] for topic in set(only) & set(active)}
         if not active:
-            POLLS.inc()
+            if only is None:
+                POLLS.inc()
             return report
         now = self.clock()
         try:
@@ -102,6 +119,7 @@ class TopicPoller:
             named = set(policy.groups)
             self.remembered.setdefault(topic, set()).update(
                 g for g in view.required if g not in named and not g.startswith(SPARK_PREFIX))
+            report.seen[topic] = view
             self._watch(policy, view, now)
             cut = cut_of(view)
             last = self.last.get(topic)
@@ -120,7 +138,10 @@ class TopicPoller:
             CUTS.labels(cut.topic).inc()
             self.last[cut.topic] = cut
         report.published = [cut for index, cut in enumerate(report.published) if index not in refused]
-        POLLS.inc()
+        if only is None:
+            POLLS.inc()
+        else:
+            FOLLOWED.inc()
         return report
 
     def _watch(self, policy: TopicRetentionPolicy, view: TopicView, now: int) -> None:
@@ -153,15 +174,72 @@ class TopicPoller:
             except KeyError:
                 pass
 
-    def run(self, stop: threading.Event, every_s: float) -> None:
+    def run(self, stop: threading.Event, every_s: float, watch: CommitWatch | None = None) -> None:
         """A pass every ``every_s`` (the next at once after a pass that took longer) until ``stop`` is set; a pass
-        that fails as a whole is logged and retried."""
+        that fails as a whole is logged and retried. With ``watch``, between passes a topic is observed as soon as
+        one of its groups' commits moves: the Admin API asked again (briefly) until it answers what was committed.
+        """
+        next_pass = time.monotonic()
+        pending: Moves = {}
+        tries: dict[str, int] = {}
+        told = None
         while not stop.is_set():
             started = time.monotonic()
-            try:
-                report = self.tick()
-                if report.published:
-                    log.info("topic cuts published: %s", ", ".join(c.topic for c in report.published))
-            except Unavailable as exc:
-                log.warning("topic poller pass failed: %s", exc)
-            stop.wait(max(0.0, every_s - (time.monotonic() - started)))
+            if started >= next_pass:
+                next_pass = started + every_s
+                # Following starts before the pass, so that what the pass does not see, following does.
+                if watch is not None and not watch.following and not watch.start() and watch.refused != told:
+                    told = watch.refused
+                    log.warning("not following the groups' commits (%s): topics are observed every %g s", told,
+                                every_s)
+                self._logged(None)
+                continue
+            if watch is None or not watch.following:
+                stop.wait(next_pass - started)
+                continue
+            for topic, commits in watch.moves(min(next_pass - started, 1.0) if not pending else FOLLOW_RETRY_S).items():
+                pending.setdefault(topic, {}).update(commits)
+            if not pending:
+                continue
+            report = self._logged(pending)
+            behind = {} if report is None else _behind(pending, report)
+            for topic in pending.keys() - behind.keys():
+                tries.pop(topic, None)
+            for topic in list(behind):
+                tries[topic] = tries.get(topic, 0) + 1
+                if tries[topic] > FOLLOW_TRIES:  # the next pass observes it
+                    del behind[topic], tries[topic]
+            pending = behind
+
+    def _logged(self, only: Moves | None) -> PollReport | None:
+        try:
+            report = self.tick(only)
+        except Unavailable as exc:
+            log.warning("topic poller %s failed: %s", "pass" if only is None else "observation", exc)
+            return None
+        if report.published:
+            log.info("topic cuts published: %s", ", ".join(c.topic for c in report.published))
+        return report
+
+
+FOLLOW_RETRY_S = 0.02
+FOLLOW_TRIES = 5
+"""A topic whose groups just committed is asked again after :data:`FOLLOW_RETRY_S` while the Admin API's answer
+lags the commit read from ``__consumer_offsets`` (the coordinator's cache is updated as the record is written), at
+most this many times: then its next pass observes it."""
+
+
+def _behind(moves: Moves, report: PollReport) -> Moves:
+    """The moves the observation in ``report`` does not show yet: a required group's committed offset on a partition
+    other than the one just read from ``__consumer_offsets``."""
+    behind: Moves = {}
+    for topic, commits in moves.items():
+        view = report.seen.get(topic)
+        if view is None:
+            continue  # not observed (failed, or no longer under a policy): its next pass will
+        partitions = {p.partition: p for p in view.partitions}
+        for (group, partition), offset in commits.items():
+            if group in view.required and partition in partitions \
+                    and partitions[partition].committed.get(group) != offset:
+                behind.setdefault(topic, {})[(group, partition)] = offset
+    return behind

@@ -42,7 +42,8 @@ ROLES: dict[str, str] = {
                 "deletions stalled --resend",
     "admin": "topics create/describe, manual truncation: everything on the topic prefix",
     "topic-retention": "the topic poller and the Kafka-topic applier: Describe on the retained topics and their "
-                       "groups, Delete (DeleteRecords) on the topics (--retained-topic, --retained-group)",
+                       "groups, Delete (DeleteRecords) on the topics (--retained-topic, --retained-group), Read on "
+                       "__consumer_offsets to follow the groups' commits",
 }
 PRINCIPAL = re.compile(r"User:(?!\*$)\S+")
 
@@ -157,6 +158,7 @@ def _named(resource: str, names: Iterable[str], operation: str, why: str) -> lis
 
 def _topic_retention(n: Names) -> list[Grant]:
     from reclaim.services.topic_applier import TopicApplierConfig
+    from reclaim.tools.group_commits import OFFSETS_TOPIC
     from reclaim.tools.topic_retention import POLLER_GROUP
 
     if not n.retained_topics:
@@ -170,6 +172,8 @@ def _topic_retention(n: Names) -> list[Grant]:
         *_named("TOPIC", n.retained_topics, "DESCRIBE_CONFIGS", "a compacted-only topic is refused"),
         *_named("GROUP", n.retained_groups, "DESCRIBE", "the poller reads the required groups' committed offsets"),
         *_topics("WRITE", [t.topic_cuts], "the poller publishes what it saw of each topic"),
+        Grant("TOPIC", "LITERAL", OFFSETS_TOPIC, "READ", "the poller follows the groups' commits, to observe a "
+              "topic as soon as one of its groups moves (shows every group's offsets; without it, passes only)"),
         *_topics("READ", [t.topic_truncation], "the applier consumes the job's DeleteRecords decisions"),
         _group(TopicApplierConfig.group_id, "READ", "the applier's consumer group (join, commit offsets)"),
         *_named("TOPIC", n.retained_topics, "DELETE", "the applier deletes records (DeleteRecords)"),

@@ -17,7 +17,7 @@ from reclaim.localstack.kafka_security import SecureBroker
 from reclaim.producers.config import quiet_logger
 from reclaim.schemas.base import millis_now
 from tests.support.cli import run_reclaim
-from tests.support.deployment import Deployment, deploy, own_keys, write_keyrings
+from tests.support.deployment import Deployment, deploy, metric, own_keys, wait_for, write_keyrings
 from tests.support.kafka_topics import HOUR_MS, create_topic, start_offset
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -83,6 +83,18 @@ def test_a_topic_is_truncated_behind_its_slower_group_with_each_part_as_its_own_
     entries = json.loads(history.stdout)
     assert [(e["partition"], e["old_start"], e["new_start"], e["signer"]) for e in entries] == [
         (0, 0, 4, "retention-job/retention-job-1"), (1, 0, 6, "retention-job/retention-job-1")]
+
+    # As a service, the poller follows the groups' commits on __consumer_offsets (Read granted by its role's plan):
+    # a commit between its passes (an hour apart) is observed and its cut published at once.
+    port = deployment.start("topic-poller", "topic-poller", "--every", "1h")
+    wait_for("the poller's first pass", lambda: metric(port, "reclaim_topic_retention_cuts_total", topic=topic) >= 1)
+    consumer = Consumer({**owner_props, "group.id": fast})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    consumer.close()
+    wait_for("the commit followed", lambda: metric(port, "reclaim_topic_retention_cuts_total", topic=topic) >= 2,
+             timeout_s=30)
+    log = (deployment.directory / "topic-poller.log").read_text()
+    assert "not following" not in log, log
 
     # The poller cannot read a group it is not granted: a policy naming it holds the topic where it is.
     run_reclaim("topics", "retain", topic, "--groups", f"{fast},{slow}", "--min", "1h", env=admin, check=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
+from prometheus_client import REGISTRY
 
 from reclaim.exits import Unavailable
 from reclaim.localstack.s3_server import S3Endpoint
@@ -20,11 +22,13 @@ from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.retention.topic_decision import PartitionDecision, TopicRule
 from reclaim.schemas import build_codec
 from reclaim.schemas.base import millis_now
-from reclaim.schemas.topic_retention import TopicRetentionPolicy
+from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
 from reclaim.services.topic_poller import TopicPoller
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.tools.dlq.reader import read_all
+from reclaim.tools.group_commits import CommitWatch
 from reclaim.tools.topic_retention import (
+    POLLER_GROUP,
     Checkpoints,
     TopicRetentionError,
     apply,
@@ -256,3 +260,64 @@ def test_a_cut_the_broker_refuses_is_reported_for_its_topic_and_the_other_topics
         producer.close()
     messages, _ = read_all(kafka_bootstrap, cuts)
     assert [m.key() for m in messages] == [small.encode()]
+
+
+def test_the_commit_watch_tells_each_move_of_a_wanted_topic_once(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic, other, group = unique_name("watched"), unique_name("not-watched"), unique_name("group")
+    create_topic(admin, topic, 2)
+    create_topic(admin, other, 1)
+    commit(kafka_bootstrap, group, topic, {0: 1})  # before the watch starts: not told
+    watch = CommitWatch(kafka_bootstrap, POLLER_GROUP, lambda t: t == topic)
+    try:
+        assert watch.start() and watch.following and watch.refused is None
+        commit(kafka_bootstrap, group, topic, {0: 2, 1: 1})
+        assert watch.moves(10) == {topic: {(group, 0): 2, (group, 1): 1}}
+        commit(kafka_bootstrap, group, topic, {0: 2, 1: 1})  # the offsets it had (an auto-commit): no move
+        commit(kafka_bootstrap, group, other, {0: 5})  # a topic not wanted
+        assert watch.moves(2) == {}
+        admin.delete_consumer_groups([group])[group].result(timeout=30)  # its offsets' tombstones
+        assert watch.moves(10) == {topic: {(group, 0): None, (group, 1): None}}
+    finally:
+        watch.close()
+
+
+def test_between_passes_the_poller_observes_a_topic_as_soon_as_one_of_its_groups_commits(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic, cuts = unique_name("followed"), unique_name("cuts")
+    create_topic(admin, topic, 2)
+    create_topic(admin, cuts, 1)
+    fast, slow = unique_name("fast"), unique_name("slow")
+    commit(kafka_bootstrap, fast, topic, {0: 0, 1: 0})
+    policies = {topic: _policy(admin, topic, (fast, slow))}
+    codec = build_codec()
+    producer = RecordProducer(kafka_bootstrap, "idempotent-producer")
+    poller = TopicPoller(admin, lambda: policies, ConfirmedPublisher(producer, codec, timeout_s=20), cuts)
+    watch = CommitWatch(kafka_bootstrap, POLLER_GROUP, lambda t: t in poller.watched)
+    stop = threading.Event()
+    thread = threading.Thread(target=poller.run, args=(stop, 3600.0, watch), daemon=True)  # one pass, at once
+
+    def latest(wanted: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+        deadline = time.monotonic() + 20  # the next pass is an hour away
+        while True:
+            messages, _ = read_all(kafka_bootstrap, cuts)
+            cut = codec.decode(messages[-1].value() or b"", cuts, TopicCut) if messages else None
+            found = {} if cut is None else {g.group: g.committed.as_dict() for g in cut.groups}
+            if found == wanted or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
+
+    thread.start()
+    try:
+        assert latest({fast: {0: 0, 1: 0}, slow: {}}) == {fast: {0: 0, 1: 0}, slow: {}}
+        followed = REGISTRY.get_sample_value("reclaim_topic_retention_followed_total") or 0
+        commit(kafka_bootstrap, slow, topic, {0: 0})
+        assert latest({fast: {0: 0, 1: 0}, slow: {0: 0}}) == {fast: {0: 0, 1: 0}, slow: {0: 0}}
+        assert (REGISTRY.get_sample_value("reclaim_topic_retention_followed_total") or 0) > followed
+        assert watch.following
+    finally:
+        stop.set()
+        thread.join(30)
+        watch.close()
+        producer.close()
+    assert not thread.is_alive()
