@@ -129,8 +129,9 @@ class CommitWatch:
 
     def _take(self, messages: list[Message], moved: Moves) -> None:
         for message in messages:
-            if message.error() is not None:
-                self._failed(message.error())
+            error = message.error()
+            if error is not None:
+                self._failed(error)
                 continue
             commit = decode_commit(message.key(), message.value())
             if commit is None or not self.wanted(commit.topic):
