@@ -55,8 +55,9 @@ def cmd_retain(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("retain needs the groups that hold the topic: --groups, --group-pattern, --spark-query "
                          "or several")
     if args.max_bytes is not None:
-        raise UsageError("--max-bytes is not supported yet: a partition's size needs Kafka's DescribeLogDirs, which "
-                         "the Kafka client reclaim uses does not offer yet (librdkafka #5192); use --max")
+        raise UsageError("--max-bytes is not supported yet: Kafka's partition sizes (DescribeLogDirs) count the "
+                         "bytes below a partition's start until their whole segment is deleted, so a start reckoned "
+                         "from them would move again on every pass; use --max")
     min_ms = round(args.min * 1000)
     max_ms = None if args.max is None else round(args.max * 1000)
     if max_ms is not None and max_ms < min_ms:
