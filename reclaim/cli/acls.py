@@ -23,7 +23,7 @@ def cmd_acls(args: argparse.Namespace, settings: Settings) -> int:
     from rich.table import Table
 
     principal = check_principal(args.acl_principal)
-    names = Names.from_settings(settings, args.retained_topic or (), args.retained_group or ())
+    names = Names.from_settings(settings, args.retained_topic or (), args.retained_group or (), args.retained_sizes)
     grants = plan(args.role, names)  # refusals come before the broker is contacted
     rows = binding_rows(principal, grants)
     if args.action == "apply":
@@ -74,6 +74,9 @@ def register(sub: argparse._SubParsersAction, common: Common) -> None:  # type: 
         verb.add_argument("--retained-group", action="append", metavar="NAME",
                           help="topic-retention and admin: a consumer group that holds one (NAME* for a prefix); "
                                "repeatable")
+        verb.add_argument("--retained-sizes", action="store_true",
+                          help="topic-retention: Describe on the cluster, for the partition sizes a policy's "
+                               "--max-bytes needs (DescribeLogDirs; it also lets the principal list ACLs)")
         json_flag(verb, "print the bindings as JSON")
         common(verb)
         verb.set_defaults(run=cmd_acls)

@@ -38,6 +38,7 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
     from reclaim.services import preflight, runtime
     from reclaim.services.topic_poller import TopicPoller
     from reclaim.tools.group_commits import CommitWatch
+    from reclaim.tools.log_dirs import LogDirSizes
     from reclaim.tools.topic_retention import POLLER_GROUP, Checkpoints, PolicyFollower
     from reclaim.tools.topics import admin_client
 
@@ -61,8 +62,11 @@ def cmd_topic_poller(args: argparse.Namespace, settings: Settings) -> int:
         s3 = runtime.s3_binding(settings)
         if s3 is not None:
             stack.callback(s3.close)
+        sizes = LogDirSizes(address)
+        stack.callback(sizes.close)
         poller = TopicPoller(admin_client(address), follower.refresh, publisher, names.topic_cuts,
-                             heartbeat_s=args.heartbeat, checkpoints=Checkpoints(None if s3 is None else s3.client))
+                             heartbeat_s=args.heartbeat, checkpoints=Checkpoints(None if s3 is None else s3.client),
+                             sizes=sizes)
         if args.once:
             return _one_pass(poller)
         watch = None

@@ -54,10 +54,6 @@ def cmd_retain(args: argparse.Namespace, settings: Settings) -> int:
     if not groups and args.group_pattern is None and not checkpoints:
         raise UsageError("retain needs the groups that hold the topic: --groups, --group-pattern, --spark-query "
                          "or several")
-    if args.max_bytes is not None:
-        raise UsageError("--max-bytes is not supported yet: Kafka's partition sizes (DescribeLogDirs) count the "
-                         "bytes below a partition's start until their whole segment is deleted, so a start reckoned "
-                         "from them would move again on every pass; use --max")
     min_ms = round(args.min * 1000)
     max_ms = None if args.max is None else round(args.max * 1000)
     if max_ms is not None and max_ms < min_ms:
@@ -110,7 +106,7 @@ def cmd_retention(args: argparse.Namespace, settings: Settings) -> int:
     decisions = plan(policy, view)
     if args.retention_action == "show":
         return _show(args, policy, view, decisions)
-    return _plan(args, view, decisions)
+    return _plan(args, view, decisions, policy)
 
 
 def read_policies(settings: Settings) -> dict[str, TopicRetentionPolicy]:
@@ -162,11 +158,17 @@ def _show(args: argparse.Namespace, policy: TopicRetentionPolicy, view: TopicVie
     return ExitCode.OK
 
 
-def _plan(args: argparse.Namespace, view: TopicView, decisions: list[PartitionDecision]) -> int:
+SIZE_NOT_PLANNED = ("--max-bytes is not in this plan: the topic poller reckons each partition's bytes from what it "
+                    "grew by between its passes")
+
+
+def _plan(args: argparse.Namespace, view: TopicView, decisions: list[PartitionDecision],
+          policy: TopicRetentionPolicy) -> int:
     rows = [_decision_dict(d, view) for d in decisions]
+    notes = [SIZE_NOT_PLANNED] if policy.max_bytes is not None else []
     if args.json:
         print_json({"topic": view.topic, "topic_id": view.topic_id, "problems": list(view.problems),
-                    "partitions": rows})
+                    "partitions": rows, "notes": notes})
         return ExitCode.OK
     for problem in view.problems:
         print(f"topic {view.topic}: nothing is deleted: {problem}")
@@ -177,6 +179,8 @@ def _plan(args: argparse.Namespace, view: TopicView, decisions: list[PartitionDe
         moves = f"{row['start']} -> {row['to']}: {row['records']} record(s)" if row["to"] is not None \
             else f"stays at {row['start']}"
         print(f"  partition {row['partition']}: {moves}, {row['why']}{held}")
+    for note in notes:
+        print(f"  {note}")
     return ExitCode.OK
 
 
@@ -306,8 +310,8 @@ def register_verbs(verbs: argparse._SubParsersAction, common: Common) -> None:  
     retain.add_argument("--max", type=duration(0.0), metavar="DURATION",
                         help="records older than this go even when a group has not read them (default: none)")
     retain.add_argument("--max-bytes", type=byte_size, metavar="SIZE",
-                        help="a partition keeps at most about this many bytes, whatever the groups: not supported "
-                             "yet (refused)")
+                        help="a partition keeps at most about this many bytes, whatever the groups (sizes from "
+                             "DescribeLogDirs: the poller needs Describe on the cluster)")
     retain.add_argument("--stale-after", type=duration(0.0, positive=True), metavar="DURATION",
                         help="a required group Empty this long is reported stale; it keeps holding (default 1d)")
     common(retain)

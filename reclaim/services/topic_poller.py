@@ -15,6 +15,7 @@ topic (:mod:`reclaim.tools.group_commits`), so that it observes that topic at on
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -24,13 +25,14 @@ from dataclasses import dataclass, field, replace
 from confluent_kafka.admin import AdminClient
 from prometheus_client import Counter, Gauge
 
-from reclaim.exits import Unavailable
+from reclaim.exits import Unavailable, UsageError
 from reclaim.producers.publisher import ConfirmedPublisher
 from reclaim.retention.topic_state import SPARK_PREFIX
 from reclaim.schemas.base import millis_now
 from reclaim.schemas.topic_retention import TopicCut, TopicRetentionPolicy
 from reclaim.tools.group_commits import CommitWatch, Moves
-from reclaim.tools.topic_retention import Checkpoints, TopicView, cut_of, observe_all, plan
+from reclaim.tools.log_dirs import SizeReckoner
+from reclaim.tools.topic_retention import Checkpoints, Sizes, TopicView, cut_of, observe_all, plan
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,11 @@ class TopicPoller:
 
     def __init__(self, admin: AdminClient, policies: Callable[[], dict[str, TopicRetentionPolicy]],
                  publisher: ConfirmedPublisher, cuts_topic: str, heartbeat_s: float = 60.0,
-                 clock: Callable[[], int] = millis_now, checkpoints: Checkpoints | None = None) -> None:
+                 clock: Callable[[], int] = millis_now, checkpoints: Checkpoints | None = None,
+                 sizes: Sizes | None = None) -> None:
         self.admin, self.policies, self.publisher, self.cuts_topic = admin, policies, publisher, cuts_topic
         self.checkpoints = checkpoints or Checkpoints()
+        self.sizes, self.reckoner, self.unsized = sizes, SizeReckoner(), ""
         self.heartbeat_ms = int(heartbeat_s * 1000)
         self.clock = clock
         self.remembered: dict[str, set[str]] = {}
@@ -80,21 +84,35 @@ class TopicPoller:
         self.last: dict[str, TopicCut] = {}
         self.watched: frozenset[str] = frozenset()
         """The topics under an active policy at the last pass: those whose groups' commits are followed."""
+        self.pending: Moves = {}
+        self.tries: dict[str, int] = {}
 
     def tick(self, only: Iterable[str] | None = None) -> PollReport:
-        """One pass over every topic under an active policy, or over those of ``only`` (the topics whose groups
-        just committed)."""
-        report = PollReport()
+        """One pass over every topic under an active policy, or an observation of the topics of ``only`` (those
+        whose groups just committed)."""
+        active = self._active(whole=only is None)
+        if only is not None:
+            active = {topic: active[topic] for topic in set(only) & set(active)}
+        report = self._observe(active)
+        if only is None:
+            POLLS.inc()
+        elif active:
+            FOLLOWED.inc()
+        return report
+
+    def _active(self, whole: bool) -> dict[str, TopicRetentionPolicy]:
+        """The policies in force now; the topics no longer under one are forgotten, and on a whole pass the rest
+        are those whose groups' commits are followed."""
         active = {topic: p for topic, p in self.policies().items() if p.active}
         for topic in set(self.last) - set(active):
             self._forget(topic)
-        if only is None:
+        if whole:
             self.watched = frozenset(active)
-        else:
-            active = {topic: active[topic] for topic in set(only) & set(active)}
+        return active
+
+    def _observe(self, active: dict[str, TopicRetentionPolicy]) -> PollReport:
+        report = PollReport()
         if not active:
-            if only is None:
-                POLLS.inc()
             return report
         now = self.clock()
         try:
@@ -105,6 +123,7 @@ class TopicPoller:
                 POLL_FAILURES.labels(topic).inc()
                 report.failed[topic] = str(exc)
             raise
+        seen = self._sized(active, seen)
         for topic, policy in sorted(active.items()):
             view = seen[topic]
             if isinstance(view, Exception):
@@ -138,11 +157,39 @@ class TopicPoller:
             CUTS.labels(cut.topic).inc()
             self.last[cut.topic] = cut
         report.published = [cut for index, cut in enumerate(report.published) if index not in refused]
-        if only is None:
-            POLLS.inc()
-        else:
-            FOLLOWED.inc()
         return report
+
+    def _sized(self, active: dict[str, TopicRetentionPolicy], seen: dict[str, TopicView | Exception]
+               ) -> dict[str, TopicView | Exception]:
+        """``seen`` with the bytes of each partition of a topic under a size limit, reckoned from the partitions'
+        sizes on the brokers (:class:`~reclaim.tools.log_dirs.SizeReckoner`); sizes that cannot be read leave
+        them unknown (no size forces anything), said once."""
+        views = {t: v for t, v in seen.items() if isinstance(v, TopicView) and not v.problems
+                 and active[t].max_bytes is not None}
+        if not views:
+            return seen
+        wanted = {t: [p.partition for p in v.partitions] for t, v in views.items()}
+        try:
+            found = {} if self.sizes is None else self.sizes(wanted)
+        except (Unavailable, UsageError) as exc:
+            found, why = {}, str(exc)
+        else:
+            why = "no partition sizes asked" if self.sizes is None else \
+                "the brokers described none of their partitions (DescribeLogDirs needs Describe on the cluster)"
+        unsized = ", ".join(t for t, partitions in sorted(wanted.items())
+                            if any((t, p) not in found for p in partitions))
+        if unsized and unsized != self.unsized:
+            log.warning("--max-bytes forces nothing on %s for now: %s", unsized, why)
+        self.unsized = unsized
+        sized = dict(seen)
+        for topic, view in views.items():
+            partitions = []
+            for p in view.partitions:
+                size = found.get((topic, p.partition))
+                reckoned = None if size is None else self.reckoner.reckon(topic, p.partition, p.low, p.high, size)
+                partitions.append(replace(p, size_bytes=reckoned))
+            sized[topic] = replace(view, partitions=tuple(partitions))
+        return sized
 
     def _watch(self, policy: TopicRetentionPolicy, view: TopicView, now: int) -> None:
         """The topic's gauges: records the groups hold back, and how long its idlest required group has been
@@ -164,6 +211,7 @@ class TopicPoller:
         STALE_GROUPS.labels(policy.topic).set(sum(1 for ms in idle if ms >= policy.stale_after_ms))
 
     def _forget(self, topic: str) -> None:
+        self.reckoner.forget(topic)
         self.last.pop(topic, None)
         self.remembered.pop(topic, None)
         for key in [k for k in self.idle_since if k[0] == topic]:
@@ -180,8 +228,7 @@ class TopicPoller:
         one of its groups' commits moves: the Admin API asked again (briefly) until it answers what was committed.
         """
         next_pass = time.monotonic()
-        pending: Moves = {}
-        tries: dict[str, int] = {}
+        self.pending, self.tries = {}, {}
         told = None
         while not stop.is_set():
             started = time.monotonic()
@@ -192,36 +239,62 @@ class TopicPoller:
                     told = watch.refused
                     log.warning("not following the groups' commits (%s): topics are observed every %g s", told,
                                 every_s)
-                self._logged(None)
-                continue
-            if watch is None or not watch.following:
+                self._pass(stop, watch)
+            elif watch is None or not watch.following:
                 stop.wait(next_pass - started)
-                continue
-            for topic, commits in watch.moves(min(next_pass - started, 1.0) if not pending else FOLLOW_RETRY_S).items():
-                pending.setdefault(topic, {}).update(commits)
-            if not pending:
-                continue
-            report = self._logged(pending)
-            behind = {} if report is None else _behind(pending, report)
-            for topic in pending.keys() - behind.keys():
-                tries.pop(topic, None)
-            for topic in list(behind):
-                tries[topic] = tries.get(topic, 0) + 1
-                if tries[topic] > FOLLOW_TRIES:  # the next pass observes it
-                    del behind[topic], tries[topic]
-            pending = behind
+            else:
+                self._follow(watch, min(next_pass - started, 1.0))
 
-    def _logged(self, only: Moves | None) -> PollReport | None:
+    def _pass(self, stop: threading.Event, watch: CommitWatch | None) -> None:
+        """Every topic, :data:`PASS_TOPICS` at a time; between them, the topics whose groups just committed (a
+        commit waits for one part of a pass, not the whole)."""
         try:
-            report = self.tick(only)
+            active = self._active(whole=True)
         except Unavailable as exc:
-            log.warning("topic poller %s failed: %s", "pass" if only is None else "observation", exc)
+            log.warning("topic poller pass failed: %s", exc)
+            return
+        topics = sorted(active)
+        for at in range(0, len(topics), PASS_TOPICS):
+            part = {topic: active[topic] for topic in topics[at:at + PASS_TOPICS]}
+            self._logged(functools.partial(self._observe, part), "pass")
+            if stop.is_set():
+                return
+            if watch is not None and watch.following:
+                self._follow(watch, 0.0)
+        POLLS.inc()
+
+    def _follow(self, watch: CommitWatch, timeout_s: float) -> None:
+        """Observe the topics whose groups' commits moved (waiting up to ``timeout_s`` for one), and again those
+        whose observation does not show the commit yet."""
+        for topic, commits in watch.moves(FOLLOW_RETRY_S if self.pending else timeout_s).items():
+            self.pending.setdefault(topic, {}).update(commits)
+        if not self.pending:
+            return
+        pending = self.pending
+        report = self._logged(lambda: self.tick(pending), "observation")
+        behind = {} if report is None else _behind(pending, report)
+        for topic in pending.keys() - behind.keys():
+            self.tries.pop(topic, None)
+        for topic in list(behind):
+            self.tries[topic] = self.tries.get(topic, 0) + 1
+            if self.tries[topic] > FOLLOW_TRIES:  # the next pass observes it
+                del behind[topic], self.tries[topic]
+        self.pending = behind
+
+    def _logged(self, step: Callable[[], PollReport], what: str) -> PollReport | None:
+        try:
+            report = step()
+        except Unavailable as exc:
+            log.warning("topic poller %s failed: %s", what, exc)
             return None
         if report.published:
             log.info("topic cuts published: %s", ", ".join(c.topic for c in report.published))
         return report
 
 
+PASS_TOPICS = 100
+"""Topics observed together in a pass (one ``observe_all``); between two such parts the poller observes the topics
+whose groups just committed."""
 FOLLOW_RETRY_S = 0.02
 FOLLOW_TRIES = 5
 """A topic whose groups just committed is asked again after :data:`FOLLOW_RETRY_S` while the Admin API's answer

@@ -72,12 +72,15 @@ class Names:
     retained_groups: tuple[str, ...] = ()
     """Plain Kafka topics under consumption retention and their required groups (``name*``: every name that
     starts with ``name``), for the topic-retention role."""
+    retained_sizes: bool = False
+    """The topic-retention role reads partition sizes (a policy with ``--max-bytes``): Describe on the cluster."""
 
     @classmethod
     def from_settings(cls, settings: Settings, retained_topics: Iterable[str] = (),
-                      retained_groups: Iterable[str] = ()) -> Names:
+                      retained_groups: Iterable[str] = (), retained_sizes: bool = False) -> Names:
         return cls(TopicNames.for_prefix(settings.topic_prefix, settings.retry_delays), settings.topic_prefix,
-                   settings.group_id, settings.truncation_group_id, tuple(retained_topics), tuple(retained_groups))
+                   settings.group_id, settings.truncation_group_id, tuple(retained_topics), tuple(retained_groups),
+                   retained_sizes)
 
 
 def _topics(operation: str, topics: Iterable[str], why: str) -> list[Grant]:
@@ -174,6 +177,8 @@ def _topic_retention(n: Names) -> list[Grant]:
         *_topics("WRITE", [t.topic_cuts], "the poller publishes what it saw of each topic"),
         Grant("TOPIC", "LITERAL", OFFSETS_TOPIC, "READ", "the poller follows the groups' commits, to observe a "
               "topic as soon as one of its groups moves (shows every group's offsets; without it, passes only)"),
+        *([Grant("BROKER", "LITERAL", "kafka-cluster", "DESCRIBE", "the poller reads partition sizes for "
+                 "--max-bytes (DescribeLogDirs; --retained-sizes)")] if n.retained_sizes else []),
         *_topics("READ", [t.topic_truncation], "the applier consumes the job's DeleteRecords decisions"),
         _group(TopicApplierConfig.group_id, "READ", "the applier's consumer group (join, commit offsets)"),
         *_named("TOPIC", n.retained_topics, "DELETE", "the applier deletes records (DeleteRecords)"),

@@ -114,10 +114,12 @@ class CommitWatch:
 
     def moves(self, timeout_s: float, settle_s: float = 0.05) -> Moves:
         """The commits that moved, waiting up to ``timeout_s`` for the first and then ``settle_s`` for those that
-        come with it (one group commits many partitions, many groups commit at once)."""
+        come with it (one group commits many partitions, many groups commit at once); ``timeout_s`` 0: only those
+        already read."""
         moved: Moves = {}
         deadline = time.monotonic() + timeout_s
-        while self.following and (left := deadline - time.monotonic()) > 0:
+        while self.following:
+            left = max(0.0, deadline - time.monotonic())
             if moved:  # what arrives while settling joins them, then they are told
                 self._take(self.consumer.consume(1000, min(left, settle_s)), moved)
                 break

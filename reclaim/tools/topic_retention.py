@@ -277,6 +277,11 @@ def spark_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
     return Checkpoints().offsets(checkpoint, topic)
 
 
+Sizes = Callable[[Mapping[str, Iterable[int]]], Mapping[tuple[str, int], int]]
+"""Partition sizes on the brokers' disks, in bytes, of ``{topic: partitions}``
+(:class:`reclaim.tools.log_dirs.LogDirSizes`)."""
+
+
 def observe(admin: AdminClient, policy: TopicRetentionPolicy, now_ms: int,
             groups: Mapping[str, str] | None = None, remembered: Iterable[str] = (),
             checkpoints: Checkpoints | None = None) -> TopicView:

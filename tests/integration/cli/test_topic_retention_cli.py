@@ -58,16 +58,16 @@ def test_retain_list_show_plan_and_release_a_topic_signed_by_the_admin(
             ([topic, "--groups", fast, "--min", "2h", "--max", "1h"], "--max (3600 s) must not be below --min"),
             ([topic, "--group-pattern", "etl-(", "--min", "1h"], "is not a regular expression"),
             ([topic, "--groups", fast, "--spark-query", "daily"], "--spark-query takes NAME=CHECKPOINT_LOCATION"),
-            ([topic, "--groups", fast, "--max-bytes", "1GiB"], "--max-bytes is not supported yet")):
+            ([topic, "--groups", fast, "--max-bytes", "-1"], "--max-bytes")):
         refused = run_reclaim("topics", "retain", *args, env=env, timeout=120)
         assert expected in one_line_error(refused, 64), (args, refused.stderr)
     listed = run_reclaim("topics", "retention", "list", env=env, check=True, timeout=120)
     assert "no topic under consumption retention" in listed.stdout
 
     done = run_reclaim("topics", "retain", topic, "--groups", f"{fast},{slow}", "--min", "1h", "--max", "7d",
-                       env=env, timeout=120)
+                       "--max-bytes", "1GiB", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"held by {fast}, {slow}; min 1h, max 1w" in done.stdout
+    assert f"held by {fast}, {slow}; min 1h, max 1w, max 1073741824 bytes per partition" in done.stdout
     assert "signed by admin/admin-1" in done.stdout
     [policy] = json.loads(run_reclaim("topics", "retention", "list", "--json", env=env, check=True,
                                       timeout=120).stdout)
@@ -79,6 +79,7 @@ def test_retain_list_show_plan_and_release_a_topic_signed_by_the_admin(
         (0, 0, 4, "AT_BOUND", [slow]), (1, 0, 6, "AT_BOUND", [slow])]
     text = run_reclaim("topics", "retention", "plan", topic, env=env, check=True, timeout=120).stdout
     assert "10 record(s) would be deleted (dry run: nothing is deleted)" in text
+    assert "--max-bytes is not in this plan: the topic poller reckons" in text
     assert f"partition 0: 0 -> 4: 4 record(s), at the slowest required group's committed offset (held by {slow})" \
         in text
     assert start_offset(admin, topic, 0) == 0  # a dry run

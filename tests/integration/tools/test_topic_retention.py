@@ -27,6 +27,7 @@ from reclaim.services.topic_poller import TopicPoller
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.tools.dlq.reader import read_all
 from reclaim.tools.group_commits import CommitWatch
+from reclaim.tools.log_dirs import LogDirSizes
 from reclaim.tools.topic_retention import (
     POLLER_GROUP,
     Checkpoints,
@@ -321,3 +322,54 @@ def test_between_passes_the_poller_observes_a_topic_as_soon_as_one_of_its_groups
         watch.close()
         producer.close()
     assert not thread.is_alive()
+
+
+def test_the_maximum_size_forces_the_start_once_from_the_bytes_reckoned_not_from_the_size_on_disk(
+        admin: AdminClient, kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic, cuts, stuck = unique_name("sized"), unique_name("cuts"), unique_name("stuck")
+    create_topic(admin, topic, 1)
+    create_topic(admin, cuts, 1)
+    payload = b"x" * 1000
+    old = millis_now() - 2 * HOUR_MS
+
+    def write(count: int) -> None:
+        producer = RecordProducer(kafka_bootstrap, "producer")
+        try:
+            for index in range(count):
+                producer.producer.produce(topic, payload, partition=0, timestamp=old + index)
+            assert producer.producer.flush(30) == 0
+        finally:
+            producer.close()
+
+    write(100)
+    commit(kafka_bootstrap, stuck, topic, {0: 0})  # a stalled group holds the whole partition
+    policy = _policy(admin, topic, (stuck,), max_bytes=20_000)
+    sizes = LogDirSizes(kafka_bootstrap)
+    producer = RecordProducer(kafka_bootstrap, "idempotent-producer")
+    poller = TopicPoller(admin, lambda: {topic: policy}, ConfirmedPublisher(producer, build_codec(), timeout_s=20),
+                         cuts, sizes=sizes)
+    try:
+        on_disk = sizes({topic: [0]})[(topic, 0)]
+        assert 100 * 1000 < on_disk < 100 * 1200, on_disk  # DescribeLogDirs through kafka-python, real bytes
+        first = poller.tick().seen[topic]
+        assert first.partitions[0].size_bytes is None  # no growth seen yet: no size forces anything
+        assert _starts(plan(policy, first)) == {0: (None, TopicRule.BEHIND_START, (stuck,))}
+        write(100)
+        grown = poller.tick().seen[topic]
+        reckoned = grown.partitions[0].size_bytes
+        assert reckoned is not None and 200 * 1000 < reckoned < 200 * 1200, reckoned
+        [decision] = plan(policy, grown)
+        assert decision.rule is TopicRule.FORCED_BY_MAX_BYTES and decision.start is not None
+        kept = 200 - decision.start
+        assert 16 <= kept <= 20, decision  # about 20,000 bytes of 1,000-byte records (with their headers)
+        apply(admin, grown, [decision])
+        assert start_offset(admin, topic, 0) == decision.start
+        # The size on disk is what it was (DeleteRecords moves the start inside the segment); the bytes reckoned
+        # are those of the records left, so the start does not move again.
+        assert sizes({topic: [0]})[(topic, 0)] >= on_disk
+        after = poller.tick().seen[topic]
+        assert after.partitions[0].size_bytes is not None and after.partitions[0].size_bytes <= 20_000
+        assert _starts(plan(policy, after))[0][0] is None
+    finally:
+        sizes.close()
+        producer.close()

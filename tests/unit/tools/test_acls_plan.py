@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -97,7 +98,11 @@ def test_the_topic_retention_role_is_granted_on_the_topics_and_groups_it_retains
     assert {("TOPIC", "LITERAL", "orders", "DELETE"), ("TOPIC", "PREFIXED", "clicks-", "DELETE"),
             ("TOPIC", "PREFIXED", "clicks-", "DESCRIBE_CONFIGS"), ("GROUP", "PREFIXED", "etl-", "DESCRIBE"),
             ("TOPIC", "LITERAL", "p.topic-cuts", "WRITE"), ("TOPIC", "LITERAL", "p.topic-truncation", "READ"),
-            ("GROUP", "LITERAL", "reclaim-topic-truncation", "READ")} <= grants
+            ("GROUP", "LITERAL", "reclaim-topic-truncation", "READ"),
+            ("TOPIC", "LITERAL", "__consumer_offsets", "READ")} <= grants
     assert not any(op in ("ALL", "ALTER") or name == "" for _, _, name, op in grants)
+    assert not any(resource == "BROKER" for resource, *_ in grants)  # the cluster only for --max-bytes' sizes
+    sized = {(g.resource, g.name, g.operation) for g in plan("topic-retention", replace(names, retained_sizes=True))}
+    assert sized - {(r, n, o) for r, _, n, o in grants} == {("BROKER", "kafka-cluster", "DESCRIBE")}
     with pytest.raises(UsageError, match="--retained-topic NAME"):
         plan("topic-retention", Names(TopicNames.for_prefix("p."), "p."))
