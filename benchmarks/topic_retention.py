@@ -434,11 +434,11 @@ def report_throughput(sizes: Sizes, result: Throughput, figures: Figures) -> Non
 
 NOTE = """note: the job runs on local[2] beside the broker, the poller and the applier on the same two cores. A
 commit reaches DeleteRecords through three hops: the poller (the commit read from __consumer_offsets, then that
-topic observed through the Admin API; a pass over every topic delays it when one is under way), the job's next
-micro-batch (0 to one trigger interval, plus the batch, about 2 s of Spark's fixed cost here), the applier's poll
-and DeleteRecords. The plain loop does in one process what the poller and the job do together, with no bus between
-them and no state kept across restarts; the job keeps each topic's state in its checkpoint (forward only, groups
-remembered after Kafka forgets them), reads only signed cuts and spreads topics over executors."""
+topic observed through the Admin API, at most a part of a pass (100 topics) after), the job's next micro-batch (0 to
+one trigger interval, plus the batch, about 2 s of Spark's fixed cost here), the applier's poll and DeleteRecords.
+The plain loop does in one process what the poller and the job do together, with no bus between them and no state
+kept across restarts; the job keeps each topic's state in its checkpoint (forward only, groups remembered after
+Kafka forgets them), reads only signed cuts and spreads topics over executors."""
 
 
 # --- main -----------------------------------------------------------------------------------------------------

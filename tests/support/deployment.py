@@ -125,8 +125,9 @@ def deploy(broker: SecureBroker, directory: Path, prefix: str, roles: Mapping[st
                         group_id=f"workers-{tag}", truncation_group_id=f"appliers-{tag}")
     admin = AdminClient({**broker.admin_properties(), "logger": _QUIET})  # type: ignore[dict-item]
     create_topics(admin, topic_specs(settings))
-    # The topic-retention role is granted on the users' topics and groups it retains: here, under the prefix.
-    names = Names.from_settings(settings, (f"{prefix}-{tag}-user",), (f"{prefix}-{tag}-group",))
+    # The topic-retention role is granted on the users' topics and groups it retains: here, under the prefix; and
+    # on the cluster for partition sizes (--max-bytes).
+    names = Names.from_settings(settings, (f"{prefix}-{tag}-user",), (f"{prefix}-{tag}-group",), True)
     principals = {}
     for part, role in roles.items():
         principals[part] = broker.create_user(f"{part}-{tag}")

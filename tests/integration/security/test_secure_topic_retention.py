@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from reclaim.localstack.kafka_security import SecureBroker
 from reclaim.producers.config import quiet_logger
 from reclaim.schemas.base import millis_now
+from reclaim.tools.log_dirs import LogDirSizes
 from tests.support.cli import run_reclaim
 from tests.support.deployment import Deployment, deploy, metric, own_keys, wait_for, write_keyrings
 from tests.support.kafka_topics import HOUR_MS, create_topic, start_offset
@@ -95,6 +96,18 @@ def test_a_topic_is_truncated_behind_its_slower_group_with_each_part_as_its_own_
              timeout_s=30)
     log = (deployment.directory / "topic-poller.log").read_text()
     assert "not following" not in log, log
+
+    # Partition sizes for --max-bytes come through kafka-python: the same principal over SCRAM and TLS, the
+    # role's Describe on the cluster; a principal without it is described no partition.
+    sizes = LogDirSizes(deployment.broker.bootstrap, deployment.properties("topic-poller"))
+    unsized = LogDirSizes(deployment.broker.bootstrap, deployment.properties("retention-job"))
+    try:
+        found = sizes({topic: [0, 1]})
+        assert set(found) == {(topic, 0), (topic, 1)} and all(size > 0 for size in found.values()), found
+        assert unsized({topic: [0, 1]}) == {}
+    finally:
+        sizes.close()
+        unsized.close()
 
     # The poller cannot read a group it is not granted: a policy naming it holds the topic where it is.
     run_reclaim("topics", "retain", topic, "--groups", f"{fast},{slow}", "--min", "1h", env=admin, check=True)
