@@ -45,6 +45,9 @@ FOLLOWED = Counter("reclaim_topic_retention_followed_total", "Observations of th
 CUTS = Counter("reclaim_topic_retention_cuts_total", "Topic cuts the topic poller published", ["topic"])
 HELD_RECORDS = Gauge("reclaim_topic_retention_held_records", "Records old enough to delete (past the minimum) that "
                      "a required group has not read yet: what the slowest group holds back", ["topic"])
+HELD_BYTES = Gauge("reclaim_topic_retention_held_bytes", "The bytes of the records held_records counts, reckoned from "
+                   "each partition's growth per record (DescribeLogDirs: Describe on the cluster); absent while a "
+                   "partition holding records has not grown under this poller", ["topic"])
 STALEST_GROUP = Gauge("reclaim_topic_retention_stalest_group_seconds", "How long the required group Empty (or not "
                       "listed) longest has been so, as this poller has seen it; 0 when every one has members",
                       ["topic"])
@@ -76,7 +79,8 @@ class TopicPoller:
                  sizes: Sizes | None = None) -> None:
         self.admin, self.policies, self.publisher, self.cuts_topic = admin, policies, publisher, cuts_topic
         self.checkpoints = checkpoints or Checkpoints()
-        self.sizes, self.reckoner, self.unsized = sizes, SizeReckoner(), ""
+        self.sizes, self.reckoner = sizes, SizeReckoner()
+        self.unsized: set[str] = set()
         self.heartbeat_ms = int(heartbeat_s * 1000)
         self.clock = clock
         self.remembered: dict[str, set[str]] = {}
@@ -162,11 +166,12 @@ class TopicPoller:
     def _sized(self, active: dict[str, TopicRetentionPolicy], seen: dict[str, TopicView | Exception]
                ) -> dict[str, TopicView | Exception]:
         """``seen`` with the bytes of each partition of a topic under a size limit, reckoned from the partitions'
-        sizes on the brokers (:class:`~reclaim.tools.log_dirs.SizeReckoner`); sizes that cannot be read leave
-        them unknown (no size forces anything), said once."""
-        views = {t: v for t, v in seen.items() if isinstance(v, TopicView) and not v.problems
-                 and active[t].max_bytes is not None}
-        if not views:
+        sizes on the brokers (:class:`~reclaim.tools.log_dirs.SizeReckoner`, which learns every observed topic's
+        bytes per record, for :data:`HELD_BYTES`). Sizes that cannot be read leave them unknown (no size forces
+        anything); said once for each topic under a size limit."""
+        views = {t: v for t, v in seen.items() if isinstance(v, TopicView) and not v.problems}
+        limited = {t for t in views if active[t].max_bytes is not None}
+        if not views or (self.sizes is None and not limited):
             return seen
         wanted = {t: [p.partition for p in v.partitions] for t, v in views.items()}
         try:
@@ -176,11 +181,11 @@ class TopicPoller:
         else:
             why = "no partition sizes asked" if self.sizes is None else \
                 "the brokers described none of their partitions (DescribeLogDirs needs Describe on the cluster)"
-        unsized = ", ".join(t for t, partitions in sorted(wanted.items())
-                            if any((t, p) not in found for p in partitions))
-        if unsized and unsized != self.unsized:
-            log.warning("--max-bytes forces nothing on %s for now: %s", unsized, why)
-        self.unsized = unsized
+        unsized = {t for t in limited if any((t, p) not in found for p in wanted[t])}
+        if unsized - self.unsized:
+            log.warning("--max-bytes forces nothing on %s for now: %s", ", ".join(sorted(unsized - self.unsized)),
+                        why)
+        self.unsized = (self.unsized - set(views)) | unsized
         sized = dict(seen)
         for topic, view in views.items():
             partitions = []
@@ -188,18 +193,30 @@ class TopicPoller:
                 size = found.get((topic, p.partition))
                 reckoned = None if size is None else self.reckoner.reckon(topic, p.partition, p.low, p.high, size)
                 partitions.append(replace(p, size_bytes=reckoned))
-            sized[topic] = replace(view, partitions=tuple(partitions))
+            if topic in limited:
+                sized[topic] = replace(view, partitions=tuple(partitions))
         return sized
 
     def _watch(self, policy: TopicRetentionPolicy, view: TopicView, now: int) -> None:
-        """The topic's gauges: records the groups hold back, and how long its idlest required group has been
-        idle (Empty, or no longer listed) as this process has seen it."""
-        held = 0
+        """The topic's gauges: records the groups hold back (and their bytes, once known), and how long its
+        idlest required group has been idle (Empty, or no longer listed) as this process has seen it."""
+        held, held_bytes = 0, 0.0
+        unknown = False  # a partition holds records of a size not reckoned yet
         for decision, partition in zip(plan(policy, view), view.partitions, strict=True):
             young = partition.high if partition.young_from is None else min(partition.young_from, partition.high)
             start = partition.low if decision.start is None else decision.start
-            held += max(0, young - start)
+            records = max(0, young - start)
+            held += records
+            per_record = self.reckoner.per_record.get((policy.topic, partition.partition))
+            if records and per_record is None:
+                unknown = True
+            elif records and per_record is not None:
+                held_bytes += records * per_record
         HELD_RECORDS.labels(policy.topic).set(held)
+        if unknown:
+            _remove(HELD_BYTES, policy.topic)
+        else:
+            HELD_BYTES.labels(policy.topic).set(round(held_bytes))
         idle = []
         for group in view.groups:
             key = (policy.topic, group.group)
@@ -216,11 +233,8 @@ class TopicPoller:
         self.remembered.pop(topic, None)
         for key in [k for k in self.idle_since if k[0] == topic]:
             del self.idle_since[key]
-        for gauge in (HELD_RECORDS, STALEST_GROUP, STALE_GROUPS):
-            try:
-                gauge.remove(topic)
-            except KeyError:
-                pass
+        for gauge in (HELD_RECORDS, HELD_BYTES, STALEST_GROUP, STALE_GROUPS):
+            _remove(gauge, topic)
 
     def run(self, stop: threading.Event, every_s: float, watch: CommitWatch | None = None) -> None:
         """A pass every ``every_s`` (the next at once after a pass that took longer) until ``stop`` is set; a pass
@@ -295,6 +309,13 @@ class TopicPoller:
 PASS_TOPICS = 100
 """Topics observed together in a pass (one ``observe_all``); between two such parts the poller observes the topics
 whose groups just committed."""
+def _remove(gauge: Gauge, topic: str) -> None:
+    try:
+        gauge.remove(topic)
+    except KeyError:
+        pass
+
+
 FOLLOW_RETRY_S = 0.02
 FOLLOW_TRIES = 5
 """A topic whose groups just committed is asked again after :data:`FOLLOW_RETRY_S` while the Admin API's answer

@@ -219,7 +219,7 @@ def test_the_dashboard_is_a_grafana_dashboard_over_reclaims_metrics() -> None:
         "reclaim_offload_streams_held", "reclaim_offload_bytes_total", "reclaim_offload_pass_failures_total"}
     assert metric_names(POLLER) == {
         "reclaim_topic_retention_stale_groups", "reclaim_topic_retention_held_records",
-        "reclaim_topic_retention_stalest_group_seconds"}
+        "reclaim_topic_retention_held_bytes", "reclaim_topic_retention_stalest_group_seconds"}
     assert metric_names(TOPIC_APPLIER) == {"reclaim_topic_records_deleted_total", "reclaim_topic_truncations_total"}
 
 
@@ -490,6 +490,8 @@ def test_every_kafka_topic_query_answers_from_a_real_poller_and_applier(
     finally:
         publisher.close()
     wait_for(lambda: start_offset(admin, topic, 0) == 6, "the decision applied")
+    # The topic grows under the poller: it reckons bytes per record, and the held-back bytes answer.
+    produce(kafka_bootstrap, topic, 0, [millis_now() - 2 * HOUR_MS + i for i in range(10)])
     prometheus = start_prometheus({POLLER_JOB: [f"127.0.0.1:{poller}"], TOPIC_APPLIER_JOB: [f"127.0.0.1:{applier}"]})
 
     def one(expr: str) -> float | None:

@@ -353,6 +353,7 @@ def test_the_maximum_size_forces_the_start_once_from_the_bytes_reckoned_not_from
         assert 100 * 1000 < on_disk < 100 * 1200, on_disk  # DescribeLogDirs through kafka-python, real bytes
         first = poller.tick().seen[topic]
         assert first.partitions[0].size_bytes is None  # no growth seen yet: no size forces anything
+        assert REGISTRY.get_sample_value("reclaim_topic_retention_held_bytes", {"topic": topic}) is None
         assert _starts(plan(policy, first)) == {0: (None, TopicRule.BEHIND_START, (stuck,))}
         write(100)
         grown = poller.tick().seen[topic]
@@ -362,6 +363,10 @@ def test_the_maximum_size_forces_the_start_once_from_the_bytes_reckoned_not_from
         assert decision.rule is TopicRule.FORCED_BY_MAX_BYTES and decision.start is not None
         kept = 200 - decision.start
         assert 16 <= kept <= 20, decision  # about 20,000 bytes of 1,000-byte records (with their headers)
+        # What the stuck group holds back, in records and in the bytes reckoned for them.
+        held = REGISTRY.get_sample_value("reclaim_topic_retention_held_records", {"topic": topic})
+        held_bytes = REGISTRY.get_sample_value("reclaim_topic_retention_held_bytes", {"topic": topic})
+        assert held == kept and held_bytes == round(kept * reckoned / 200), (held, held_bytes)
         apply(admin, grown, [decision])
         assert start_offset(admin, topic, 0) == decision.start
         # The size on disk is what it was (DeleteRecords moves the start inside the segment); the bytes reckoned
