@@ -81,6 +81,7 @@ class TopicPoller:
         self.checkpoints = checkpoints or Checkpoints()
         self.sizes, self.reckoner = sizes, SizeReckoner()
         self.unsized: set[str] = set()
+        self.sizes_quiet_until = 0.0
         self.heartbeat_ms = int(heartbeat_s * 1000)
         self.clock = clock
         self.remembered: dict[str, set[str]] = {}
@@ -171,6 +172,8 @@ class TopicPoller:
         anything); said once for each topic under a size limit."""
         views = {t: v for t, v in seen.items() if isinstance(v, TopicView) and not v.problems}
         limited = {t for t in views if active[t].max_bytes is not None}
+        if time.monotonic() < self.sizes_quiet_until:  # sizes failed of late: asked only where a limit needs them
+            views = {t: v for t, v in views.items() if t in limited}
         if not views or (self.sizes is None and not limited):
             return seen
         wanted = {t: [p.partition for p in v.partitions] for t, v in views.items()}
@@ -181,6 +184,8 @@ class TopicPoller:
         else:
             why = "no partition sizes asked" if self.sizes is None else \
                 "the brokers described none of their partitions (DescribeLogDirs needs Describe on the cluster)"
+        if not found:
+            self.sizes_quiet_until = time.monotonic() + SIZES_QUIET_S
         unsized = {t for t in limited if any((t, p) not in found for p in wanted[t])}
         if unsized - self.unsized:
             log.warning("--max-bytes forces nothing on %s for now: %s", ", ".join(sorted(unsized - self.unsized)),
@@ -305,6 +310,11 @@ class TopicPoller:
             log.info("topic cuts published: %s", ", ".join(c.topic for c in report.published))
         return report
 
+
+SIZES_QUIET_S = 600.0
+"""After partition sizes could not be read (or none was described), the topics without a size limit are not asked
+for theirs for this long: a poller whose principal may not describe the cluster, or whose client properties
+kafka-python cannot take, does not pay for a request per part of every pass."""
 
 PASS_TOPICS = 100
 """Topics observed together in a pass (one ``observe_all``); between two such parts the poller observes the topics
