@@ -94,7 +94,11 @@ class CommitWatch:
         this principal may not read it."""
         if self.following:
             return True
-        metadata = self.consumer.list_topics(OFFSETS_TOPIC, timeout=timeout_s).topics.get(OFFSETS_TOPIC)
+        try:
+            metadata = self.consumer.list_topics(OFFSETS_TOPIC, timeout=timeout_s).topics.get(OFFSETS_TOPIC)
+        except KafkaException as exc:  # the brokers did not answer: tried again before the next pass
+            self.refused = f"{OFFSETS_TOPIC} not readable: {exc.args[0].str() if exc.args else exc}"
+            return False
         error = None if metadata is None else metadata.error
         if metadata is None or error is not None or not metadata.partitions:
             self.refused = f"{OFFSETS_TOPIC} not readable: {error.str() if error is not None else 'no partitions yet'}"

@@ -49,7 +49,7 @@ def kafka_python_settings(bootstrap: str, props: Mapping[str, str]) -> dict[str,
     (tuning) do not change what DescribeLogDirs answers and are left out."""
     settings: dict[str, Any] = {
         "bootstrap_servers": properties.bootstrap_servers(bootstrap, props).split(","),
-        "request_timeout_ms": TIMEOUT_MS, "client_id": "reclaim-log-dirs"}
+        "client_id": "reclaim-log-dirs"}
     for name, value in sorted(props.items()):
         if name in _MAPPED:
             key, convert = _MAPPED[name]
@@ -65,28 +65,28 @@ class LogDirSizes:
     """Partition sizes from the brokers' DescribeLogDirs, one request per broker for every partition asked; the
     client is made on first use and kept."""
 
-    def __init__(self, bootstrap: str, props: Mapping[str, str] | None = None) -> None:
-        self.bootstrap, self.props = bootstrap, props
+    def __init__(self, bootstrap: str, props: Mapping[str, str] | None = None, timeout_ms: int = TIMEOUT_MS) -> None:
+        self.bootstrap, self.props, self.timeout_ms = bootstrap, props, timeout_ms
         self._client: Any = None
 
     def __call__(self, wanted: Mapping[str, Iterable[int]]) -> dict[tuple[str, int], int]:
         """Each partition's size in bytes, of the ``{topic: partitions}`` wanted; a partition no broker answered
         for (none may be described to this principal) is left out. The brokers not answering is
-        :class:`~reclaim.exits.Unavailable`; client properties kafka-python cannot take a
-        :class:`~reclaim.exits.UsageError` (on first use: a poller with no size limit to read never fails so)."""
+        :class:`~reclaim.exits.Unavailable`, and so is anything else the client raises; client properties
+        kafka-python cannot take are a :class:`~reclaim.exits.UsageError`."""
         asked = {topic: sorted(partitions) for topic, partitions in wanted.items()}
         if not asked:
             return {}
-        from kafka.errors import KafkaError
-
+        if self._client is None:
+            settings = kafka_python_settings(self.bootstrap, client_properties() if self.props is None else self.props)
         try:
             if self._client is None:
                 from kafka import KafkaAdminClient
 
-                props = client_properties() if self.props is None else self.props
-                self._client = KafkaAdminClient(**kafka_python_settings(self.bootstrap, props))
+                self._client = KafkaAdminClient(**settings, request_timeout_ms=self.timeout_ms,
+                                                bootstrap_timeout_ms=self.timeout_ms)
             answers = self._client.describe_log_dirs(asked)
-        except (KafkaError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a third-party client: whatever it raises fails the sizes only
             self.close()
             raise Unavailable(f"reading partition sizes (DescribeLogDirs): {type(exc).__name__}: {exc}") from None
         return partition_sizes(answers, asked)

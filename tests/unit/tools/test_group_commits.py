@@ -9,7 +9,7 @@ import pytest
 
 from reclaim.retention.topic_decision import PartitionView
 from reclaim.services.topic_poller import PollReport, _behind
-from reclaim.tools.group_commits import Commit, decode_commit
+from reclaim.tools.group_commits import Commit, CommitWatch, decode_commit
 from reclaim.tools.topic_retention import TopicView
 
 
@@ -76,3 +76,14 @@ def test_groups_not_required_and_topics_not_observed_are_not_waited_for() -> Non
     report = PollReport(seen={"orders": view({0: {"fast": 8, "slow": 5}})})
     moves = {"orders": {("other", 0): 10, ("fast", 7): 3}, "gone": {("fast", 0): 1}}
     assert _behind(moves, report) == {}
+
+
+def test_a_watch_whose_brokers_do_not_answer_is_not_following_and_says_why() -> None:
+    watch = CommitWatch("127.0.0.1:1", "reclaim-topic-poller", lambda topic: True)  # a closed port: no broker there
+    try:
+        assert not watch.start(timeout_s=1.0)
+        assert not watch.following and watch.refused is not None
+        assert watch.refused.startswith("__consumer_offsets not readable: ")
+        assert watch.moves(0.1) == {}
+    finally:
+        watch.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reclaim.exits import UsageError
-from reclaim.tools.log_dirs import SizeReckoner, kafka_python_settings, partition_sizes
+from reclaim.exits import Unavailable, UsageError
+from reclaim.tools.log_dirs import LogDirSizes, SizeReckoner, kafka_python_settings, partition_sizes
 
 
 def test_a_scram_over_tls_principal_is_carried_over() -> None:
@@ -91,3 +91,12 @@ def test_a_topic_forgotten_starts_again_unknown() -> None:
     reckoner.forget("orders")
     assert reckoner.reckon("orders", 0, 0, 150, 15_000) is None
     assert reckoner.last == {("clicks", 0): (1, 10), ("orders", 0): (150, 15_000)}
+
+
+def test_brokers_that_do_not_answer_are_unavailable_in_one_line() -> None:
+    sizes = LogDirSizes("127.0.0.1:1", {}, timeout_ms=1000)  # a closed port: no broker there
+    with pytest.raises(Unavailable, match=r"^reading partition sizes \(DescribeLogDirs\): ") as caught:
+        sizes({"orders": [0]})
+    assert "\n" not in str(caught.value)
+    with pytest.raises(UsageError, match="cannot give Kafka property ssl.keystore.location"):
+        LogDirSizes("127.0.0.1:1", {"ssl.keystore.location": "/k.p12"})({"orders": [0]})
