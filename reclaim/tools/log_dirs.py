@@ -24,6 +24,9 @@ from reclaim.producers import client_properties as properties
 from reclaim.producers.config import client_properties
 
 log = logging.getLogger(__name__)
+# kafka-python logs its whole configuration, SASL password included, at DEBUG when a client starts: its loggers say
+# warnings and errors only, whatever level the process runs at.
+logging.getLogger("kafka").setLevel(logging.WARNING)
 
 TIMEOUT_MS = 30_000
 

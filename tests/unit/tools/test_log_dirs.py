@@ -3,6 +3,8 @@ kafka-python's DescribeLogDirs answers read into one size per partition."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from reclaim.exits import Unavailable, UsageError
@@ -100,3 +102,11 @@ def test_brokers_that_do_not_answer_are_unavailable_in_one_line() -> None:
     assert "\n" not in str(caught.value)
     with pytest.raises(UsageError, match="cannot give Kafka property ssl.keystore.location"):
         LogDirSizes("127.0.0.1:1", {"ssl.keystore.location": "/k.p12"})({"orders": [0]})
+
+
+def test_the_sasl_password_reaches_no_log_line_even_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "poller",
+             "sasl.password": "s3cret-never-logged"}
+    with caplog.at_level(logging.DEBUG), pytest.raises(Unavailable) as caught:
+        LogDirSizes("127.0.0.1:1", props, timeout_ms=1000)({"orders": [0]})
+    assert "s3cret-never-logged" not in caplog.text and "s3cret-never-logged" not in str(caught.value)
