@@ -24,6 +24,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from tenacity import RetryError
 
@@ -36,7 +37,7 @@ from reclaim.deletion.verify import DELETED, Decision, conclude, error_verdict, 
 from reclaim.logs import LogLimiter
 from reclaim.schemas.ledger import LedgerType, PendingDeleteLedgerInfo
 from reclaim.storage.bindings import StorageBindings
-from reclaim.storage.chunks import DeleteOutcome, DeleteResult, object_name
+from reclaim.storage.chunks import ChunkInfo, DeleteOutcome, DeleteResult, object_name
 from reclaim.storage.errors import MetadataError, StorageError
 from reclaim.storage.metadata import MetadataStore
 
@@ -50,6 +51,8 @@ DeleteResults = dict[tuple[str, str], DeleteResult]
 _Copies = dict[str, set[tuple[str, str | None, str]]]
 
 DUPLICATE_DELETE = Verdict(Outcome.ALREADY_GONE, "deleted by another record of the same chunk copy")
+CHANGED_SINCE_CHECKED = Verdict(Outcome.ALREADY_GONE, "the object checked is gone: the name holds an object written "
+                                "since, which the conditional delete kept")
 
 
 class _StillFailing(Exception):
@@ -104,14 +107,23 @@ class DeletionExecutor:
         return BatchPlan(tuple(batch), facts, tuple(judge(p, facts, self._policy) for p in batch))
 
     def delete(self, plan: BatchPlan) -> DeleteResults:
-        """The storage deletes of a plan, batched per binding; touches no metadata (safe off-thread)."""
+        """The storage deletes of a plan, batched per binding; touches no metadata (safe off-thread).
+
+        A copy judged by its object (no row lists it) is deleted conditionally where the binding can: only
+        the version whose tags were checked, so an object written again under the name since is kept."""
         by_binding: dict[str, list[str]] = defaultdict(list)
+        versions: dict[str, dict[str, str]] = defaultdict(dict)
+        objects = plan.facts.objects
         for _, pending in plan.deletable:
             binding_name, chunk_name = pending.copy
             by_binding[binding_name].append(chunk_name)
+            if objects:
+                seen = objects.get(pending.copy)
+                if isinstance(seen, ChunkInfo) and seen.version is not None:
+                    versions[binding_name][chunk_name] = seen.version
         results: DeleteResults = {}
         for binding_name, names in by_binding.items():
-            for result in self._delete_many(binding_name, list(dict.fromkeys(names))):
+            for result in self._delete_many(binding_name, list(dict.fromkeys(names)), versions.get(binding_name)):
                 results[(binding_name, result.name)] = result
         return results
 
@@ -133,6 +145,9 @@ class DeletionExecutor:
         for i, pending in deletable:
             copy = pending.copy
             result = results[copy]
+            if result.outcome is DeleteOutcome.CHANGED:
+                concluded[i] = CHANGED_SINCE_CHECKED
+                continue
             if result.ok and cleanup_error is None:
                 # Nearly every record of a batch ends here: its copy's row removed by this batch's cleanup.
                 if copy in removed:
@@ -162,16 +177,18 @@ class DeletionExecutor:
     def close(self) -> None:
         self._prefetch.close()
 
-    def _delete_many(self, binding_name: str, names: list[str]) -> list[DeleteResult]:
+    def _delete_many(self, binding_name: str, names: list[str],
+                     versions: dict[str, str] | None = None) -> list[DeleteResult]:
         """Batched delete with in-process retries of the keys that failed transiently."""
         binding = self._bindings.get(binding_name)
+        delete_many = binding.delete_many if not versions else partial(binding.delete_many, versions=versions)
         final: dict[str, DeleteResult] = {}
         pending = names
         try:
             for attempt in self._retry.retrying(_StillFailing):
                 with attempt:
                     started = time.perf_counter()
-                    results = _delete_attempt(binding.delete_many, pending)
+                    results = _delete_attempt(delete_many, pending)
                     metrics.DELETE_LATENCY.labels(binding_name).observe(time.perf_counter() - started)
                     retry = [r.name for r in results if r.error is not None and r.error.retryable]
                     if not retry and pending is names:

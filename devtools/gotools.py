@@ -1,4 +1,5 @@
-"""Go programs reclaim's tests and benchmarks run (MinIO, Prometheus, promtool, Toxiproxy), built from Go modules.
+"""Go programs reclaim's tests and benchmarks run (MinIO, Prometheus, promtool, Toxiproxy, fake-gcs-server), built
+from Go modules.
 
 A tool is installed once with ``go install <package>@<version>`` into ``<cache>/bin`` and stamped with
 its version in ``<cache>/bin/<name>.version``; a later call finds the stamp and builds nothing. ``go
@@ -63,7 +64,9 @@ PROMETHEUS = GoTool("prometheus", "github.com/prometheus/prometheus/cmd/promethe
 PROMTOOL = GoTool("promtool", "github.com/prometheus/prometheus/cmd/promtool", PROMETHEUS_VERSION, PROMETHEUS_TAGS)
 #: The network-fault proxy of the chaos suite (its HTTP API: :mod:`devtools.toxiproxy`).
 TOXIPROXY = GoTool("toxiproxy-server", "github.com/Shopify/toxiproxy/v2/cmd/server", "v2.5.0")
-TOOLS = {tool.name: tool for tool in (MINIO, PROMETHEUS, PROMTOOL, TOXIPROXY)}
+#: The Google Cloud Storage emulator the GCS binding is tested on (its HTTP API: :mod:`devtools.gcs_server`).
+FAKE_GCS = GoTool("fake-gcs-server", "github.com/fsouza/fake-gcs-server", "v1.56.1")
+TOOLS = {tool.name: tool for tool in (MINIO, PROMETHEUS, PROMTOOL, TOXIPROXY, FAKE_GCS)}
 
 
 @dataclass(frozen=True)

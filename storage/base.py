@@ -6,7 +6,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TypeVar
@@ -106,6 +106,12 @@ class BaseChunkStorage(ABC):
     def supports_truncation(self) -> bool:
         return False
 
+    @property
+    def supports_conditional_delete(self) -> bool:
+        """Whether ``delete_many(..., versions=)`` removes only the version given (GCS, Azure, S3 where the
+        server honours it); a binding without it deletes whatever the name holds."""
+        return False
+
     def location(self, chunk_name: str) -> ChunkLocation:
         """Where ``chunk_name`` lives in this binding, as a metadata chunk record stores it."""
         return ChunkLocation(self._name, self._tier, self.bucket, self._valid(chunk_name))
@@ -185,8 +191,13 @@ class BaseChunkStorage(ABC):
             self._do_delete(handle.name)
         STORAGE_DELETED_CHUNKS.labels(self._name, snake(DeleteOutcome.DELETED.value)).inc()
 
-    def delete_many(self, chunk_names: Sequence[str]) -> list[DeleteResult]:
-        """Delete many chunks; one result per name in input order. Missing chunks count as gone."""
+    def delete_many(self, chunk_names: Sequence[str],
+                    versions: Mapping[str, str] | None = None) -> list[DeleteResult]:
+        """Delete many chunks; one result per name in input order. Missing chunks count as gone.
+
+        ``versions`` maps names to the :attr:`~reclaim.storage.chunks.ChunkInfo.version` their checks saw: on a
+        binding that ``supports_conditional_delete``, such a name's object is deleted only while it is that
+        version, else its result is ``CHANGED`` and the object is kept. Other bindings ignore it."""
         results: dict[str, DeleteResult] = {}
         valid: list[str] = []
         for name in chunk_names:
@@ -196,7 +207,7 @@ class BaseChunkStorage(ABC):
                 results[name] = DeleteResult(name, DeleteOutcome.FAILED, exc)
         unique = list(dict.fromkeys(valid))
         with self._observe("delete_many", f"<{len(unique)} chunks>"):
-            for result in self._do_delete_many(unique) if unique else []:
+            for result in self._do_delete_many(unique, versions or {}) if unique else []:
                 results[result.name] = result
         for outcome, count in Counter(result.outcome for result in results.values()).items():
             STORAGE_DELETED_CHUNKS.labels(self._name, snake(outcome.value)).inc(count)
@@ -364,7 +375,7 @@ class BaseChunkStorage(ABC):
     def _do_delete(self, name: str) -> None: ...
 
     @abstractmethod
-    def _do_delete_many(self, names: Sequence[str]) -> DeleteResults: ...
+    def _do_delete_many(self, names: Sequence[str], versions: Mapping[str, str]) -> DeleteResults: ...
 
     @abstractmethod
     def _do_get_info(self, name: str) -> ChunkInfo: ...

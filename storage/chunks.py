@@ -176,6 +176,9 @@ class ChunkInfo:
     written_as: WrittenAs | None = None
     modified_at: float | None = None
     """When the object was last written (seconds since the epoch), where the binding tells it."""
+    version: str | None = None
+    """Which write of the object this is, where the binding can make a delete conditional on it (a GCS
+    generation, an Azure or S3 ETag): ``delete_many(..., versions=)`` then removes this write only."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,9 @@ class DeleteOutcome(enum.Enum):
 
     DELETED = "DELETED"
     ALREADY_GONE = "ALREADY_GONE"
+    #: A conditional delete refused: the object under the name is no longer the version given (written
+    #: again since it was checked). The new object is kept.
+    CHANGED = "CHANGED"
     FAILED = "FAILED"
 
     # Singletons compared by identity: hashed by it too, in C (every key's outcome is counted once).
@@ -217,7 +223,7 @@ class DeleteResult:
     @property
     def ok(self) -> bool:
         """True when the chunk is gone, whether this call removed it or it was absent already."""
-        return self.outcome is not DeleteOutcome.FAILED
+        return self.outcome is DeleteOutcome.DELETED or self.outcome is DeleteOutcome.ALREADY_GONE
 
 
 def validate_chunk_name(name: str) -> str:
@@ -276,6 +282,8 @@ class ChunkStorage(Protocol):
     def supports_concat(self) -> bool: ...
     @property
     def supports_truncation(self) -> bool: ...
+    @property
+    def supports_conditional_delete(self) -> bool: ...
 
     def check(self) -> None: ...
     def location(self, chunk_name: str) -> ChunkLocation: ...
@@ -284,7 +292,8 @@ class ChunkStorage(Protocol):
     def create_with_content(self, chunk_name: str, data: bytes,
                             tags: ChunkTags | None = None) -> ChunkHandle: ...
     def delete(self, handle: ChunkHandle) -> None: ...
-    def delete_many(self, chunk_names: Sequence[str]) -> list[DeleteResult]: ...
+    def delete_many(self, chunk_names: Sequence[str],
+                    versions: Mapping[str, str] | None = None) -> list[DeleteResult]: ...
     def open_read(self, chunk_name: str) -> ChunkHandle: ...
     def open_write(self, chunk_name: str) -> ChunkHandle: ...
     def get_info(self, chunk_name: str) -> ChunkInfo: ...

@@ -20,7 +20,7 @@ import json
 import os
 import stat
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -214,7 +214,7 @@ class FileSystemChunkStorage(BaseChunkStorage):
                 return DeleteResult(name, DeleteOutcome.FAILED, map_os_error(exc, name))
         return DeleteResult(name, outcome)
 
-    def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+    def _do_delete_many(self, names: Sequence[str], versions: Mapping[str, str]) -> list[DeleteResult]:
         # One task per thread, each a contiguous share of the names: a task per name cost more CPU in the
         # pool's futures and hand-offs than the two unlinks it ran (≈ 45 against ≈ 26 µs a chunk, and
         # slower in wall time too). unlink releases the GIL, so the shares still run side by side.

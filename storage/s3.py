@@ -11,10 +11,9 @@ servers that store keys as paths (MinIO): with a key prefix, the whole key keeps
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
 
 import boto3
 from botocore.config import Config
@@ -24,15 +23,12 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from reclaim.storage import s3_delete
 from reclaim.storage.base import MAX_PAGE_SIZE, BaseChunkStorage, LevelPage, ObjectPage, StoredObject
 from reclaim.storage.chunks import (
-    MAX_CHUNK_NAME_BYTES,
     ChunkInfo,
     ChunkListPage,
     ChunkTags,
     DeleteOutcome,
     DeleteResult,
     Tier,
-    WrittenAs,
-    validate_chunk_name,
 )
 from reclaim.storage.errors import (
     AccessDeniedError,
@@ -45,9 +41,9 @@ from reclaim.storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
+from reclaim.storage.object_keys import check_key_prefix, check_object_key, decode_metadata, encode_metadata, tag_pairs
 from reclaim.storage.s3_listing import present_keys
 
-_META_PREFIX = "reclaim-"
 _HEADER_PREFIX = "x-amz-meta-"
 #: AWS S3 stores at most 2 KB of user metadata with an object.
 MAX_METADATA_BYTES = 2048
@@ -175,19 +171,7 @@ class S3ChunkStorage(BaseChunkStorage):
         return self._settings.key_prefix + name
 
     def _check_address(self, name: str) -> None:
-        key = self.object_key(name)
-        size = len(key) if key.isascii() else len(key.encode("utf-8", errors="surrogatepass"))
-        if size > MAX_CHUNK_NAME_BYTES:
-            raise InvalidChunkNameError(f"S3 key (key prefix + chunk name) is {size} bytes, over "
-                                        f"{MAX_CHUNK_NAME_BYTES}", chunk=name[:64])
-        if self._settings.key_prefix:
-            # A prefix joins the name's first component, or brings components of its own: MinIO refuses
-            # a key with a component over 255 bytes, an empty one ('//') or '.'/'..', where AWS would not.
-            try:
-                validate_chunk_name(key)
-            except InvalidChunkNameError as exc:
-                raise InvalidChunkNameError(f"S3 key (key prefix {self._settings.key_prefix!r} + chunk name) "
-                                            f"breaks the key rules: {exc}", chunk=name[:64]) from exc
+        check_object_key("S3", self._settings.key_prefix, name)
 
     def _call(self, name: str | None, method: str, *, on_precondition: StorageError | None = None,
               **kwargs: Any) -> Any:
@@ -206,20 +190,13 @@ class S3ChunkStorage(BaseChunkStorage):
         over S3's 2 KB limit."""
         if tags is None:
             return {}
-        pairs = tags.to_dict() | self.written_as(name).to_dict()
-        metadata = {_META_PREFIX + key: quote(value, safe="") for key, value in pairs.items()}
+        metadata = encode_metadata(tag_pairs(tags, self.written_as(name)))
         # Counted as full ASCII header names plus values: the strictest reading of AWS's 2 KB rule.
         size = sum(len(_HEADER_PREFIX) + len(key) + len(value) for key, value in metadata.items())
         if size > MAX_METADATA_BYTES:
             raise ChunkTagsTooLargeError(f"ownership tags take {size} bytes of S3 user metadata, over "
                                          f"{MAX_METADATA_BYTES}", chunk=name)
         return metadata
-
-    @staticmethod
-    def _tags(metadata: dict[str, str]) -> tuple[ChunkTags | None, WrittenAs | None]:
-        raw = {key[len(_META_PREFIX):]: unquote(value) for key, value in metadata.items()
-               if key.startswith(_META_PREFIX)}
-        return (ChunkTags.from_dict(raw), WrittenAs.from_dict(raw)) if raw else (None, None)
 
     def _missing_bucket(self) -> StorageMisconfiguredError:
         return StorageMisconfiguredError(
@@ -229,7 +206,7 @@ class S3ChunkStorage(BaseChunkStorage):
     def _do_check(self) -> None:
         """The key prefix, then HeadBucket: a missing or refused bucket is a misconfiguration; denied or
         unreachable keep their class."""
-        self._check_key_prefix()
+        check_key_prefix("S3", self._settings.key_prefix, self.name)
         try:
             self.client.head_bucket(Bucket=self._settings.bucket)
         except ClientError as exc:
@@ -254,17 +231,6 @@ class S3ChunkStorage(BaseChunkStorage):
                 "(HeadBucket: 403 Forbidden): check the access key, the secret key and the bucket's policy",
                 binding=self.name)
         return self._bucket_error(map_s3_error(exc, None))
-
-    def _check_key_prefix(self) -> None:
-        """A key prefix that no key can follow (an empty, '.' or '..' component) is a misconfiguration."""
-        prefix = self._settings.key_prefix
-        if not prefix:
-            return
-        try:
-            validate_chunk_name(prefix + "x")
-        except InvalidChunkNameError as exc:
-            raise StorageMisconfiguredError(f"S3 key prefix {prefix!r} of storage binding {self.name!r} makes no "
-                                            f"valid key: {exc}", binding=self.name) from exc
 
     def _bucket_error(self, error: StorageError) -> StorageError:
         """``error`` with a message naming the binding and bucket, for a one-line report at start."""
@@ -342,7 +308,7 @@ class S3ChunkStorage(BaseChunkStorage):
         except (ClientError, BotoCoreError) as exc:
             raise map_s3_error(exc, None) from exc
 
-    def _do_delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+    def _do_delete_many(self, names: Sequence[str], versions: Mapping[str, str]) -> list[DeleteResult]:
         results: list[DeleteResult] = []
         for start in range(0, len(names), MAX_PAGE_SIZE):
             results.extend(self._delete_batch(names[start:start + MAX_PAGE_SIZE]))
@@ -417,7 +383,7 @@ class S3ChunkStorage(BaseChunkStorage):
 
     def _do_get_info(self, name: str) -> ChunkInfo:
         head = self._head(name)
-        tags, written_as = self._tags(head.get("Metadata", {}))
+        tags, written_as = decode_metadata(head.get("Metadata"))
         modified = head.get("LastModified")
         return ChunkInfo(name, int(head.get("ContentLength", 0)), tags, written_as=written_as,
                          modified_at=modified.timestamp() if modified is not None else None)

@@ -14,6 +14,7 @@ not fixtures live in ``tests/support``.
 pytest_plugins = [
     "tests.fixtures.common",
     "tests.fixtures.s3",
+    "tests.fixtures.gcs",
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
     "tests.fixtures.spark",

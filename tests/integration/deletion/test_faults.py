@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,12 @@ class FlakyBinding:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+    def delete_many(self, names: Sequence[str], versions: Mapping[str, str] | None = None) -> list[DeleteResult]:
         self.calls += 1
         if self.calls <= self.failures:
             error = StorageUnavailableError("injected: endpoint unavailable", binding=self._inner.name)
             return [DeleteResult(name, DeleteOutcome.FAILED, error) for name in names]
-        return self._inner.delete_many(names)
+        return self._inner.delete_many(names, versions)
 
 
 def flaky(pipe: Pipeline, failures: int) -> FlakyBinding:
@@ -205,11 +205,11 @@ class BuggyBinding(FlakyBinding):
     A mock on purpose: it stands for a bug, which no real server can be asked to produce.
     """
 
-    def delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+    def delete_many(self, names: Sequence[str], versions: Mapping[str, str] | None = None) -> list[DeleteResult]:
         self.calls += 1
         if self.calls <= self.failures:
             raise RuntimeError("injected: a bug in the binding")
-        return self._inner.delete_many(names)
+        return self._inner.delete_many(names, versions)
 
 
 def test_a_batch_that_blows_up_stores_no_offset_of_the_batches_behind_it(pipeline: Pipeline) -> None:

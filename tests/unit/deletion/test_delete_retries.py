@@ -7,7 +7,7 @@ to fail some keys of one batched delete transiently, on demand, and then recover
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,11 @@ class FailsSomeKeysOnce:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def delete_many(self, names: Sequence[str]) -> list[DeleteResult]:
+    def delete_many(self, names: Sequence[str], versions: Mapping[str, str] | None = None) -> list[DeleteResult]:
         self.calls.append(list(names))
         if len(self.calls) > 1:
-            return self._inner.delete_many(names)
-        done = {r.name: r for r in self._inner.delete_many([n for n in names if n not in self._failing])}
+            return self._inner.delete_many(names, versions)
+        done = {r.name: r for r in self._inner.delete_many([n for n in names if n not in self._failing], versions)}
         error = StorageUnavailableError("injected: slow down", binding=self._inner.name)
         return [done[n] if n in done else DeleteResult(n, DeleteOutcome.FAILED, error) for n in names]
 

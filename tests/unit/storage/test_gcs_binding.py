@@ -1,0 +1,61 @@
+"""The GCS binding's pure parts: what each answer to a delete means, credentials in words, a lazy import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reclaim.storage.chunks import DeleteOutcome
+from reclaim.storage.errors import AccessDeniedError, InvalidOffsetError, StorageError, StorageUnavailableError
+from reclaim.storage.gcs import GcsSettings, classify_status, credential_source, delete_outcome
+
+
+@pytest.mark.parametrize(("status", "versioned", "outcome"), [
+    (204, False, DeleteOutcome.DELETED),
+    (200, True, DeleteOutcome.DELETED),
+    (404, False, DeleteOutcome.ALREADY_GONE),
+    # The generation checked is gone: deleted since, or the name written again. Either way nothing to delete,
+    # and never "already gone" counted as this record's delete.
+    (404, True, DeleteOutcome.CHANGED),
+    (412, True, DeleteOutcome.CHANGED),
+    (403, False, DeleteOutcome.FAILED),
+    (429, False, DeleteOutcome.FAILED),
+    (503, True, DeleteOutcome.FAILED),
+])
+def test_each_answer_to_a_delete_has_one_outcome(status: int, versioned: bool, outcome: DeleteOutcome) -> None:
+    assert delete_outcome("c", status, versioned).outcome is outcome
+
+
+@pytest.mark.parametrize(("status", "error", "retryable"), [
+    (401, AccessDeniedError, False),
+    (403, AccessDeniedError, False),
+    (416, InvalidOffsetError, False),
+    (408, StorageUnavailableError, True),
+    (429, StorageUnavailableError, True),
+    (500, StorageUnavailableError, True),
+    (503, StorageUnavailableError, True),
+    (400, StorageError, False),
+])
+def test_throttling_and_overload_are_retryable_and_refusals_are_not(status: int, error: type[StorageError],
+                                                                     retryable: bool) -> None:
+    classified = classify_status(status, "m", "c")
+    assert type(classified) is error and classified.retryable is retryable
+    failed = delete_outcome("c", status, False, "m")
+    assert failed.error is not None and failed.error.retryable is retryable
+
+
+def test_credentials_are_said_in_words(tmp_path: Path) -> None:
+    key = tmp_path / "sa.json"
+    assert credential_source(GcsSettings("b")) == "Application Default Credentials"
+    assert credential_source(GcsSettings("b", credentials_file=key)) == f"service-account key file {key}"
+    assert credential_source(GcsSettings("b", endpoint="http://127.0.0.1:4443")).startswith("anonymous")
+
+
+def test_the_module_imports_without_the_google_client() -> None:
+    """``reclaim.storage.gcs`` is imported by settings and ``config show`` without the gcs extra installed."""
+    code = "import sys, reclaim.storage.gcs; print(any(m.startswith('google') for m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
