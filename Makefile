@@ -27,6 +27,7 @@ demo: $(STAMP)
 # What the tests against real servers install before they run (`.ci/run` starts it early, in the background).
 servers: $(STAMP)
 	$(PY) -m devtools.gotools prometheus promtool minio toxiproxy-server fake-gcs-server  # built from their Go modules once (minutes), then cached
+	$(PY) -m devtools.azurite_server install  # Azurite from npm's registry (about 20 s, 361 MB), then cached
 	$(PY) -m devtools.pg_server install  # Debian's postgresql package, when no server is installed
 	$(PY) -m devtools.docsite install  # Debian's chromium package, when none is installed; mermaid from npm's registry
 

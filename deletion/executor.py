@@ -51,8 +51,8 @@ DeleteResults = dict[tuple[str, str], DeleteResult]
 _Copies = dict[str, set[tuple[str, str | None, str]]]
 
 DUPLICATE_DELETE = Verdict(Outcome.ALREADY_GONE, "deleted by another record of the same chunk copy")
-CHANGED_SINCE_CHECKED = Verdict(Outcome.ALREADY_GONE, "the object checked is gone: the name holds an object written "
-                                "since, which the conditional delete kept")
+CHANGED_SINCE_CHECKED = Verdict(Outcome.ALREADY_GONE, "the object checked is gone (deleted, or written again since): "
+                                "the conditional delete kept whatever the name holds now")
 
 
 class _StillFailing(Exception):

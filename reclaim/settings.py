@@ -31,10 +31,12 @@ revokes everything) or incremental cooperative rebalancing (only the partitions 
 
 SECRET_FILES = {"s3_access_key": "s3_access_key_file", "s3_secret_key": "s3_secret_key_file",
                 "s3_session_token": "s3_session_token_file",
+                "azure_connection_string": "azure_connection_string_file",
+                "azure_account_key": "azure_account_key_file", "azure_sas_token": "azure_sas_token_file",
                 "schema_registry_basic_auth": "schema_registry_basic_auth_file"}
 """The settings that may be read from a file instead (``<name>_file``), by the setting's name: one setting
 given two ways, so a source that names either one sets it (:mod:`reclaim.config_file`)."""
-READ_SECRET_FILES = {secret: file for secret, file in SECRET_FILES.items() if secret.startswith("s3_")}
+READ_SECRET_FILES = {secret: file for secret, file in SECRET_FILES.items() if secret.startswith(("s3_", "azure_"))}
 """Those read when the settings are (the registry's basic auth is read where its client is configured)."""
 
 AWS_S3 = "aws"
@@ -77,6 +79,22 @@ class Settings:
     s3_region: str = "us-east-1"
     # None: path-style for an endpoint URL, virtual-hosted on AWS S3.
     s3_path_style: bool | None = None
+    # Google Cloud Storage (gcs-tier2, registered when a bucket is set): Application Default Credentials unless
+    # a service-account key file is named; an endpoint only for an emulator or a private endpoint.
+    gcs_bucket: str | None = None
+    gcs_project: str | None = None
+    gcs_credentials_file: Path | None = None
+    gcs_endpoint: str | None = None
+    # Azure Blob Storage (azure-tier2, registered when a container is set): a connection string, or the
+    # account URL with an account key, a SAS token or else DefaultAzureCredential.
+    azure_container: str | None = None
+    azure_account_url: str | None = None
+    azure_connection_string: str | None = None
+    azure_account_key: str | None = None
+    azure_sas_token: str | None = None
+    azure_connection_string_file: Path | None = None
+    azure_account_key_file: Path | None = None
+    azure_sas_token_file: Path | None = None
     schema_registry_url: str | None = None
     schema_registry_basic_auth: str | None = None
     schema_registry_basic_auth_file: Path | None = None
@@ -179,6 +197,29 @@ class Settings:
     def fs_tier2_root(self) -> Path:
         return self.fs_root or self.state_dir / "tier2"
 
+    def _validate_clouds(self) -> None:
+        """The GCS and Azure settings: URLs with a host, and credentials that go with a place to use them."""
+        for name in ("gcs_endpoint", "azure_account_url"):
+            value = getattr(self, name)
+            url = urlsplit(value or "")
+            if value and (url.scheme not in ("http", "https") or not url.hostname):
+                raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
+        azure_settings = ("azure_account_url", "azure_connection_string", "azure_account_key", "azure_sas_token")
+        if not self.azure_container and any(getattr(self, name) for name in azure_settings):
+            raise ValueError("azure_account_url, azure_connection_string, azure_account_key and azure_sas_token "
+                             "need azure_container: the container of the azure-tier2 binding")
+        if self.azure_container and not (self.azure_account_url or self.azure_connection_string):
+            raise ValueError("azure_container needs azure_account_url (https://ACCOUNT.blob.core.windows.net) or "
+                             "azure_connection_string")
+        if self.azure_connection_string and (self.azure_account_key or self.azure_sas_token):
+            raise ValueError("azure_connection_string carries its own credentials: leave out azure_account_key "
+                             "and azure_sas_token")
+        if self.azure_account_key and self.azure_sas_token:
+            raise ValueError("azure_account_key and azure_sas_token are both set: keep one")
+        if not self.gcs_bucket and any((self.gcs_project, self.gcs_credentials_file, self.gcs_endpoint)):
+            raise ValueError("gcs_project, gcs_credentials_file and gcs_endpoint need gcs_bucket: the bucket of the "
+                             "gcs-tier2 binding")
+
     def validate(self) -> None:
         positive = {"partitions": self.partitions, "batch_size": self.batch_size, "max_attempts": self.max_attempts,
                     "delete_parallelism": self.delete_parallelism, "metadata_pool_size": self.metadata_pool_size,
@@ -226,6 +267,7 @@ class Settings:
                              "chain: AWS_PROFILE, AWS_ACCESS_KEY_ID, web identity, instance role)")
         if self.s3_session_token and not self.s3_access_key:
             raise ValueError("s3_session_token needs s3_access_key and s3_secret_key")
+        self._validate_clouds()
         if self.schema_registry_basic_auth and self.schema_registry_basic_auth_file:
             raise ValueError("schema_registry_basic_auth and schema_registry_basic_auth_file are both set: keep one")
         if not self.retry_delays or any(delay < 1 for delay in self.retry_delays):

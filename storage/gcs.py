@@ -183,13 +183,15 @@ class GcsChunkStorage(BaseChunkStorage):
             if s.credentials_file is not None:
                 from google.oauth2 import service_account
 
-                credentials = service_account.Credentials.from_service_account_file(str(s.credentials_file))
+                credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                    str(s.credentials_file))
                 return storage.Client(project=s.project or credentials.project_id, credentials=credentials,
                                       client_options=options)
             if s.endpoint:
                 from google.auth.credentials import AnonymousCredentials
 
-                return storage.Client(project=s.project or "reclaim", credentials=AnonymousCredentials(),
+                anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
+                return storage.Client(project=s.project or "reclaim", credentials=anonymous,
                                       client_options=options)
             return storage.Client(project=s.project)
         except (OSError, ValueError) as exc:
@@ -237,8 +239,9 @@ class GcsChunkStorage(BaseChunkStorage):
         """The key prefix, then the bucket: missing is a misconfiguration, one line naming it."""
         check_key_prefix("GCS", self._settings.key_prefix, self.name)
         where = f"storage binding {self.name!r}, GCS bucket {self._settings.bucket!r}"
+        client = self.client  # a missing extra or an unreadable key file says so itself, in one line
         try:
-            self.client.get_bucket(self._settings.bucket, timeout=self._settings.timeout, retry=self._retry)
+            client.get_bucket(self._settings.bucket, timeout=self._settings.timeout, retry=self._retry)
         except StorageError as exc:
             raise type(exc)(f"{where}: {exc}", binding=self.name) from exc
         except Exception as exc:

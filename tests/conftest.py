@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.fixtures.common",
     "tests.fixtures.s3",
     "tests.fixtures.gcs",
+    "tests.fixtures.azure",
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
     "tests.fixtures.spark",

@@ -78,9 +78,12 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
 
     values = {name: (str(value) if isinstance(value, Path) else value) for name, value in asdict(settings).items()}
     # The access key is an identifier, shown as configured; a secret's file shows as its path.
-    for secret in ("s3_secret_key", "s3_session_token", "schema_registry_basic_auth"):
+    for secret in ("s3_secret_key", "s3_session_token", "schema_registry_basic_auth", "azure_connection_string",
+                   "azure_account_key", "azure_sas_token"):
         if values[secret]:
             values[secret] = "********"
+    if values["azure_account_url"] and "?" in values["azure_account_url"]:  # a SAS token may ride in its query
+        values["azure_account_url"] = values["azure_account_url"].split("?", 1)[0] + "?********"
     for url in ("metadata_url", "schema_registry_url"):
         if values[url]:
             values[url] = redact_password(values[url])

@@ -183,8 +183,8 @@ def _checked_dependencies(settings: Settings) -> tuple[SQLMetadataStore, Storage
         unconfigured = sorted(store.binding_names() - set(bindings.names()))
         if unconfigured:
             raise Unavailable(f"the metadata store has chunks on storage binding {unconfigured[0]!r}, which is not "
-                              "configured: set its endpoint (RECLAIM_S3_ENDPOINT / --s3-endpoint) so its records "
-                              "are deleted, not dead-lettered")
+                              f"configured: {runtime.how_to_configure(unconfigured[0])} so its records are deleted, "
+                              "not dead-lettered")
         bindings.check()
         topics = runtime.topic_names(settings)
         address = preflight.bootstrap(settings)

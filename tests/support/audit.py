@@ -9,10 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from reclaim.exits import ExitCode
+from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.chunks import ChunkLocation, ChunkTags, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
 from reclaim.storage.metadata import ChunkRecord, MarkRecord, MarkState, SegmentRecord
-from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLMetadataStore
 from tests.support.cli import run_reclaim
 
@@ -43,7 +43,7 @@ def put(store: SQLMetadataStore, *rows: ChunkRecord, marks: tuple[MarkRecord, ..
             txn.put_mark(mark)
 
 
-def chunk(binding: FileSystemChunkStorage | S3ChunkStorage | None, chunk_name: str, *, write: bool = True,
+def chunk(binding: BaseChunkStorage | None, chunk_name: str, *, write: bool = True,
           location: ChunkLocation | None = None, **fields: object) -> ChunkRecord:
     """A chunk row (and, with ``write``, its object on ``binding``)."""
     if write and binding is not None:

@@ -15,9 +15,9 @@ SHARED = ("tests.support", "tests.fixtures")
 #: Fixtures that start a server or reach one: Kafka, S3, PostgreSQL, Spark, Prometheus, toxiproxy.
 SERVERS = {"kafka_bootstrap", "secure_kafka", "moto_s3", "minio_s3", "external_s3", "s3_endpoint", "postgres_url",
            "spark", "promtool", "prometheus_binary", "own_broker", "own_minio", "own_postgres", "toxiproxy",
-           "proxied_broker"}
+           "proxied_broker", "fake_gcs", "azurite"}
 #: Fixtures that look a server up at run time (``request.getfixturevalue``) for some of their parameters.
-DYNAMIC = {"metadata_location", "s3_binding_on", "make_tier2", "chunk_storage", "any_binding"}
+DYNAMIC = {"metadata_location", "s3_binding_on", "make_tier2", "chunk_storage", "any_binding", "cloud_binding"}
 
 
 def python_files() -> list[Path]:

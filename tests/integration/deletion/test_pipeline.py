@@ -30,6 +30,12 @@ def test_marked_s3_chunks_are_deleted_and_offsets_committed(pipeline: Pipeline, 
     marked_chunks_are_deleted_and_offsets_committed(pipeline, s3_binding)
 
 
+def test_marked_chunks_on_gcs_and_azure_are_deleted_and_offsets_committed(pipeline: Pipeline,
+                                                                          cloud_binding: BaseChunkStorage) -> None:
+    pipeline.bindings.register(cloud_binding)
+    marked_chunks_are_deleted_and_offsets_committed(pipeline, cloud_binding)
+
+
 def marked_chunks_are_deleted_and_offsets_committed(pipeline: Pipeline, binding: BaseChunkStorage) -> None:
     live = pipeline.write_chunks(binding, "scope/stream/0.#epoch.0", 3)
     doomed = pipeline.write_chunks(binding, "scope/stream/1.#epoch.0", 40)

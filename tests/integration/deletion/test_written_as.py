@@ -22,15 +22,20 @@ from urllib.parse import quote
 
 import pytest
 
+from devtools.azurite_server import AzuriteEndpoint, ensure_container
+from devtools.gcs_server import GcsEndpoint
 from reclaim.deletion.executor import DeletionExecutor
+from reclaim.deletion.facts import Pending, Proceed
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.deletion.records import pending_deletes
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
+from reclaim.storage.azure import AzureChunkStorage
 from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkTags
 from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.gcs import GcsChunkStorage
 from reclaim.storage.metadata import ChunkRecord, SegmentRecord
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
@@ -96,10 +101,56 @@ def _s3(endpoint: S3Endpoint, bucket: str) -> Tier2:
     return Tier2(s3, copy, put_unstamped, alias)
 
 
-@pytest.fixture(params=["fs", *(pytest.param(server, marks=pytest.mark.integration) for server in S3_SERVERS)])
+def _gcs(endpoint: GcsEndpoint, bucket: str) -> Tier2:
+    gcs = GcsChunkStorage(endpoint.binding_settings(bucket, key_prefix="tier2/"))
+    remote = gcs.client.bucket(bucket)
+
+    def copy(source: str, target: str) -> None:
+        remote.copy_blob(remote.blob(gcs.object_key(source)), remote, gcs.object_key(target))
+
+    def put_unstamped(name: str) -> None:
+        blob = remote.blob(gcs.object_key(name))
+        blob.metadata = {f"reclaim-{key}": quote(value, safe="") for key, value in TAGS.to_dict().items()}
+        blob.upload_from_string(DATA)
+
+    def alias(name: str) -> tuple[BaseChunkStorage, str]:
+        return GcsChunkStorage(endpoint.binding_settings(bucket)), "tier2/" + name
+
+    return Tier2(gcs, copy, put_unstamped, alias)
+
+
+def _azure(endpoint: AzuriteEndpoint, container: str) -> Tier2:
+    azure = AzureChunkStorage(endpoint.binding_settings(container, key_prefix="tier2/"))
+    remote = azure.client
+
+    def copy(source: str, target: str) -> None:
+        blob = remote.get_blob_client(azure.object_key(source))
+        remote.get_blob_client(azure.object_key(target)).upload_blob(
+            blob.download_blob().readall(), metadata=blob.get_blob_properties().metadata)
+
+    def put_unstamped(name: str) -> None:
+        metadata = {f"reclaim_{key.replace('-', '_')}": quote(value, safe="") for key, value in TAGS.to_dict().items()}
+        remote.get_blob_client(azure.object_key(name)).upload_blob(DATA, metadata=metadata)
+
+    def alias(name: str) -> tuple[BaseChunkStorage, str]:
+        return AzureChunkStorage(endpoint.binding_settings(container)), "tier2/" + name
+
+    return Tier2(azure, copy, put_unstamped, alias)
+
+
+@pytest.fixture(params=["fs", *(pytest.param(store, marks=pytest.mark.integration)
+                                for store in (*S3_SERVERS, "gcs", "azure"))])
 def tier2(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tier2]:
     if request.param == "fs":
         made = _fs(tmp_path / "tier2")
+    elif request.param == "gcs":
+        gcs_endpoint: GcsEndpoint = request.getfixturevalue("fake_gcs")
+        made = _gcs(gcs_endpoint, request.getfixturevalue("gcs_bucket"))
+    elif request.param == "azure":
+        azurite: AzuriteEndpoint = request.getfixturevalue("azurite")
+        container = f"container-{uuid.uuid4().hex[:12]}"
+        ensure_container(azurite, container)
+        made = _azure(azurite, container)
     else:
         endpoint: S3Endpoint = request.getfixturevalue(f"{request.param}_s3")
         bucket = f"bucket-{uuid.uuid4().hex[:12]}"
@@ -214,3 +265,28 @@ def test_an_object_written_before_the_stamp_is_kept_for_the_audit(tier2: Tier2,
     assert orphan_chunk(binding.location(name), len(DATA), info.tags, info.written_as) is None
     stamped = binding.get_info(live_chunk(store, binding).name)
     assert orphan_chunk(binding.location(stamped.name), len(DATA), stamped.tags, stamped.written_as) is not None
+
+
+def test_an_object_written_again_after_its_check_is_kept(tier2: Tier2, store: SQLiteMetadataStore) -> None:
+    """The name is written again between a record's check and its delete: a binding with conditional deletes
+    keeps the new object (the record is done: the object it checked is gone); one without them deletes it."""
+    binding = tier2.binding
+    chunk = live_chunk(store, binding)
+    with store.transaction() as txn:
+        txn.put_chunk(dataclasses.replace(chunk, active=False, mark_id="m"))
+    assert store.remove_chunks([chunk.name]) == [chunk.name]
+    (record,) = pending_deletes(chunk, "m", int(time.time() * 1000))
+    executor = DeletionExecutor(store, StorageBindings([binding]), mark_timeout_s=30)
+    try:
+        plan = executor.prepare([Pending(record)])
+        assert plan.decisions == (Proceed.DELETE,)
+        binding.delete(binding.open_write(chunk.name))
+        binding.create_with_content(chunk.name, b"written again", TAGS)
+        (verdict,) = executor.finish(plan, executor.delete(plan))
+    finally:
+        executor.close()
+    if binding.supports_conditional_delete:
+        assert verdict.outcome is Outcome.ALREADY_GONE and "conditional delete kept" in verdict.reason, verdict
+        assert binding.read(binding.open_read(chunk.name), 0, 13) == b"written again"
+    else:
+        assert verdict.outcome is Outcome.DELETED and not binding.exists(chunk.name)

@@ -13,9 +13,12 @@ import pytest
 import reclaim
 from reclaim.exits import ExitCode
 from reclaim.localstack.s3_server import S3Endpoint
+from reclaim.storage.azure import AzureChunkStorage
+from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import ChunkLocation, Tier
 from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.gcs import GcsChunkStorage
 from reclaim.storage.s3 import S3ChunkStorage
 from reclaim.storage.sql_store import SQLiteMetadataStore
 from reclaim.tools.audit import AuditReport, audit, audit_binding
@@ -210,6 +213,35 @@ def test_s3_orphans_are_told_from_recent_objects_by_the_grace(
     eager = run_audit(tmp_path, *flags, "--grace", "0", **credentials)
     assert eager.returncode == ExitCode.FINDINGS
     assert json.loads(eager.stdout)["bindings"]["s3-tier2"]["orphans"] == {"count": 1, "names": [name(3)]}
+
+
+def cloud_env(binding: BaseChunkStorage) -> dict[str, str]:
+    """The variables that configure ``binding`` (on its emulator) for a ``reclaim`` command."""
+    if isinstance(binding, GcsChunkStorage):
+        return {"RECLAIM_GCS_BUCKET": binding.settings.bucket, "RECLAIM_GCS_ENDPOINT": str(binding.settings.endpoint)}
+    assert isinstance(binding, AzureChunkStorage)
+    return {"RECLAIM_AZURE_CONTAINER": binding.settings.container,
+            "RECLAIM_AZURE_ACCOUNT_URL": str(binding.settings.account_url),
+            "RECLAIM_AZURE_ACCOUNT_KEY": str(binding.settings.account_key)}
+
+
+@pytest.mark.integration
+def test_gcs_and_azure_are_audited_as_configured_by_their_settings(
+        tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore,
+        cloud_binding: BaseChunkStorage) -> None:
+    cloud = cloud_binding
+    put(store, chunk(cloud, name(0)), chunk(cloud, name(1), write=False), chunk(fs, name(2)))
+    cloud.create_with_content(name(3), b"x", TAGS)  # no row: recent within an hour, an orphan with no grace
+    env = cloud_env(cloud)
+    within = json.loads(run_audit(tmp_path, "--json", **env).stdout)
+    assert within["bindings"][cloud.name] | {"clean": None} == {
+        "live": 1, "pending": 0, "recent": 1, "cleaning": 0, "orphans": {"count": 0, "names": []},
+        "missing": {"count": 1, "names": [name(1)]}, "dangling": {"count": 0, "names": []}, "clean": None}
+    eager = run_audit(tmp_path, "--json", "--grace", "0", **env)
+    assert eager.returncode == ExitCode.FINDINGS
+    assert json.loads(eager.stdout)["bindings"][cloud.name]["orphans"] == {"count": 1, "names": [name(3)]}
+    secret = env.get("RECLAIM_AZURE_ACCOUNT_KEY")
+    assert secret is None or secret not in eager.stdout + eager.stderr
 
 
 @pytest.mark.integration

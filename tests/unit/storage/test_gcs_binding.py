@@ -59,3 +59,13 @@ def test_the_module_imports_without_the_google_client() -> None:
     code = "import sys, reclaim.storage.gcs; print(any(m.startswith('google') for m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_without_the_extra_the_binding_says_which_to_install() -> None:
+    code = ("import sys; sys.modules['google.cloud.storage'] = None\n"
+            "from reclaim.storage.gcs import GcsChunkStorage, GcsSettings\n"
+            "from reclaim.storage.errors import StorageMisconfiguredError\n"
+            "try:\n    GcsChunkStorage(GcsSettings('b')).check()\n"
+            "except StorageMisconfiguredError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "the gcs-tier2 binding needs the gcs extra: pip install 'reclaim[gcs]'"
