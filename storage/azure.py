@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import logging
 import re
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,14 @@ from reclaim.storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from reclaim.storage.object_keys import check_key_prefix, check_object_key, decode_metadata, encode_metadata, tag_pairs
+from reclaim.storage.object_keys import (
+    LazyClient,
+    check_key_prefix,
+    check_object_key,
+    decode_metadata,
+    encode_metadata,
+    tag_pairs,
+)
 
 if TYPE_CHECKING:
     from azure.storage.blob import BlobProperties, ContainerClient
@@ -252,9 +258,8 @@ class AzureChunkStorage(BaseChunkStorage):
             except StorageMisconfiguredError as exc:
                 raise StorageMisconfiguredError(f"storage binding {name!r}: {exc}", binding=name) from None
         self._settings = settings
-        self._client = client
+        self._clients: LazyClient[ContainerClient] = LazyClient(self._build_client, client)
         self._credential: Any = None
-        self._client_lock = threading.Lock()
         self._secrets = secrets_of(settings)
 
     @property
@@ -273,13 +278,7 @@ class AzureChunkStorage(BaseChunkStorage):
     @property
     def client(self) -> ContainerClient:
         """The container's client, built on first use (Azure's clients are thread-safe)."""
-        client = self._client
-        if client is None:
-            with self._client_lock:  # HEADs run on other threads than deletes: build one client only
-                if self._client is None:
-                    self._client = self._build_client()
-                client = self._client
-        return client
+        return self._clients.get()
 
     def _build_client(self) -> ContainerClient:
         from azure.storage.blob import ContainerClient, ExponentialRetry
@@ -518,7 +517,7 @@ class AzureChunkStorage(BaseChunkStorage):
         return len(data)
 
     def close(self) -> None:
-        client, self._client = self._client, None
+        client = self._clients.take()
         if client is not None:
             client.close()
         credential, self._credential = self._credential, None

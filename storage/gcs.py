@@ -40,6 +40,7 @@ from reclaim.storage.errors import (
     StorageUnavailableError,
 )
 from reclaim.storage.object_keys import (
+    LazyClient,
     check_key_prefix,
     check_object_key,
     decode_metadata,
@@ -142,8 +143,8 @@ class GcsChunkStorage(BaseChunkStorage):
                  client: Client | None = None) -> None:
         super().__init__(name, tier)
         self._settings = settings
-        self._client = client
-        self._client_lock = threading.Lock()
+        self._clients: LazyClient[Client] = LazyClient(self._build_client, client)
+        self._pool_lock = threading.Lock()
         self._batches = True  # until the endpoint answers a batch with no parts
         self._bucket_seen = 0.0
         self._pool: ThreadPoolExecutor | None = None
@@ -164,13 +165,7 @@ class GcsChunkStorage(BaseChunkStorage):
     @property
     def client(self) -> Client:
         """Google's storage client, built on first use (it is thread-safe)."""
-        client = self._client
-        if client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = self._build_client()
-                client = self._client
-        return client
+        return self._clients.get()
 
     def _build_client(self) -> Client:
         try:
@@ -338,7 +333,7 @@ class GcsChunkStorage(BaseChunkStorage):
 
     def _delete_each(self, names: Sequence[str], versions: Mapping[str, str]) -> list[DeleteResult]:
         if self._pool is None:
-            with self._client_lock:
+            with self._pool_lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(DELETE_PARALLELISM, thread_name_prefix="reclaim-gcs-delete")
         return list(self._pool.map(lambda name: self._delete_one(name, versions), names))
@@ -445,7 +440,7 @@ class GcsChunkStorage(BaseChunkStorage):
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        client, self._client = self._client, None
+        client = self._clients.take()
         if client is not None:
             client.close()
 

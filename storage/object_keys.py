@@ -3,11 +3,15 @@ before any request, and ownership tags as object metadata."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
+from typing import Generic, TypeVar
 from urllib.parse import quote, unquote
 
 from reclaim.storage.chunks import MAX_CHUNK_NAME_BYTES, ChunkTags, WrittenAs, validate_chunk_name
 from reclaim.storage.errors import InvalidChunkNameError, StorageMisconfiguredError
+
+ClientT = TypeVar("ClientT")
 
 #: Every metadata key reclaim writes starts with it (``x-amz-meta-reclaim-*`` on S3).
 META_PREFIX = "reclaim-"
@@ -66,3 +70,28 @@ def decode_metadata(metadata: Mapping[str, str] | None, key: Callable[[str], str
         if tag is not None:
             raw[tag] = unquote(value)
     return (ChunkTags.from_dict(raw), WrittenAs.from_dict(raw)) if raw else (None, None)
+
+
+class LazyClient(Generic[ClientT]):
+    """A store's client, built on first use and once only, though several threads ask at once (a batch's
+    HEADs run on other threads than its deletes); the clients themselves are thread-safe."""
+
+    def __init__(self, build: Callable[[], ClientT], client: ClientT | None = None) -> None:
+        self._build = build
+        self._client = client
+        self._lock = threading.Lock()
+
+    def get(self) -> ClientT:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._build()
+                client = self._client
+        return client
+
+    def take(self) -> ClientT | None:
+        """The client built so far, if any, forgotten: for its binding to close it."""
+        with self._lock:
+            client, self._client = self._client, None
+        return client

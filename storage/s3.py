@@ -10,7 +10,6 @@ servers that store keys as paths (MinIO): with a key prefix, the whole key keeps
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +40,14 @@ from reclaim.storage.errors import (
     StorageMisconfiguredError,
     StorageUnavailableError,
 )
-from reclaim.storage.object_keys import check_key_prefix, check_object_key, decode_metadata, encode_metadata, tag_pairs
+from reclaim.storage.object_keys import (
+    LazyClient,
+    check_key_prefix,
+    check_object_key,
+    decode_metadata,
+    encode_metadata,
+    tag_pairs,
+)
 from reclaim.storage.s3_listing import present_keys
 
 _HEADER_PREFIX = "x-amz-meta-"
@@ -119,8 +125,7 @@ class S3ChunkStorage(BaseChunkStorage):
                  client: Any | None = None) -> None:
         super().__init__(name, tier)
         self._settings = settings
-        self._client = client
-        self._client_lock = threading.Lock()
+        self._clients: LazyClient[Any] = LazyClient(self._build_client, client)
         self._own_delete_body = False  # set when the client built here carries s3_delete's hooks
 
     @property
@@ -135,13 +140,7 @@ class S3ChunkStorage(BaseChunkStorage):
     @property
     def client(self) -> Any:
         """The boto3 S3 client, built on first use (boto3 clients are thread-safe)."""
-        client = self._client
-        if client is None:
-            with self._client_lock:  # HEADs run on other threads than deletes: build one client only
-                if self._client is None:
-                    self._client = self._build_client()
-                client = self._client
-        return client
+        return self._clients.get()
 
     def _build_client(self) -> Any:
         s = self._settings
@@ -426,6 +425,6 @@ class S3ChunkStorage(BaseChunkStorage):
         return ChunkListPage(tuple(item["Key"][cut:] for item in contents), token)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        client = self._clients.take()
+        if client is not None:
+            client.close()

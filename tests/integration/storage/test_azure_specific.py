@@ -3,11 +3,9 @@ each kind of credential, a missing container, a wrong key, an endpoint down, and
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -16,6 +14,7 @@ from reclaim.localstack.procs import free_port
 from reclaim.storage.azure import AzureChunkStorage, AzureSettings
 from reclaim.storage.chunks import ChunkTags, DeleteOutcome
 from reclaim.storage.errors import AccessDeniedError, StorageMisconfiguredError, StorageUnavailableError
+from tests.support.refusing_server import Refusal, refusing_server
 
 pytestmark = pytest.mark.integration
 
@@ -123,46 +122,24 @@ def test_an_endpoint_down_is_retryable(azurite: AzuriteEndpoint) -> None:
     binding.close()
 
 
-class _Busy(BaseHTTPRequestHandler):
-    """Answers every request 503 ServerBusy, as Azure does past an account's limits, counting them. A stand-in
-    on purpose: Azurite cannot be made to throttle."""
-
-    requests = 0
-
-    def _answer(self) -> None:
-        type(self).requests += 1
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
-                b"<Message>Ingress is over the account limit.</Message></Error>")
-        self.send_response(503)
-        self.send_header("x-ms-error-code", "ServerBusy")
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _answer  # noqa: N815 - http.server's names
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
-        pass
-
-
 @pytest.fixture
-def busy_endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/devstoreaccount1"
-    server.shutdown()
+def busy() -> Iterator[Refusal]:
+    """Answers every request 503 ServerBusy, as Azure does past an account's limits. A stand-in on purpose:
+    Azurite cannot be made to throttle."""
+    body = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
+            b"<Message>Ingress is over the account limit.</Message></Error>")
+    with refusing_server(Refusal(503, body, {"x-ms-error-code": "ServerBusy", "Content-Type": "application/xml"})
+                         ) as refusal:
+        yield refusal
 
 
-def test_a_busy_server_is_retried_and_then_reported_retryable(busy_endpoint: str, azurite: AzuriteEndpoint) -> None:
-    settings = AzureSettings("c1c", account_url=busy_endpoint, account_key=azurite.account_key, max_attempts=2)
+def test_a_busy_server_is_retried_and_then_reported_retryable(busy: Refusal, azurite: AzuriteEndpoint) -> None:
+    settings = AzureSettings("c1c", account_url=busy.url + "/devstoreaccount1", account_key=azurite.account_key,
+                             max_attempts=2)
     binding = AzureChunkStorage(settings)
-    _Busy.requests = 0
     with pytest.raises(StorageUnavailableError):
         binding.get_info("s/0/c0")
-    assert _Busy.requests == 2, "the client backs off and asks again once before giving up"
+    assert busy.requests == 2, "the client backs off and asks again once before giving up"
     binding.close()
     binding = AzureChunkStorage(replace(settings, max_attempts=1))
     results = binding.delete_many(["s/0/c0", "s/0/c1"], versions={"s/0/c0": '"0x1"'})

@@ -4,9 +4,7 @@ an answer per object, a missing bucket, an endpoint down, and throttling."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from reclaim.storage.errors import (
     StorageUnavailableError,
 )
 from reclaim.storage.gcs import GcsChunkStorage, GcsSettings
+from tests.support.refusing_server import Refusal, refusing_server
 
 pytestmark = pytest.mark.integration
 
@@ -80,42 +79,19 @@ def test_an_endpoint_down_is_retryable() -> None:
     binding.close()
 
 
-class _Throttled(BaseHTTPRequestHandler):
-    """Answers every request 429 Too Many Requests, counting them. A stand-in on purpose: no emulator can be
-    made to throttle."""
-
-    requests = 0
-
-    def _answer(self) -> None:
-        type(self).requests += 1
-        body = b'{"error": {"code": 429, "message": "rate limit exceeded"}}'
-        self.send_response(429)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_DELETE = _answer  # noqa: N815 - http.server's names
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
-        pass
-
-
 @pytest.fixture
-def throttling_endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Throttled)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+def throttling() -> Iterator[Refusal]:
+    """Answers every request 429 Too Many Requests. A stand-in on purpose: no emulator can be made to throttle."""
+    body = b'{"error": {"code": 429, "message": "rate limit exceeded"}}'
+    with refusing_server(Refusal(429, body, {"Content-Type": "application/json"})) as refusal:
+        yield refusal
 
 
-def test_throttling_is_retried_with_backoff_and_then_reported_retryable(throttling_endpoint: str) -> None:
-    binding = GcsChunkStorage(GcsSettings("b", endpoint=throttling_endpoint, retry_deadline=1.5))
-    _Throttled.requests = 0
+def test_throttling_is_retried_with_backoff_and_then_reported_retryable(throttling: Refusal) -> None:
+    binding = GcsChunkStorage(GcsSettings("b", endpoint=throttling.url, retry_deadline=1.5))
     with pytest.raises(StorageUnavailableError):
         binding.get_info("s/0/c0")
-    assert _Throttled.requests >= 2, "the client backs off and asks again before giving up"
+    assert throttling.requests >= 2, "the client backs off and asks again before giving up"
     results = binding.delete_many(["s/0/c0", "s/0/c1"], versions={"s/0/c0": "7"})
     assert all(r.outcome is DeleteOutcome.FAILED and r.error is not None and r.error.retryable for r in results)
     binding.close()
