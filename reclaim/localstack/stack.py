@@ -1,4 +1,4 @@
-"""``reclaim local up | down | status``: the local Kafka broker and S3 endpoint, tracked by pid."""
+"""``reclaim local up | down | status``: the local Kafka broker, S3 endpoint and tier-2 emulators, tracked by pid."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from reclaim.extras import require
+from reclaim.localstack.emulators import DEFAULT_STORE, EMULATORS, TIER2_CHOICES, Emulator
 from reclaim.localstack.kafka_broker import BrokerPorts, broker_answers, choose_ports, start_broker
 from reclaim.localstack.kafka_security import (
     ADMIN_CONFIG,
@@ -45,10 +46,28 @@ class StackState:
     s3_bucket: str | None = None
     kafka_secure: bool = False
     """The broker ``up`` started is the secured one (SASL_SSL, ACLs): see :func:`secure_files`."""
+    # The tier-2 emulators ``up --tier2 gcs|azure`` started (:mod:`reclaim.localstack.emulators`): each has a
+    # URL on record until ``down`` stops it, and its bucket or container after.
+    gcs_pid: int | None = None
+    gcs_url: str | None = None
+    gcs_bucket: str | None = None
+    azure_pid: int | None = None
+    azure_url: str | None = None
+    azure_container: str | None = None
 
     @property
     def bootstrap(self) -> str | None:
         return f"127.0.0.1:{self.kafka_client_port}" if self.kafka_client_port else None
+
+    def emulator(self, emulator: Emulator) -> tuple[int | None, str | None]:
+        """The pid and URL of ``emulator`` on record."""
+        pid: int | None = getattr(self, f"{emulator.name}_pid")
+        url: str | None = getattr(self, f"{emulator.name}_url")
+        return pid, url
+
+    def started(self) -> list[Emulator]:
+        """The emulators on record: started by an ``up`` and not stopped by ``down`` since."""
+        return [emulator for emulator in EMULATORS.values() if self.emulator(emulator)[1]]
 
     @classmethod
     def load(cls, state_dir: Path) -> StackState:
@@ -66,7 +85,7 @@ class StackState:
             raise _unreadable(path, "not a JSON object")
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         for key, value in fields.items():
-            wanted = str if key in ("s3_url", "s3_bucket") else bool if key == "kafka_secure" else int
+            wanted = bool if key == "kafka_secure" else int if key.endswith(("_pid", "_port")) else str
             if value is not None and (type(value) is not wanted):
                 raise _unreadable(path, f"{key} is {value!r}")
         return cls(**fields)
@@ -97,6 +116,17 @@ def _s3_ours(state: StackState) -> bool:
     return pid_runs(state.s3_pid, "moto.server", state.s3_url.rpartition(":")[2])
 
 
+def _emulator_ours(state: StackState, emulator: Emulator, state_dir: Path) -> bool:
+    """The state's pid of ``emulator`` still runs the emulator ``up`` started from this state directory."""
+    pid, url = state.emulator(emulator)
+    return bool(pid and url and emulator.runs(pid, url, state_dir))
+
+
+def _emulator_running(state: StackState, emulator: Emulator, state_dir: Path) -> bool:
+    url = state.emulator(emulator)[1]
+    return bool(_emulator_ours(state, emulator, state_dir) and url and emulator.answers(url))
+
+
 def _kafka_dir(state_dir: Path, secure: bool) -> Path:
     return state_dir / SECURE_DIR / "kafka" if secure else state_dir / "kafka"
 
@@ -125,28 +155,28 @@ def _s3_running(state: StackState) -> bool:
     return bool(_s3_ours(state) and state.s3_url and answers(state.s3_url))
 
 
-def up(settings: Settings, secure: bool = False) -> StackState:
+def up(settings: Settings, secure: bool = False, tier2: str = "s3") -> StackState:
     """Start whatever of the stack is not running; idempotent.
 
     With ``secure``, the broker is the secured one (SASL_SSL with SCRAM-SHA-512, the StandardAuthorizer,
     nothing allowed that no ACL grants), its data, CA and admin credentials under ``<state-dir>/kafka-secure``.
+    The S3 endpoint always runs; ``tier2`` ``gcs`` or ``azure`` adds that emulator (fake-gcs-server, built with
+    ``go install`` on first use; Azurite, installed with npm on first use), and an emulator an earlier ``up``
+    started is kept until ``down``. Each has its bucket or container, and its settings are in ``local.toml``.
     """
     require("local", "the local stack")  # before anything starts: its S3 endpoint is moto's server
+    if tier2 not in TIER2_CHOICES:
+        raise StackError(f"no tier-2 emulator {tier2!r}: choose one of {', '.join(TIER2_CHOICES)}")
     state = StackState.load(settings.state_dir)
+    emulators = [emulator for emulator in EMULATORS.values() if emulator.name == tier2 or emulator in state.started()]
+    for emulator in emulators:  # a missing client, `go` or `npm` is said before anything starts
+        emulator.require_client()
+        emulator.get_server(settings.cache_dir)
     if _kafka_running(state, settings.state_dir) and state.kafka_secure != secure:
         running, asked = ("secured", "PLAINTEXT") if state.kafka_secure else ("PLAINTEXT", "secured")
         raise StackError(f"the local Kafka broker runs {running}, not {asked}: run `reclaim local down`, then "
                          f"`reclaim local up{' --secure' if secure else ''}`")
-    # A server of ours that runs but does not answer is not replaced: a second one would be left untracked
-    # (or, for the broker, fail on the same data directory), and the first would hang whoever uses it.
-    stuck = []
-    if _kafka_ours(state, settings.state_dir) and not _kafka_running(state, settings.state_dir):
-        stuck.append(f"Kafka broker (pid {state.kafka_pid}) at {state.bootstrap}")
-    if _s3_ours(state) and not _s3_running(state):
-        stuck.append(f"S3 endpoint (pid {state.s3_pid}) at {state.s3_url}")
-    if stuck:
-        raise StackError(f"the local {' and '.join(stuck)} runs but does not answer: run `reclaim local down`, "
-                         "then `reclaim local up`")
+    _refuse_stuck(state, settings.state_dir)
     if not _kafka_running(state, settings.state_dir):
         previous = None
         if state.kafka_client_port and state.kafka_controller_port:
@@ -168,9 +198,44 @@ def up(settings: Settings, secure: bool = False) -> StackState:
     FileSystemChunkStorage(settings.fs_tier2_root, name="fs-tier2").close()  # the filesystem tier-2 root, as the bucket
     state.s3_bucket = settings.s3_bucket
     state.save(settings.state_dir)
+    for emulator in emulators:
+        _up_emulator(settings, state, emulator)
     local_keyring(settings.state_dir)
     write_private(local_config(settings.state_dir), local_config_text(settings, state))
     return state
+
+
+def _refuse_stuck(state: StackState, state_dir: Path) -> None:
+    """A server of ours that runs but does not answer is not replaced: a second one would be left untracked
+    (or, for the broker, fail on the same data directory), and the first would hang whoever uses it."""
+    stuck = []
+    if _kafka_ours(state, state_dir) and not _kafka_running(state, state_dir):
+        stuck.append(f"Kafka broker (pid {state.kafka_pid}) at {state.bootstrap}")
+    if _s3_ours(state) and not _s3_running(state):
+        stuck.append(f"S3 endpoint (pid {state.s3_pid}) at {state.s3_url}")
+    for emulator in EMULATORS.values():
+        if _emulator_ours(state, emulator, state_dir) and not _emulator_running(state, emulator, state_dir):
+            pid, url = state.emulator(emulator)
+            stuck.append(f"{emulator.server} (pid {pid}) at {url}")
+    if stuck:
+        raise StackError(f"the local {' and '.join(stuck)} runs but does not answer: run `reclaim local down`, "
+                         "then `reclaim local up`")
+
+
+def _up_emulator(settings: Settings, state: StackState, emulator: Emulator) -> None:
+    """Start ``emulator`` unless it runs, and make its bucket or container (``reclaim-tier2`` unless set)."""
+    if not _emulator_running(state, emulator, settings.state_dir):
+        pid, url = emulator.start(emulator.work_dir(settings.state_dir), settings.cache_dir)
+        setattr(state, f"{emulator.name}_pid", pid)
+        setattr(state, f"{emulator.name}_url", url)
+        state.save(settings.state_dir)
+        log.info("%s started: pid=%s url=%s", emulator.server, pid, url)
+    running = state.emulator(emulator)[1]
+    assert running is not None
+    store = getattr(settings, emulator.store_setting) or DEFAULT_STORE
+    emulator.ensure_store(running, store)
+    setattr(state, emulator.store_setting, store)
+    state.save(settings.state_dir)
 
 
 #: The keyring `up` makes for the local stack (kept across `down` and `up`): the config it writes names it.
@@ -217,8 +282,13 @@ def local_config_text(settings: Settings, state: StackState) -> str:
           "s3_access_key": endpoint.access_key or "", "s3_secret_key": endpoint.secret_key or ""}
     header = (f"# reclaim's settings for the local stack `reclaim local up` started in {settings.state_dir}:\n"
               f"#   reclaim --config {local_config(settings.state_dir)} <command>\n")
+    clouds: dict[str, str] = {}
+    for emulator in state.started():
+        url, store = state.emulator(emulator)[1], getattr(state, emulator.store_setting)
+        assert url is not None
+        clouds |= emulator.settings_of(url, store or DEFAULT_STORE)
     return header + reclaim_config(state.bootstrap, admin, state_dir=str(settings.state_dir),
-                                   keyring=str(settings.state_dir / LOCAL_KEYRING), **s3)
+                                   keyring=str(settings.state_dir / LOCAL_KEYRING), **s3, **clouds)
 
 
 def down(settings: Settings) -> StackState:
@@ -226,14 +296,17 @@ def down(settings: Settings) -> StackState:
     state = StackState.load(settings.state_dir)
     if not (settings.state_dir / STATE_FILE).exists():
         return state  # nothing was started from here: create no state directory either
-    for pid, ours in ((state.kafka_pid, _kafka_ours(state, settings.state_dir)), (state.s3_pid, _s3_ours(state))):
+    servers = [(state.kafka_pid, _kafka_ours(state, settings.state_dir)), (state.s3_pid, _s3_ours(state))]
+    servers += [(state.emulator(emulator)[0], _emulator_ours(state, emulator, settings.state_dir))
+                for emulator in EMULATORS.values()]
+    for pid, ours in servers:
         if pid and ours:
             stop_pid(pid)
         elif pid:
             log.info("pid %s from %s is not a server reclaim started (gone, or reused): left alone",
                      pid, settings.state_dir / STATE_FILE)
-    state.kafka_pid = state.s3_pid = None
-    state.s3_url = None
+    state.kafka_pid = state.s3_pid = state.gcs_pid = state.azure_pid = None
+    state.s3_url = state.gcs_url = state.azure_url = None
     state.save(settings.state_dir)
     return state
 
@@ -251,7 +324,8 @@ def part_state(pid: int | None, healthy: bool) -> str:
 
 
 def status(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Bootstrap address, pid, health and state (:func:`part_state`) of each local server."""
+    """Bootstrap address, pid, health and state (:func:`part_state`) of each local server: the broker, the S3
+    endpoint and each emulator on record (``gcs``, ``azure``)."""
     state = StackState.load(settings.state_dir)
     kafka: dict[str, Any] = {"bootstrap": state.bootstrap, "pid": state.kafka_pid,
                              "healthy": _kafka_running(state, settings.state_dir)}
@@ -263,7 +337,15 @@ def status(settings: Settings) -> dict[str, dict[str, Any]]:
     s3: dict[str, Any] = {"endpoint": state.s3_url, "pid": state.s3_pid, "bucket": state.s3_bucket,
                           "healthy": _s3_running(state)}
     s3["state"] = part_state(state.s3_pid, s3["healthy"])
-    return {"kafka": kafka, "s3": s3}
+    report = {"kafka": kafka, "s3": s3}
+    for emulator in state.started():
+        pid, url = state.emulator(emulator)
+        store = emulator.store_setting.partition("_")[2]  # bucket, container
+        part: dict[str, Any] = {"endpoint": url, "pid": pid, store: getattr(state, emulator.store_setting),
+                                "healthy": _emulator_running(state, emulator, settings.state_dir)}
+        part["state"] = part_state(pid, part["healthy"])
+        report[emulator.name] = part
+    return report
 
 
 def configured_s3(settings: Settings) -> S3Endpoint | None:

@@ -51,9 +51,11 @@ from typing import TYPE_CHECKING, Any
 
 from reclaim.exits import Unavailable
 from reclaim.segments.backup import LAYOUT_PREFIX
+from reclaim.storage.azure import AzureChunkStorage, AzureSettings
 from reclaim.storage.base import BaseChunkStorage, StoredObject
 from reclaim.storage.chunks import OFFLOAD_PREFIX, ChunkStorage
 from reclaim.storage.filesystem import FileSystemChunkStorage
+from reclaim.storage.gcs import GcsChunkStorage, GcsSettings
 from reclaim.storage.metadata import MetadataStore
 from reclaim.storage.s3 import S3ChunkStorage, S3Settings
 from reclaim.tools.audit import (
@@ -80,36 +82,48 @@ ROWS = "name STRING, active INT, mark_id STRING, locations STRING"
 LOCATIONS = "array<struct<binding:string,tier:string,bucket:string,key:string,copy:string>>"
 #: How many levels of the name tree the driver walks before it hands prefixes to tasks.
 MAX_DEPTH = 2
-AUDIT_REQUIREMENTS = ("boto3",)
-"""What a cluster's executors need for the audit, beyond the retention job's packages (their S3 listings)."""
+AUDIT_REQUIREMENTS = ("boto3", "google-cloud-storage", "azure-storage-blob", "azure-identity")
+"""What a cluster's executors need for the audit, beyond the retention job's packages: the clients their S3, GCS
+and Azure listings go through."""
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.14"
 """The PostgreSQL JDBC driver the executors read the chunk rows with (``spark.jars.packages``)."""
 
 
 @dataclass(frozen=True)
 class BindingSpec:
-    """What an executor rebuilds a binding from: its name and tier, and an S3 binding's settings or a
-    filesystem binding's root (which the executors must see at the same path)."""
+    """What an executor rebuilds a binding from: its name and tier, and an object store binding's settings (S3,
+    GCS, Azure: credentials included, so an executor signs in as the driver does) or a filesystem binding's
+    root (which the executors must see at the same path)."""
 
     name: str
     tier: str
     s3: S3Settings | None = None
     root: str | None = None
+    gcs: GcsSettings | None = None
+    azure: AzureSettings | None = None
 
     @classmethod
     def of(cls, binding: BaseChunkStorage) -> BindingSpec:
         if isinstance(binding, S3ChunkStorage):
             return cls(binding.name, binding.tier.value, s3=binding.settings)
+        if isinstance(binding, GcsChunkStorage):
+            return cls(binding.name, binding.tier.value, gcs=binding.settings)
+        if isinstance(binding, AzureChunkStorage):
+            return cls(binding.name, binding.tier.value, azure=binding.settings)
         if isinstance(binding, FileSystemChunkStorage):
             return cls(binding.name, binding.tier.value, root=str(binding.root))
-        raise Unavailable(f"storage binding {binding.name!r} cannot be audited on Spark: only S3 and filesystem "
-                          "bindings can be rebuilt on the executors")
+        raise Unavailable(f"storage binding {binding.name!r} cannot be audited on Spark: only filesystem, S3, GCS "
+                          "and Azure bindings can be rebuilt on the executors")
 
     def build(self) -> BaseChunkStorage:
         from reclaim.storage.chunks import Tier
 
         if self.s3 is not None:
             return S3ChunkStorage(self.s3, name=self.name, tier=Tier(self.tier))
+        if self.gcs is not None:
+            return GcsChunkStorage(self.gcs, name=self.name, tier=Tier(self.tier))
+        if self.azure is not None:
+            return AzureChunkStorage(self.azure, name=self.name, tier=Tier(self.tier))
         assert self.root is not None
         return FileSystemChunkStorage(self.root, name=self.name, tier=Tier(self.tier), create=False)
 

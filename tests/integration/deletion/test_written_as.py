@@ -22,12 +22,12 @@ from urllib.parse import quote
 
 import pytest
 
-from devtools.azurite_server import AzuriteEndpoint, ensure_container
-from devtools.gcs_server import GcsEndpoint
 from reclaim.deletion.executor import DeletionExecutor
 from reclaim.deletion.facts import Pending, Proceed
 from reclaim.deletion.outcomes import Outcome, Verdict
 from reclaim.deletion.records import pending_deletes
+from reclaim.localstack.azurite import AzuriteEndpoint, ensure_container
+from reclaim.localstack.gcs_emulator import GcsEndpoint
 from reclaim.localstack.s3_server import S3Endpoint, ensure_bucket, s3_client
 from reclaim.schemas.ledger import PendingDeleteLedgerInfo
 from reclaim.storage.azure import AzureChunkStorage

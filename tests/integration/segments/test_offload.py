@@ -22,6 +22,7 @@ from reclaim.segments.chunked import ChunkedSegmentStorage
 from reclaim.segments.offload import Offloader, OffloadRefused
 from reclaim.segments.offload_policy import StreamLeases
 from reclaim.services.offloader import OffloaderService
+from reclaim.storage.base import BaseChunkStorage
 from reclaim.storage.bindings import StorageBindings
 from reclaim.storage.chunks import OFFLOAD_PREFIX, Tier, offload_object_name
 from reclaim.storage.filesystem import FileSystemChunkStorage
@@ -45,7 +46,7 @@ class Crash(Exception):
 class Tiers:
     pipe: Pipeline
     hot: FileSystemChunkStorage
-    cold: S3ChunkStorage
+    cold: BaseChunkStorage
     segments: ChunkedSegmentStorage
 
     def offloader(self, crash_at: str | None = None, **options: float) -> Offloader:
@@ -79,34 +80,57 @@ class Tiers:
         return hot, cold
 
 
-@pytest.fixture
-def tiers(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], metadata_location: str,
-          s3_binding: S3ChunkStorage, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Tiers]:
+def open_offload_tiers(kafka_bootstrap: str, topics: TopicNames, metadata_location: str, cold: BaseChunkStorage,
+                       tmp_path: Path, group: str) -> Iterator[Tiers]:
     hot = FileSystemChunkStorage(tmp_path / "tier1", name="fs-tier1", tier=Tier.TIER1)
-    bindings = StorageBindings([hot, s3_binding])
-    pipe = Pipeline(kafka_bootstrap, kafka_topics(), open_metadata_store(metadata_location), bindings,
-                    unique_name("group"))
+    bindings = StorageBindings([hot, cold])
+    pipe = Pipeline(kafka_bootstrap, topics, open_metadata_store(metadata_location), bindings, group)
     segments = ChunkedSegmentStorage(pipe.store, hot, pipe.service, bindings=bindings, max_rolling_length=100)
     segments.create(SEGMENT, stream="scope/stream")
     segments.write(segments.open_write(SEGMENT, epoch=1), 0, DATA)
-    yield Tiers(pipe, hot, s3_binding, segments)
+    yield Tiers(pipe, hot, cold, segments)
     pipe.close()
 
 
+@pytest.fixture
+def tiers(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], metadata_location: str,
+          s3_binding: S3ChunkStorage, tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Tiers]:
+    """Tier-1 on a filesystem, tier-2 on S3 (each S3 server), the metadata on each engine."""
+    yield from open_offload_tiers(kafka_bootstrap, kafka_topics(), metadata_location, s3_binding, tmp_path,
+                                  unique_name("group"))
+
+
+@pytest.fixture
+def cloud_tiers(kafka_bootstrap: str, kafka_topics: Callable[..., TopicNames], cloud_binding: BaseChunkStorage,
+                tmp_path: Path, unique_name: Callable[[str], str]) -> Iterator[Tiers]:
+    """Tier-1 on a filesystem, tier-2 on GCS and on Azure (their emulators), the metadata on SQLite."""
+    yield from open_offload_tiers(kafka_bootstrap, kafka_topics(), str(tmp_path / "meta.db"), cloud_binding,
+                                  tmp_path, unique_name("group"))
+
+
 def test_an_offload_switches_reads_to_tier2_and_phase_2_deletes_the_hot_copy_after_the_grace(tiers: Tiers) -> None:
+    offload_switch_release_delete(tiers)
+
+
+def test_offload_onto_gcs_and_azure_switches_releases_and_deletes_the_hot_copy(cloud_tiers: Tiers) -> None:
+    offload_switch_release_delete(cloud_tiers)
+
+
+def offload_switch_release_delete(tiers: Tiers) -> None:
+    cold = tiers.cold.name
     chunks = tiers.segments.layout(SEGMENT)
     report = tiers.offloader().offload_segment(SEGMENT)
     # The last chunk of an unsealed segment may still grow: it stays where it is.
     assert report.switched == tuple(c.name for c in chunks[:-1])
     assert report.skipped == ((chunks[-1].name, "may still grow (the last chunk of an unsealed segment)"),)
     switched = tiers.segments.layout(SEGMENT)
-    assert all(c.locations[0].binding == "s3-tier2" and c.locations[1].binding == "fs-tier1" for c in switched[:-1])
+    assert all(c.locations[0].binding == cold and c.locations[1].binding == "fs-tier1" for c in switched[:-1])
     assert tiers.segments.read(SEGMENT, 0, len(DATA)) == DATA
     assert tiers.offloader().release_due() == []  # within the grace period nothing is released
 
     released = tiers.offloader(release_after_s=0).release_due()
     assert sorted(released) == sorted(c.name for c in chunks[:-1])
-    assert all(len(c.locations) == 1 and c.locations[0].binding == "s3-tier2"
+    assert all(len(c.locations) == 1 and c.locations[0].binding == cold
                for c in tiers.segments.layout(SEGMENT)[:-1])
     assert tiers.segments.read(SEGMENT, 0, len(DATA)) == DATA
 
@@ -118,7 +142,7 @@ def test_an_offload_switches_reads_to_tier2_and_phase_2_deletes_the_hot_copy_aft
     assert tiers.pipe.store.offloads_after("", 100) == []  # each offload ended with its hot copy's delete
     assert tiers.segments.read(SEGMENT, 0, len(DATA)) == DATA
     report = audit(tiers.pipe.store, [tiers.hot, tiers.cold], grace_s=0)
-    assert report.clean and [(b.binding, b.live) for b in report.bindings] == [("fs-tier1", 1), ("s3-tier2", 10)]
+    assert report.clean and [(b.binding, b.live) for b in report.bindings] == [("fs-tier1", 1), (cold, 10)]
 
 
 @pytest.mark.s3_servers("moto")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from devtools.azurite_server import AzuriteEndpoint
+from reclaim.localstack.azurite import AzuriteEndpoint
 from reclaim.localstack.procs import free_port
 from reclaim.storage.azure import AzureChunkStorage, AzureSettings
 from reclaim.storage.chunks import ChunkTags, DeleteOutcome

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.gcs_server import GcsEndpoint
+from reclaim.localstack.gcs_emulator import GcsEndpoint
 from reclaim.localstack.procs import free_port
 from reclaim.storage.chunks import ChunkTags, DeleteOutcome
 from reclaim.storage.errors import (

@@ -48,9 +48,9 @@ def normalised(report: AuditReport) -> dict[str, Any]:
     return sort(report.to_dict())  # type: ignore[no-any-return]
 
 
-def s3_findings(s3: S3ChunkStorage, fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
-    """Live, missing and orphans on S3 across several streams (so several listing tasks), plus a row on a
-    bucket the binding no longer has."""
+def store_findings(s3: BaseChunkStorage, fs: FileSystemChunkStorage, store: SQLiteMetadataStore) -> None:
+    """Live, missing and orphans on an object store across several streams (so several listing tasks), plus a
+    row on a bucket the binding no longer has."""
     rows = []
     for stream in range(3):
         for i in range(4):
@@ -59,14 +59,14 @@ def s3_findings(s3: S3ChunkStorage, fs: FileSystemChunkStorage, store: SQLiteMet
                 s3.create_with_content(chunk_name, b"x", TAGS)  # no row: an orphan with no grace
             else:
                 rows.append(chunk(s3, chunk_name, write=i != 2))  # i == 2: missing
-    rows.append(chunk(s3, name(40), write=False, location=ChunkLocation("s3-tier2", Tier.TIER2, "gone-bucket",
+    rows.append(chunk(s3, name(40), write=False, location=ChunkLocation(s3.name, Tier.TIER2, "gone-bucket",
                                                                        name(40))))
     put(store, *rows)
     assert fs.bucket is None
 
 
-def offload_findings(s3: S3ChunkStorage, store: SQLiteMetadataStore) -> None:
-    """Offloaded copies on S3 (objects ``_offload/<copy>/<chunk>``): live and missing by their rows, one an
+def offload_findings(s3: BaseChunkStorage, store: SQLiteMetadataStore) -> None:
+    """Offloaded copies on an object store (objects ``_offload/<copy>/<chunk>``): live and missing by their rows, one an
     offload on its way holds (pending), one an intent past its deadline left (orphan), one nothing names."""
     copies = [f"{i:032x}" for i in range(1, 6)]
     live, missing, held, expired, unnamed = (offload_object_name(copy, name(50 + i)) for i, copy in enumerate(copies))
@@ -90,7 +90,7 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
     s3 = make_tier2("s3")
     assert isinstance(s3, S3ChunkStorage)
     findings_fixture(fs, store)
-    s3_findings(s3, fs, store)
+    store_findings(s3, fs, store)
     assert len(plan_splits(s3, target=100)) == 3  # one task per stream
     offload_findings(s3, store)
 
@@ -110,6 +110,22 @@ def test_the_spark_audit_and_the_one_process_audit_agree(
     assert many.bindings[1].orphans.count == 5 and many.bindings[1].missing.count == 4
     assert many.bindings[1].live == 7 and many.bindings[1].pending == 1  # the offloaded copy live, one held
     assert set(many.unconfigured) == {"old-tier2", "s3-tier2 (bucket gone-bucket, TIER2)"}
+
+
+def test_the_spark_audit_lists_gcs_and_azure_through_their_clients_on_the_executors(
+        spark: Any, tmp_path: Path, fs: FileSystemChunkStorage, store: SQLiteMetadataStore,
+        cloud_binding: BaseChunkStorage) -> None:
+    cloud = cloud_binding
+    store_findings(cloud, fs, store)
+    assert len(plan_splits(cloud, target=100)) == 3  # one task per stream
+    offload_findings(cloud, store)
+    for grace in (HOUR, 0.0):
+        one = audit(store, [fs, cloud], grace_s=grace)
+        many = spark_audit(spark, store, [fs, cloud], sources=SparkAuditSources(tmp_path / f"work-{grace}"),
+                           grace_s=grace)
+        assert normalised(many) == normalised(one)
+    assert many.bindings[1].orphans.count == 5 and many.bindings[1].missing.count == 4
+    assert set(many.unconfigured) == {f"{cloud.name} (bucket gone-bucket, TIER2)"}
 
 
 @pytest.mark.parametrize("password", ["in the url", "in a passfile"])
@@ -190,7 +206,7 @@ def test_an_inventory_report_replaces_the_listing_and_what_changed_since_is_conf
         make_tier2: Callable[[str], object], s3_bucket: str, file_format: str) -> None:
     s3 = make_tier2("s3")
     assert isinstance(s3, S3ChunkStorage)
-    s3_findings(s3, fs, store)
+    store_findings(s3, fs, store)
     snapshot = list(s3.iter_objects())
     # Since the report was made: an orphan was deleted, and a chunk was written with its row.
     s3.client.delete_object(Bucket=s3.bucket, Key=s3.object_key("scope/s0/0.#epoch.0.E-1-O-3.c3"))
@@ -212,7 +228,7 @@ def test_an_inventory_of_another_bucket_is_refused_before_anything_is_listed(
         make_tier2: Callable[[str], object], s3_bucket: str) -> None:
     s3 = make_tier2("s3")
     assert isinstance(s3, S3ChunkStorage)
-    s3_findings(s3, fs, store)
+    store_findings(s3, fs, store)
     manifest = inventory(s3, f"{s3_bucket}-inv-other", list(s3.iter_objects()), "CSV", source_bucket="other")
     with pytest.raises(Unavailable, match="is of bucket 'other', but binding 's3-tier2' is bucket"):
         spark_audit(spark, store, [s3], grace_s=0.0, sources=SparkAuditSources(
@@ -227,7 +243,7 @@ def test_a_listing_that_fails_half_way_fails_the_run_and_repairs_nothing(
     # in front of it starts answering every request with an error once the tasks are planned.
     seeded = make_tier2("s3")
     assert isinstance(seeded, S3ChunkStorage)
-    s3_findings(seeded, fs, store)
+    store_findings(seeded, fs, store)
     repaired: list[StoredObject] = []
     with S3FaultProxy(s3_endpoint.url, rate=0.0) as proxy:
         settings = S3Endpoint(proxy.url, s3_endpoint.access_key, s3_endpoint.secret_key).binding_settings(s3_bucket)

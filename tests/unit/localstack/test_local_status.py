@@ -46,3 +46,17 @@ def test_a_server_gone_without_down_is_not_healthy_and_named_by_its_pid(tmp_path
     lines = result.stdout.splitlines()
     assert lines[0].startswith("kafka  NOT HEALTHY") and f"pid={pid}" in lines[0]
     assert lines[1] == "s3     stopped"
+
+
+def test_an_emulator_is_reported_while_on_record_and_its_state_file_fields_are_checked(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    pid = int(gone.stdout)
+    StackState(azure_pid=pid, azure_url="http://127.0.0.1:1/devstoreaccount1",
+               azure_container="reclaim-tier2").save(tmp_path / "state")
+    lines = status(tmp_path).stdout.splitlines()
+    assert lines[1:] == ["s3     stopped", f"azure  NOT HEALTHY  endpoint=http://127.0.0.1:1/devstoreaccount1 "
+                                           f"pid={pid} container=reclaim-tier2"]
+    (tmp_path / "state" / "stack.json").write_text(json.dumps({"gcs_url": 9000}))
+    refused = status(tmp_path)
+    assert refused.returncode == ExitCode.UNAVAILABLE and "gcs_url is 9000" in refused.stderr
