@@ -21,22 +21,6 @@ pytestmark = pytest.mark.integration
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 
 
-def test_a_delete_removes_only_the_blob_that_was_checked(azure_binding: AzureChunkStorage) -> None:
-    azure_binding.create_with_content("s/0/c0", b"first", TAGS)
-    checked = azure_binding.get_info("s/0/c0").version
-    assert checked is not None and azure_binding.supports_conditional_delete
-    # The name is written again between the check and the delete: the new blob stays.
-    azure_binding.delete(azure_binding.open_write("s/0/c0"))
-    azure_binding.create_with_content("s/0/c0", b"second", TAGS)
-    current = azure_binding.get_info("s/0/c0").version
-    assert current is not None and current != checked
-    [result] = azure_binding.delete_many(["s/0/c0"], versions={"s/0/c0": checked})
-    assert result.outcome is DeleteOutcome.CHANGED and not result.ok
-    assert azure_binding.read(azure_binding.open_read("s/0/c0"), 0, 6) == b"second"
-    [result] = azure_binding.delete_many(["s/0/c0"], versions={"s/0/c0": current})
-    assert result.outcome is DeleteOutcome.DELETED and not azure_binding.exists("s/0/c0")
-
-
 def test_deletes_answer_per_blob_in_batches_of_256(azure_binding: AzureChunkStorage) -> None:
     names = [f"s/1/c{i:03d}" for i in range(300)]
     missing = set(names[::7])

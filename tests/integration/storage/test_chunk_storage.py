@@ -171,3 +171,23 @@ def test_location_and_metrics(chunk_storage: BaseChunkStorage) -> None:
     before = REGISTRY.get_sample_value("reclaim_storage_operations_total", labels) or 0.0
     chunk_storage.exists("seg/x")
     assert REGISTRY.get_sample_value("reclaim_storage_operations_total", labels) == before + 1
+
+
+def test_a_conditional_delete_removes_only_the_version_that_was_checked(chunk_storage: BaseChunkStorage) -> None:
+    """GCS deletes by generation, Azure by ETag: an object written again under the name since its check is kept.
+    A binding without conditional deletes reports no version, and deletes whatever the name holds."""
+    chunk_storage.create_with_content("v/c0", b"first", TAGS)
+    checked = chunk_storage.get_info("v/c0").version
+    chunk_storage.delete(chunk_storage.open_write("v/c0"))
+    chunk_storage.create_with_content("v/c0", b"second", TAGS)
+    current = chunk_storage.get_info("v/c0").version
+    if not chunk_storage.supports_conditional_delete:
+        [result] = chunk_storage.delete_many(["v/c0"], versions={"v/c0": checked or "1"})
+        assert result.outcome is DeleteOutcome.DELETED and not chunk_storage.exists("v/c0")
+        return
+    assert checked is not None and current is not None and current != checked
+    [result] = chunk_storage.delete_many(["v/c0"], versions={"v/c0": checked})
+    assert result.outcome is DeleteOutcome.CHANGED and not result.ok
+    assert chunk_storage.read(chunk_storage.open_read("v/c0"), 0, 6) == b"second"
+    [result] = chunk_storage.delete_many(["v/c0"], versions={"v/c0": current})
+    assert result.outcome is DeleteOutcome.DELETED and not chunk_storage.exists("v/c0")

@@ -24,22 +24,6 @@ pytestmark = pytest.mark.integration
 TAGS = ChunkTags(component="c", stream="s", segment="s/0", writer_epoch=1)
 
 
-def test_a_delete_removes_only_the_generation_that_was_checked(gcs_binding: GcsChunkStorage) -> None:
-    gcs_binding.create_with_content("s/0/c0", b"first", TAGS)
-    checked = gcs_binding.get_info("s/0/c0").version
-    assert checked is not None and gcs_binding.supports_conditional_delete
-    # The name is written again between the check and the delete: the new object stays.
-    gcs_binding.delete(gcs_binding.open_write("s/0/c0"))
-    gcs_binding.create_with_content("s/0/c0", b"second", TAGS)
-    current = gcs_binding.get_info("s/0/c0").version
-    assert current != checked
-    [result] = gcs_binding.delete_many(["s/0/c0"], versions={"s/0/c0": checked})
-    assert result.outcome is DeleteOutcome.CHANGED and not result.ok
-    assert gcs_binding.read(gcs_binding.open_read("s/0/c0"), 0, 6) == b"second"
-    [result] = gcs_binding.delete_many(["s/0/c0"], versions={"s/0/c0": str(current)})
-    assert result.outcome is DeleteOutcome.DELETED and not gcs_binding.exists("s/0/c0")
-
-
 def test_deletes_answer_per_object_in_parts_of_a_hundred(gcs_binding: GcsChunkStorage,
                                                          caplog: pytest.LogCaptureFixture) -> None:
     names = [f"s/1/c{i:03d}" for i in range(250)]
