@@ -87,19 +87,22 @@ def store_rows(store: MetadataStore, chunks: Sequence[ChunkRecord]) -> list[Chun
         return [txn.put_chunk(chunk) for chunk in chunks]
 
 
-def write_chunks(store: MetadataStore, binding: BaseChunkStorage, n: int) -> list[ChunkRecord]:
-    """Live chunks created through ``binding`` (with their tags, in parallel), then their rows."""
+def created_chunks(binding: BaseChunkStorage, n: int) -> list[ChunkRecord]:
+    """Rows of ``n`` chunks created through ``binding`` (with their tags, in parallel); the rows not stored."""
     chunks = new_chunks(binding, n)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda c: binding.create_with_content(c.name, PAYLOAD, c.tags), chunks))
-    return store_rows(store, chunks)
+    return chunks
+
+
+def write_chunks(store: MetadataStore, binding: BaseChunkStorage, n: int) -> list[ChunkRecord]:
+    """Live chunks created through ``binding`` (with their tags, in parallel), then their rows."""
+    return store_rows(store, created_chunks(binding, n))
 
 
 def chunk_files(binding: FileSystemChunkStorage, n: int) -> list[Path]:
     """``n`` chunks created through the filesystem binding; every file one holds: data and tag sidecar."""
-    chunks = new_chunks(binding, n)
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda c: binding.create_with_content(c.name, PAYLOAD, c.tags), chunks))
+    chunks = created_chunks(binding, n)
     paths = [path for c in chunks for path in (binding.data_path(c.name), binding.tags_path(c.name))]
     missing = [path for path in paths if not path.is_file()]
     assert not missing, f"the binding no longer keeps a chunk as its data file and tag sidecar: {missing[0]}"

@@ -18,6 +18,7 @@ Cloud Run). An emulator endpoint is used only when set, with anonymous credentia
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -195,11 +196,12 @@ class GcsChunkStorage(BaseChunkStorage):
         except Exception as exc:
             raise map_gcs_error(exc, None) from exc
 
-    @property
+    @functools.cached_property
     def _bucket(self) -> Bucket:
+        """The bucket's handle (no request): made once, as every delete of a batch goes through it."""
         return self.client.bucket(self._settings.bucket)
 
-    @property
+    @functools.cached_property
     def _retry(self) -> Any:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
@@ -440,6 +442,7 @@ class GcsChunkStorage(BaseChunkStorage):
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        self.__dict__.pop("_bucket", None)  # made from the client closed here
         client = self._clients.take()
         if client is not None:
             client.close()
