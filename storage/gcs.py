@@ -62,6 +62,8 @@ MAX_METADATA_BYTES = 8192
 DELETE_PARALLELISM = 16
 #: How long a bucket found to exist is trusted before a missing object makes the binding ask again.
 BUCKET_CHECK_TTL_S = 10.0
+#: Google's own endpoint, where no other is set.
+GCS_ENDPOINT = "https://storage.googleapis.com"
 _EXTRA = "the gcs-tier2 binding needs the gcs extra: pip install 'reclaim[gcs]'"
 
 
@@ -174,25 +176,33 @@ class GcsChunkStorage(BaseChunkStorage):
         except ImportError as exc:
             raise StorageMisconfiguredError(_EXTRA, binding=self.name) from exc
         s = self._settings
-        options = {"api_endpoint": s.endpoint} if s.endpoint else None
+        # Always named, so that neither STORAGE_EMULATOR_HOST nor API_ENDPOINT_OVERRIDE in the environment can
+        # send the binding elsewhere (the client obeys both when no endpoint is given, the first one anonymously).
+        options = {"api_endpoint": s.endpoint or GCS_ENDPOINT}
         try:
             if s.credentials_file is not None:
                 from google.oauth2 import service_account
 
-                credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-                    str(s.credentials_file))
+                try:
+                    credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                        str(s.credentials_file), scopes=storage.Client.SCOPE)
+                except (OSError, ValueError) as exc:
+                    raise StorageMisconfiguredError(f"storage binding {self.name!r}: cannot read the GCS "
+                                                    f"service-account key file {s.credentials_file}: {exc}",
+                                                    binding=self.name) from exc
                 return storage.Client(project=s.project or credentials.project_id, credentials=credentials,
                                       client_options=options)
             if s.endpoint:
                 from google.auth.credentials import AnonymousCredentials
 
                 anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
-                return storage.Client(project=s.project or "reclaim", credentials=anonymous,
-                                      client_options=options)
-            return storage.Client(project=s.project)
-        except (OSError, ValueError) as exc:
-            raise StorageMisconfiguredError(f"storage binding {self.name!r}: cannot read the GCS service-account "
-                                            f"key file {s.credentials_file}: {exc}", binding=self.name) from exc
+                return storage.Client(project=s.project or "reclaim", credentials=anonymous, client_options=options)
+            import google.auth
+
+            found, project = google.auth.default(scopes=storage.Client.SCOPE)
+            return storage.Client(project=s.project or project, credentials=found, client_options=options)
+        except StorageError:
+            raise
         except Exception as exc:
             raise map_gcs_error(exc, None) from exc
 

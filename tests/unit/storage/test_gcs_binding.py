@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,19 @@ def test_without_the_extra_the_binding_says_which_to_install() -> None:
             "except StorageMisconfiguredError as exc:\n    print(exc)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "the gcs-tier2 binding needs the gcs extra: pip install 'reclaim[gcs]'"
+
+
+def test_the_environment_cannot_point_the_binding_at_an_emulator() -> None:
+    """google-cloud-storage obeys STORAGE_EMULATOR_HOST (anonymously) and API_ENDPOINT_OVERRIDE when no endpoint
+    is given: the binding names Google's own and signs in with Application Default Credentials, or refuses."""
+    code = ("from reclaim.storage.gcs import GcsChunkStorage, GcsSettings\n"
+            "from reclaim.storage.errors import AccessDeniedError\n"
+            "binding = GcsChunkStorage(GcsSettings('b'))\n"
+            "try:\n    binding.check()\n"
+            "except AccessDeniedError as exc:\n    print('refused:', exc)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_"))}
+    env.update(STORAGE_EMULATOR_HOST="http://127.0.0.1:9", API_ENDPOINT_OVERRIDE="http://127.0.0.1:9",
+               NO_GCE_CHECK="True", CLOUDSDK_CONFIG="/nonexistent")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                          timeout=60)
+    assert done.stdout.startswith("refused: no usable Google credentials"), done.stdout + done.stderr
