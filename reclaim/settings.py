@@ -79,6 +79,9 @@ class Settings:
     s3_region: str = "us-east-1"
     # None: path-style for an endpoint URL, virtual-hosted on AWS S3.
     s3_path_style: bool | None = None
+    # Deletes conditional on the ETag checked (If-Match), for servers that honour it. None: on for AWS S3 itself,
+    # off for an endpoint URL (MinIO ignores the condition and deletes).
+    s3_conditional_deletes: bool | None = None
     # Google Cloud Storage (gcs-tier2, registered when a bucket is set): Application Default Credentials unless
     # a service-account key file is named; an endpoint only for an emulator or a private endpoint.
     gcs_bucket: str | None = None

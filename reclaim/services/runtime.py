@@ -62,7 +62,9 @@ def s3_settings(settings: Settings) -> S3Settings | None:
     return S3Settings(
         bucket=settings.s3_bucket, endpoint_url=None if settings.s3_endpoint == AWS_S3 else settings.s3_endpoint,
         access_key=settings.s3_access_key, secret_key=settings.s3_secret_key,
-        session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style)
+        session_token=settings.s3_session_token, region=settings.s3_region, path_style=settings.s3_path_style,
+        conditional_deletes=(settings.s3_endpoint == AWS_S3 if settings.s3_conditional_deletes is None
+                             else settings.s3_conditional_deletes))
 
 
 def s3_binding(settings: Settings) -> S3ChunkStorage | None:

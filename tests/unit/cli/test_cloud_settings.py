@@ -65,3 +65,15 @@ def test_azure_secrets_are_read_from_files_and_never_shown(tmp_path: Path) -> No
     assert "azure-account-key" not in output and "sas-in-the-url" not in output
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("RECLAIM_AZURE_")})
     assert settings.azure_account_key == "azure-account-key"
+
+
+@pytest.mark.parametrize(("env", "conditional"), [
+    ({"RECLAIM_S3_ENDPOINT": "aws"}, True),
+    ({"RECLAIM_S3_ENDPOINT": "http://127.0.0.1:9000"}, False),
+    ({"RECLAIM_S3_ENDPOINT": "http://127.0.0.1:9000", "RECLAIM_S3_CONDITIONAL_DELETES": "true"}, True),
+    ({"RECLAIM_S3_ENDPOINT": "aws", "RECLAIM_S3_CONDITIONAL_DELETES": "false"}, False),
+])
+def test_s3_deletes_are_conditional_on_aws_and_where_the_operator_says_so(env: dict[str, str],
+                                                                          conditional: bool) -> None:
+    settings = runtime.s3_settings(Settings.from_env(env))
+    assert settings is not None and settings.conditional_deletes is conditional
